@@ -1,0 +1,3 @@
+from pipeaudit.cli.main import main
+
+main()

@@ -1,0 +1,82 @@
+"""The ``pipeaudit`` command group.
+
+Each subcommand lives in its own module ``pipeaudit.cli.<name>`` exposing a click
+command called ``command``; modules are imported only when their command runs, so
+``pipeaudit analyze`` never imports torch. A :class:`PipeauditError` escaping a
+command becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from pipeaudit import __version__
+from pipeaudit.errors import PipeauditError
+
+# name -> one-line help; the module pipeaudit.cli.<module> provides `command`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "profile": ("profile", "Run real pipelined training under torch.profiler and write traces."),
+    "analyze": ("analyze", "Audit pipeline traces: timeline, bubble, overlap, memory, findings."),
+    "simulate": ("simulate", "Simulate a schedule: ASCII timeline, bubble vs theory, memory."),
+    "baseline": ("baseline", "Store a run's audit as a baseline for `gate`."),
+    "gate": ("gate", "Fail CI when pipeline efficiency regresses against a baseline or budget."),
+    "diff": ("diff", "Compare two runs stage by stage."),
+    "export": ("export", "Export a run as a Perfetto/Chrome trace with pipeline tracks."),
+    "plot": ("plot", "Static PNG/SVG plots of a run (timeline, bubble, memory)."),
+    "sweep": ("sweep", "Profile and audit a grid of schedules x stages x microbatches."),
+    "explain": ("explain", "Cross-rank critical path of each step and what limits it."),
+    "whatif": ("whatif", "Replay a run with changes and predict step time and bubble."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [n for n, (mod, _) in COMMANDS.items() if _module_exists(mod)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None or not _module_exists(entry[0]):
+            return None
+        module = importlib.import_module(f"pipeaudit.cli.{entry[0]}")
+        return module.command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(n, COMMANDS[n][1]) for n in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except PipeauditError as exc:
+            click.echo(f"pipeaudit: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except BrokenPipeError:
+            ctx.exit(0)
+
+
+def _module_exists(module: str) -> bool:
+    return importlib.util.find_spec(f"pipeaudit.cli.{module}") is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pipeaudit")
+def cli() -> None:
+    """pipeaudit: how much of each step is pipeline bubble, is that what the
+    schedule promises, and if not, why."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    cli.main(args=argv, prog_name="pipeaudit")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(sys.argv[1:])

@@ -12,8 +12,16 @@ from pipeaudit.errors import ConfigError, PipeauditError, ScheduleError, TraceEr
 __version__ = "0.1.0"
 SCHEMA_VERSION = 1
 
+def load(*args, **kwargs):  # noqa: D401 - thin re-export, keeps import light
+    """Load a run's traces; see :func:`pipeaudit.api.load`."""
+    from pipeaudit.api import load as _load
+
+    return _load(*args, **kwargs)
+
+
 __all__ = [
     "Action",
+    "load",
     "ConfigError",
     "PipeauditError",
     "ScheduleError",

@@ -1,0 +1,96 @@
+"""The notebook API: ``pipeaudit.load(paths)`` returns a :class:`Run`.
+
+    run = pipeaudit.load("sample_traces/1f1b_p4_m8")
+    run.audit().bubble.measured
+    run.actions()          # polars DataFrame, one row per action
+    run.stages().to_pandas()
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from functools import cached_property
+from typing import Sequence
+
+import polars as pl
+
+from pipeaudit.audit.result import AuditResult
+from pipeaudit.timeline.model import Timeline
+
+
+class Run:
+    """One pipeline run loaded from its traces."""
+
+    def __init__(self, timeline: Timeline, schedule: str | None = None) -> None:
+        self.timeline = timeline
+        self._schedule = schedule
+
+    @cached_property
+    def _audit(self) -> AuditResult:
+        from pipeaudit.audit.run import audit
+
+        return audit(self.timeline, schedule=self._schedule)
+
+    def audit(self) -> AuditResult:
+        """The same audit result the CLI reports."""
+        return self._audit
+
+    def actions(self) -> pl.DataFrame:
+        """One row per action: rank, stage, kind, microbatch, step, span and compute (ns)."""
+        return self.timeline.actions.with_columns(
+            compute_us=pl.col("compute_ns") / 1000.0,
+            span_us=(pl.col("end") - pl.col("start")) / 1000.0,
+        )
+
+    def ranks(self) -> pl.DataFrame:
+        """Per-rank metrics (bubble, idle, compute, communication, memory)."""
+        rows = [asdict(r) for r in self._audit.ranks]
+        for r in rows:
+            r.pop("bubble_by_step")
+        return pl.DataFrame(rows)
+
+    def stages(self) -> pl.DataFrame:
+        """Per-stage metrics: counts and compute by kind, in-flight peak vs theory."""
+        rows = []
+        for s in self._audit.stages:
+            row = {"stage": s.stage, "rank": s.rank, "peak_inflight": s.peak_inflight,
+                   "expected_peak_inflight": s.expected_peak_inflight}
+            for k in ("F", "B", "I", "W"):
+                row[f"n_{k}"] = s.actions[k]
+                row[f"compute_us_{k}"] = s.compute_us[k]
+                row[f"mean_us_{k}"] = s.mean_compute_us[k]
+            rows.append(row)
+        return pl.DataFrame(rows)
+
+    def steps(self) -> pl.DataFrame:
+        """Per-step window, step time, bubble and replay ideal."""
+        return pl.DataFrame([asdict(s) for s in self._audit.steps])
+
+    def findings(self) -> pl.DataFrame:
+        """Findings as a table (code, severity, rank, stage, measured, expected, message)."""
+        schema = {"code": pl.Utf8, "severity": pl.Utf8, "rank": pl.Int64, "stage": pl.Int64,
+                  "measured": pl.Float64, "expected": pl.Float64, "message": pl.Utf8}
+        return pl.DataFrame([asdict(f) for f in self._audit.findings], schema=schema)
+
+    def to_dict(self) -> dict:
+        """The JSON document of ``pipeaudit analyze --format json``."""
+        return self._audit.to_dict()
+
+
+def load(
+    paths: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    schedule: str | None = None,
+    action_pattern: str | None = None,
+    num_microbatches: int | None = None,
+    jobs: int | None = None,
+) -> Run:
+    """Load a run's traces (files, directories or globs) for analysis."""
+    from pipeaudit.timeline.build import build_timeline
+
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    tl = build_timeline([str(p) for p in paths], pattern=action_pattern,
+                        num_microbatches=num_microbatches, jobs=jobs)
+    return Run(tl, schedule=schedule)

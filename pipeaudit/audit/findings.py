@@ -1,0 +1,100 @@
+"""Findings: deviations from theory and from the schedule, each with one sentence of explanation.
+
+Thresholds are module constants so that reports can quote them; the gate has
+its own configurable thresholds.
+"""
+
+from __future__ import annotations
+
+from pipeaudit.audit.result import Finding
+
+BUBBLE_OVER_THEORY_WARN = 0.02  # absolute fraction of the step
+BUBBLE_OVER_THEORY_ERROR = 0.10
+IMBALANCE_RATIO = 1.15  # a stage's compute per step vs the median stage
+OVERHEAD_WARN = 0.03  # measured - replay ideal bubble, per rank
+STRAGGLER_FACTOR = 2.0  # a rank's start delays vs the median rank
+STRAGGLER_MIN_SHARE = 0.03  # ... and at least this share of the step
+
+
+def bubble_above_theory(measured: float, theory: float, formula: str, ideal: float | None) -> Finding | None:
+    """Pipeline bubble above the closed form, with the replay split when known."""
+    excess = measured - theory
+    if excess <= BUBBLE_OVER_THEORY_WARN:
+        return None
+    severity = "error" if excess > BUBBLE_OVER_THEORY_ERROR else "warning"
+    if ideal is not None:
+        why = (f"{ideal - theory:+.3f} of it comes from uneven stages and F/B/W durations "
+               f"(replay ideal {ideal:.3f}) and {measured - ideal:+.3f} from communication, waits "
+               f"and host overhead; `pipeaudit explain` shows the critical path.")
+    else:
+        why = "`pipeaudit explain` shows the critical path."
+    return Finding("BUBBLE_ABOVE_THEORY", severity, None, None, measured, theory,
+                   f"Pipeline bubble {measured:.3f} is {excess:.3f} above theory {formula} = "
+                   f"{theory:.3f}: {why}")
+
+
+def stage_imbalance(stage: int, rank: int, per_step_us: float, median_us: float) -> Finding | None:
+    """A stage whose compute per step is well above the median stage."""
+    if median_us <= 0:
+        return None
+    ratio = per_step_us / median_us
+    if ratio < IMBALANCE_RATIO:
+        return None
+    return Finding("STAGE_IMBALANCE", "warning" if ratio < 1.5 else "error", rank, stage,
+                   round(ratio, 3), 1.0,
+                   f"Stage {stage} computes {per_step_us / 1000:.2f} ms per step, {ratio:.2f}x the "
+                   f"median stage ({median_us / 1000:.2f} ms): every other stage waits for it; "
+                   f"move layers off it.")
+
+
+def overhead(rank: int, measured: float, ideal: float) -> Finding | None:
+    """Bubble a rank has beyond the replay of its own order: communication, waits, host overhead."""
+    gap = measured - ideal
+    if gap <= OVERHEAD_WARN:
+        return None
+    return Finding("EXPOSED_COMMUNICATION", "warning", rank, None, round(measured, 4), round(ideal, 4),
+                   f"Rank {rank} idles {gap:.3f} of the step more than a replay of its own order with "
+                   f"measured compute and free communication: transfers, recv waits or host overhead "
+                   f"are on its path.")
+
+
+def memory_above_theory(stage: int, rank: int, peak: int, expected: int) -> Finding | None:
+    """More microbatches in flight on a stage than the schedule holds."""
+    if peak <= expected:
+        return None
+    return Finding("MEMORY_ABOVE_THEORY", "warning", rank, stage, peak, expected,
+                   f"Stage {stage} holds {peak} microbatches' activations at once where the schedule "
+                   f"needs {expected}: its backward runs later than the schedule puts it.")
+
+
+def schedule_violation(schedule: str, rank: int, position: int, seen: str, expected: str) -> Finding:
+    """The observed order contradicts the declared schedule."""
+    return Finding("SCHEDULE_ORDER_VIOLATION", "error", rank, None, None, None,
+                   f"Rank {rank} runs {seen} at position {position} where {schedule} runs {expected}: "
+                   f"the run did not execute the declared schedule.")
+
+
+def straggler(rank: int, delay_us: float, median_us: float, step_us: float) -> Finding | None:
+    """A rank that starts its actions late although their inputs were ready."""
+    if delay_us < STRAGGLER_FACTOR * max(median_us, 1e-9) or delay_us < STRAGGLER_MIN_SHARE * step_us:
+        return None
+    return Finding("STRAGGLER_RANK", "warning", rank, None, round(delay_us, 1), round(median_us, 1),
+                   f"Rank {rank} starts its actions {delay_us / 1000:.2f} ms per step after their inputs "
+                   f"were ready (median rank {median_us / 1000:.2f} ms): host overhead, slow "
+                   f"launches or a busy CPU on that rank.")
+
+
+def missing_actions(stage: int, rank: int, step: int, missing: list[str]) -> Finding:
+    """Actions the schedule needs that the trace does not have."""
+    shown = ", ".join(missing[:8]) + (" …" if len(missing) > 8 else "")
+    return Finding("MISSING_ACTIONS", "error", rank, stage, len(missing), 0,
+                   f"Step {step} of stage {stage} lacks {len(missing)} actions ({shown}): the trace is "
+                   f"incomplete or the step was cut; figures for this step are partial.")
+
+
+def duplicated_actions(stage: int, rank: int, step: int, dups: list[str]) -> Finding:
+    """Actions seen more than once in one step."""
+    shown = ", ".join(dups[:8]) + (" …" if len(dups) > 8 else "")
+    return Finding("DUPLICATED_ACTIONS", "error", rank, stage, len(dups), 0,
+                   f"Step {step} of stage {stage} runs {shown} more than once: traces from two runs, or "
+                   f"steps not separated by ProfilerStep spans.")

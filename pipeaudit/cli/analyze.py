@@ -1,0 +1,52 @@
+"""`pipeaudit analyze`: audit a run's traces."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from pipeaudit.cli.output import write_output
+
+
+@click.command("analyze")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
+              show_default=True, help="Report format on stdout.")
+@click.option("--schedule", default=None, help="Declare the schedule that ran (checked against the order).")
+@click.option("--action-pattern", default=None, metavar="REGEX",
+              help="Regex with named groups kind, mb and optionally stage, for other frameworks' spans.")
+@click.option("--microbatches", type=int, default=None,
+              help="Microbatches per step (for un-annotated traces without ProfilerStep spans).")
+@click.option("--jobs", type=int, default=None, help="Ranks decoded in parallel (default: cores).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the report to this file instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+def command(paths, fmt, schedule, action_pattern, microbatches, jobs, output, force) -> None:
+    """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
+    import pipeaudit
+    from pipeaudit.report.step_view import step_timeline_text
+
+    run = pipeaudit.load(paths, schedule=schedule, action_pattern=action_pattern,
+                         num_microbatches=microbatches, jobs=jobs)
+    result = run.audit()
+    if fmt == "json":
+        from pipeaudit.report.json_doc import to_json
+
+        text = to_json(result) + "\n"
+    else:
+        step, tl_text = step_timeline_text(run.timeline, result) if result.pipeline_found else (None, "")
+        if fmt == "markdown":
+            from pipeaudit.report.markdown import render_markdown
+
+            text = render_markdown(result, timeline_text=tl_text, timeline_step=step)
+        else:
+            import io
+
+            from pipeaudit.report.terminal import render_terminal
+
+            buf = io.StringIO()
+            color = sys.stdout.isatty() and output is None
+            render_terminal(result, buf, timeline_text=tl_text, timeline_step=step, color=color)
+            text = buf.getvalue()
+    write_output(text, output, force=force)

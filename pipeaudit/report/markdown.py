@@ -1,0 +1,59 @@
+"""Markdown reporter: the audit as GitHub-flavoured Markdown (tickets, PR comments, CI summaries)."""
+
+from __future__ import annotations
+
+from pipeaudit.audit.result import AuditResult
+from pipeaudit.report.formatting import mib, ms, num, pct
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: int | None = None) -> str:
+    """The audit result as a Markdown document."""
+    out = ["# pipeaudit report", ""]
+    if r.pipeline_found:
+        out.append(f"Schedule **{r.schedule or 'unknown'}** ({r.schedule_source}), P={r.num_ranks}, "
+                   f"{r.num_stages} stages (v={r.num_chunks}), M={r.num_microbatches}, "
+                   f"{r.num_steps} step(s), device {r.device_type}.")
+        if r.actions_inferred:
+            out.append("\n> Actions were inferred from the ops (the trace has no per-action annotations).")
+        b = r.bubble
+        out += ["", "## Pipeline bubble", "",
+                _table(["measured", "theory", "formula", "replay ideal", "imbalance part",
+                        "overhead part", "median step (ms)"],
+                       [[pct(b.measured), pct(b.theory), f"`{b.theory_formula}`" if b.theory_formula
+                         else "-", pct(b.replay_ideal), pct(b.imbalance_part), pct(b.overhead_part),
+                         ms(r.step_time_us)]]),
+                "", "## Stages", "",
+                _table(["stage", "rank", "F", "B", "I", "W", "F ms", "B ms", "I ms", "W ms",
+                        "in-flight", "expected"],
+                       [[str(s.stage), str(s.rank), *(str(s.actions[k]) for k in "FBIW"),
+                         *(ms(s.mean_compute_us[k]) if s.actions[k] else "-" for k in "FBIW"),
+                         str(s.peak_inflight), str(s.expected_peak_inflight)
+                         if s.expected_peak_inflight is not None else "-"] for s in r.stages])]
+    else:
+        out.append(f"No pipeline actions found in {r.num_ranks} rank(s); busy/idle/communication only.")
+    out += ["", "## Ranks", "",
+            _table(["rank", "bubble", "replay", "idle", "compute ms", "comm ms", "exposed ms",
+                    "overlap", "peak MiB"],
+                   [[str(x.rank), pct(x.bubble), pct(x.replay_bubble), pct(x.idle_fraction),
+                     ms(x.compute_us), ms(x.comm_us), ms(x.exposed_comm_us), pct(x.overlap),
+                     mib(x.peak_allocated_bytes)] for x in r.ranks])]
+    if timeline_text:
+        out += ["", f"## Timeline of step {timeline_step}", "", "```", timeline_text, "```"]
+    out += ["", "## Findings", ""]
+    if not r.findings:
+        out.append("None: the run matches its schedule's theory.")
+    for f in r.findings:
+        where = ", ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
+                                      f"stage {f.stage}" if f.stage is not None else "") if x)
+        vals = f" (measured {num(f.measured)}, expected {num(f.expected)})" \
+            if f.measured is not None and f.expected is not None else ""
+        out.append(f"- **{f.severity}** `{f.code}`{' ' + where if where else ''}{vals}: {f.message}")
+    if r.notes:
+        out += ["", "## Notes", ""] + [f"- {n}" for n in r.notes]
+    return "\n".join(out) + "\n"

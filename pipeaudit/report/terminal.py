@@ -1,0 +1,109 @@
+"""Terminal reporter: summary, per-stage and per-rank tables, one step's timeline, findings."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from pipeaudit.audit.result import AuditResult
+from pipeaudit.report.formatting import mib, ms, num, pct
+
+_SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = "",
+                    timeline_step: int | None = None, color: bool | None = None,
+                    width: int = 120) -> None:
+    """Write the human report of ``result`` to ``out``."""
+    con = Console(file=out, force_terminal=color, no_color=color is False, width=width,
+                  highlight=False, soft_wrap=False)
+    _header(con, result)
+    if result.pipeline_found:
+        _summary(con, result)
+        _stages(con, result)
+    _ranks(con, result)
+    if timeline_text:
+        con.print(f"\n[bold]Timeline of step {timeline_step}[/] (median step; letters = compute "
+                  "of F/B/I/W with microbatch, '.' = no compute)")
+        con.print(timeline_text, markup=False)
+    _findings(con, result)
+    for n in result.notes:
+        con.print(f"note: {n}", markup=False, style="dim")
+
+
+def _header(con: Console, r: AuditResult) -> None:
+    con.print("[bold]pipeaudit analyze[/]  " + ", ".join(r.inputs[:4]) +
+              (f" (+{len(r.inputs) - 4} more)" if len(r.inputs) > 4 else ""), markup=True)
+    if not r.pipeline_found:
+        con.print(f"{r.num_ranks} rank(s), device {r.device_type}: no pipeline actions found; "
+                  "per-rank busy/idle/communication below.")
+        return
+    sched = r.schedule or "unknown"
+    how = {"declared": "declared", "manifest": "from manifest", "detected": "detected from order",
+           "unknown": "not recognised"}[r.schedule_source]
+    con.print(f"schedule [bold]{sched}[/] ({how}); P={r.num_ranks} ranks, {r.num_stages} stages "
+              f"(v={r.num_chunks}), M={r.num_microbatches} microbatches, {r.num_steps} step(s), "
+              f"device {r.device_type}")
+    if r.actions_inferred:
+        con.print("[yellow]actions were inferred from the ops (no per-action annotations): "
+                  "F/B split at send/recv and autograd ops, microbatches numbered by order[/]")
+
+
+def _summary(con: Console, r: AuditResult) -> None:
+    b = r.bubble
+    t = Table(title="Pipeline bubble (fraction of the step, mean over ranks and steps)",
+              title_justify="left", show_header=True)
+    for c in ("measured", "theory", "formula", "replay ideal", "imbalance part", "overhead part",
+              "median step"):
+        t.add_column(c, justify="right")
+    t.add_row(pct(b.measured), pct(b.theory), b.theory_formula or "-", pct(b.replay_ideal),
+              pct(b.imbalance_part), pct(b.overhead_part), f"{ms(r.step_time_us)} ms")
+    con.print(t)
+    con.print("imbalance part = replay ideal - theory (uneven stages, F/B/W durations); "
+              "overhead part = measured - replay ideal (communication, waits, host overhead)",
+              style="dim")
+
+
+def _stages(con: Console, r: AuditResult) -> None:
+    t = Table(title="Stages (mean compute per action, ms; in-flight = peak microbatches held)",
+              title_justify="left")
+    for c in ("stage", "rank", "F", "B", "I", "W", "F ms", "B ms", "I ms", "W ms", "in-flight",
+              "expected"):
+        t.add_column(c, justify="right")
+    for s in r.stages:
+        t.add_row(str(s.stage), str(s.rank), *(str(s.actions[k]) for k in "FBIW"),
+                  *(ms(s.mean_compute_us[k]) if s.actions[k] else "-" for k in "FBIW"),
+                  str(s.peak_inflight),
+                  "-" if s.expected_peak_inflight is None else str(s.expected_peak_inflight))
+    con.print(t)
+
+
+def _ranks(con: Console, r: AuditResult) -> None:
+    t = Table(title="Ranks (times in ms; compute/window over audited steps, comm/idle over the "
+                    "whole trace)", title_justify="left")
+    for c in ("rank", "stages", "bubble", "replay", "idle", "compute", "window", "comm",
+              "exposed", "overlap", "peak MiB"):
+        t.add_column(c, justify="right")
+    for x in r.ranks:
+        t.add_row(str(x.rank), ",".join(map(str, x.stages)) or "-", pct(x.bubble),
+                  pct(x.replay_bubble), pct(x.idle_fraction), ms(x.compute_us), ms(x.window_us),
+                  ms(x.comm_us), ms(x.exposed_comm_us), pct(x.overlap),
+                  mib(x.peak_allocated_bytes))
+    con.print(t)
+
+
+def _findings(con: Console, r: AuditResult) -> None:
+    if not r.findings:
+        con.print("\n[green]No findings: the run matches its schedule's theory.[/]")
+        return
+    con.print(f"\n[bold]Findings ({len(r.findings)})[/]")
+    for f in r.findings:
+        where = " ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
+                                     f"stage {f.stage}" if f.stage is not None else "") if x)
+        vals = f" (measured {num(f.measured)}, expected {num(f.expected)})" \
+            if f.measured is not None and f.expected is not None else ""
+        con.print(f"[{_SEV_STYLE.get(f.severity, '')}]{f.severity.upper():7}[/] {f.code}"
+                  f"{' ' + where if where else ''}{vals}")
+        con.print(f"        {f.message}", markup=False)

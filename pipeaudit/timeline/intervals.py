@@ -1,0 +1,99 @@
+"""Vectorised arithmetic on sets of half-open integer intervals [start, end).
+
+An interval set is a pair of int64 numpy arrays (starts, ends). Functions that
+return a set return it merged: sorted, disjoint, non-empty intervals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+Intervals = tuple[np.ndarray, np.ndarray]
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def empty() -> Intervals:
+    """The empty interval set."""
+    return _EMPTY, _EMPTY
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> Intervals:
+    """Union of possibly overlapping intervals, as a merged set."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if starts.size == 0:
+        return empty()
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    run_end = np.maximum.accumulate(ends)
+    # a new group begins where the start is past every earlier end
+    new_group = np.empty(starts.size, dtype=bool)
+    new_group[0] = True
+    new_group[1:] = starts[1:] > run_end[:-1]
+    group = np.cumsum(new_group) - 1
+    out_starts = starts[new_group]
+    out_ends = np.zeros(out_starts.size, dtype=np.int64)
+    np.maximum.at(out_ends, group, ends)
+    return out_starts, out_ends
+
+
+def total(iv: Intervals) -> int:
+    """Total length of a merged set."""
+    return int((iv[1] - iv[0]).sum())
+
+
+def clip(iv: Intervals, lo: int, hi: int) -> Intervals:
+    """Intersection of a merged set with [lo, hi)."""
+    s = np.maximum(iv[0], lo)
+    e = np.minimum(iv[1], hi)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """Intersection of two merged sets."""
+    if a[0].size == 0 or b[0].size == 0:
+        return empty()
+    # candidate pairs: for each interval of a, the b intervals that can overlap it
+    lo = np.searchsorted(b[1], a[0], side="right")
+    hi = np.searchsorted(b[0], a[1], side="left")
+    counts = np.maximum(hi - lo, 0)
+    if counts.sum() == 0:
+        return empty()
+    ai = np.repeat(np.arange(a[0].size), counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    bi = np.repeat(lo, counts) + offsets
+    s = np.maximum(a[0][ai], b[0][bi])
+    e = np.minimum(a[1][ai], b[1][bi])
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """Set difference a \\ b of two merged sets."""
+    if a[0].size == 0 or b[0].size == 0:
+        return a
+    inter = intersect(a, b)
+    # a minus inter: complement pieces within each a interval
+    points_s = np.concatenate([a[0], inter[1]])
+    points_e = np.concatenate([a[1], inter[0]])
+    # Build boundaries: walk merged sequence of (start of a / end of removed) and (end of a / start of removed)
+    starts = np.sort(points_s)
+    ends = np.sort(points_e)
+    keep = ends > starts
+    return starts[keep], ends[keep]
+
+
+def union(*sets: Intervals) -> Intervals:
+    """Union of several merged sets."""
+    if not sets:
+        return empty()
+    return merge(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
+
+
+def overlap_length(a: Intervals, b: Intervals) -> int:
+    """|a ∩ b| for two merged sets."""
+    return total(intersect(a, b))

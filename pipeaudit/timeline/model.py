@@ -1,0 +1,65 @@
+"""The cross-rank timeline of a run: every rank's reduced timeline plus run facts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from pipeaudit.actions import Action
+from pipeaudit.timeline.rank import ACTION_COLUMNS, RankTimeline
+
+
+@dataclass
+class Timeline:
+    """All ranks of one run, on one clock."""
+
+    ranks: list[RankTimeline]
+    manifest: dict[str, Any] | None = None
+    inputs: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def actions(self) -> pl.DataFrame:
+        """Every action of every rank (``ACTION_COLUMNS``), sorted by rank then start."""
+        frames = [r.actions for r in self.ranks if r.actions.height]
+        if not frames:
+            return pl.DataFrame(schema={c: r for c, r in zip(ACTION_COLUMNS, _ACTION_DTYPES)})
+        return pl.concat(frames).sort(["rank", "start"])
+
+    @property
+    def placement(self) -> dict[int, int]:
+        """Stage -> rank, as observed."""
+        out: dict[int, int] = {}
+        for r in self.ranks:
+            for s in r.actions["stage"].unique().to_list():
+                out.setdefault(int(s), r.rank)
+        return dict(sorted(out.items()))
+
+    @property
+    def steps(self) -> list[int]:
+        """Step indices that hold actions on any rank."""
+        a = self.actions
+        return sorted(int(s) for s in a["step"].unique().to_list()) if a.height else []
+
+    def orders(self, step: int) -> dict[int, list[Action]]:
+        """Per rank, the actions of ``step`` in execution order (by compute start)."""
+        out: dict[int, list[Action]] = {}
+        for r in self.ranks:
+            a = r.actions.filter(pl.col("step") == step).sort(["compute_start", "start"])
+            out[r.rank] = [Action(int(s), str(k), int(m)) for s, k, m in
+                           a.select("stage", "kind", "microbatch").iter_rows()]
+        return out
+
+    @property
+    def action_source(self) -> str:
+        """How actions were found: annotation, pattern, inferred, mixed or none."""
+        sources = {r.source for r in self.ranks if r.source != "none"}
+        if not sources:
+            return "none"
+        return sources.pop() if len(sources) == 1 else "mixed"
+
+
+_ACTION_DTYPES = [pl.Int64, pl.Int64, pl.Utf8, pl.Int64, pl.Int64, pl.Int64, pl.Utf8, pl.Int64,
+                  pl.Int64, pl.Int64, pl.Int64, pl.Int64, pl.Utf8]

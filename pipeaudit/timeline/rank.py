@@ -1,0 +1,127 @@
+"""Reduce one rank's trace to its compact pipeline timeline.
+
+This is the per-rank half of the analysis: it needs only that rank's events,
+so it runs in a worker process next to the decode, and what it returns (action
+table, compute intervals, communication and activity sets, step spans, memory
+peaks) is small whatever the size of the trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from pipeaudit.timeline import intervals as iv
+from pipeaudit.timeline.attribute import COMPUTE_SCHEMA, attribute
+from pipeaudit.timeline.infer import infer_spans
+from pipeaudit.timeline.ops import classify
+from pipeaudit.timeline.recognise import (
+    SPAN_SCHEMA,
+    gpipe_spans,
+    pattern_spans,
+    torch_runtime_spans,
+)
+from pipeaudit.timeline.steps import assign_steps, profiler_steps
+
+ACTION_COLUMNS = [
+    "rank", "stage", "kind", "microbatch", "step", "profiler_step", "tid", "start", "end",
+    "compute_ns", "compute_start", "compute_end", "source",
+]
+
+
+@dataclass
+class RankTimeline:
+    """One rank's pipeline actions and activity, on the common ns clock."""
+
+    rank: int
+    path: str
+    device_type: str
+    on_gpu: bool
+    world_size: int | None
+    actions: pl.DataFrame  # ACTION_COLUMNS, sorted by start; row index = action id within the rank
+    compute: pl.DataFrame  # action, start, end: merged compute intervals per action
+    comm: iv.Intervals
+    activity: iv.Intervals
+    other_compute: iv.Intervals  # compute outside every action (optimizer, data loading, ...)
+    steps: pl.DataFrame  # profiler_step, start, end
+    memory_peak: dict[int, int]  # device id -> max Total Allocated
+    memory: pl.DataFrame  # ts, total_allocated, device_id
+    source: str  # annotation | pattern | inferred | none
+    outside_steps: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = None) -> RankTimeline:
+    """Recognise actions, attribute compute and assign steps for one :class:`RankTrace`."""
+    ops = classify(trace.rank, trace.events)
+    default_stage = trace.rank if stage_hint is None else stage_hint
+    steps = profiler_steps(ops.spans)
+
+    spans, source = pl.DataFrame(schema=SPAN_SCHEMA), "none"
+    if pattern:
+        spans, source = pattern_spans(ops, pattern, default_stage), "pattern"
+    if spans.height == 0:
+        spans, source = torch_runtime_spans(ops), "annotation"
+    if spans.height == 0:
+        spans, source = gpipe_spans(ops, default_stage), "annotation"
+    if spans.height == 0 and not ops.on_gpu:
+        windows = list(steps.select("start", "end").iter_rows()) if steps.height else [
+            (int(ops.cpu_ops["start"].min() or 0), int(ops.cpu_ops["end"].max() or 0) + 1)
+        ]
+        spans, source = infer_spans(ops, default_stage, windows), "inferred"
+    if spans.height == 0:
+        source = "none"
+    spans = spans.sort("start")
+
+    compute = attribute(spans, ops) if spans.height else pl.DataFrame(schema=COMPUTE_SCHEMA)
+    per_action = compute.group_by("action").agg(
+        compute_ns=(pl.col("end") - pl.col("start")).sum(),
+        compute_start=pl.col("start").min(),
+        compute_end=pl.col("end").max(),
+    )
+    actions = (
+        spans.with_row_index("action").with_columns(pl.col("action").cast(pl.Int64))
+        .join(per_action, on="action", how="left")
+        .with_columns(
+            pl.col("compute_ns").fill_null(0),
+            pl.col("compute_start").fill_null(pl.col("start")),
+            pl.col("compute_end").fill_null(pl.col("start")),
+            rank=pl.lit(trace.rank, dtype=pl.Int64),
+        )
+    )
+    actions, outside = assign_steps(actions, steps)
+    # renumber action ids to the kept rows so compute.action indexes actions
+    keep_ids = actions["action"]
+    compute = compute.filter(pl.col("action").is_in(keep_ids.implode()))
+    remap = dict(zip(keep_ids.to_list(), range(actions.height)))
+    compute = compute.with_columns(pl.col("action").replace_strict(remap, return_dtype=pl.Int64)) \
+        if compute.height else compute
+    actions = actions.select(ACTION_COLUMNS)
+
+    action_compute = iv.merge(compute["start"].to_numpy(), compute["end"].to_numpy())
+    all_compute = iv.merge(ops.units["start"].to_numpy(), ops.units["end"].to_numpy())
+    other = iv.subtract(all_compute, action_compute)
+
+    mem = getattr(trace, "memory", None)
+    if mem is None or mem.height == 0:
+        memory = pl.DataFrame(schema={"ts": pl.Int64, "total_allocated": pl.Int64, "device_id": pl.Int64})
+        peaks: dict[int, int] = {}
+    else:
+        memory = mem.select(
+            pl.col("ts").cast(pl.Int64),
+            pl.col("total_allocated").cast(pl.Int64),
+            pl.col("device_id").cast(pl.Int64).fill_null(-1),
+        )
+        peaks = {int(d): int(v) for d, v in memory.group_by("device_id").agg(
+            pl.col("total_allocated").max()).iter_rows()}
+
+    warnings = list(getattr(trace, "warnings", []))
+    if outside:
+        warnings.append(f"rank {trace.rank}: {outside} actions outside every ProfilerStep span were ignored")
+    return RankTimeline(
+        rank=trace.rank, path=str(trace.path), device_type=trace.device_type, on_gpu=ops.on_gpu,
+        world_size=trace.world_size, actions=actions, compute=compute, comm=ops.comm,
+        activity=ops.activity, other_compute=other, steps=steps, memory_peak=peaks,
+        memory=memory, source=source, outside_steps=outside, warnings=warnings,
+    )

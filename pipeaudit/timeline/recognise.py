@@ -1,0 +1,157 @@
+"""Recognise pipeline actions from annotation spans.
+
+Sources, in order of preference on each rank:
+
+1. torch runtime annotations ``PP:<stage><F|B|I|W><mb>`` and
+   ``PP:(<sub>;<sub>)OVERLAP_F_B`` (split into its sub-actions at the first
+   autograd op inside it). SEND/RECV/UNSHARD/RESHARD/REDUCE_GRAD spans are not
+   actions.
+2. a user pattern (``--action-pattern``): a regex with named groups ``kind`` and
+   ``mb`` (or ``microbatch``) and optionally ``stage``.
+3. ``ScheduleGPipe``'s ``Forward <mb>`` / ``Backward <mb>``.
+
+The result is a table of action spans: ``stage, kind, microbatch, tid, start,
+end, source``. When nothing matches, :mod:`pipeaudit.timeline.infer` takes over.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+from pipeaudit.errors import ConfigError
+from pipeaudit.timeline.ops import BACKWARD_OP_PREFIX, RankOps
+
+PP_ACTION_RE = r"^PP:(\d+)([FBIW])(\d+)$"
+PP_OVERLAP_RE = r"^PP:\((.*)\)OVERLAP_F_B$"
+GPIPE_RE = r"^(Forward|Backward) (\d+)$"
+
+SPAN_SCHEMA = {
+    "stage": pl.Int64,
+    "kind": pl.Utf8,
+    "microbatch": pl.Int64,
+    "tid": pl.Utf8,
+    "start": pl.Int64,
+    "end": pl.Int64,
+    "source": pl.Utf8,
+}
+
+_KIND_WORDS = {
+    "f": "F", "fwd": "F", "forward": "F",
+    "b": "B", "bwd": "B", "backward": "B",
+    "i": "I", "dgrad": "I", "input": "I", "backward_input": "I",
+    "w": "W", "wgrad": "W", "weight": "W", "backward_weight": "W",
+}
+
+
+def empty_spans() -> pl.DataFrame:
+    """An action-span table with no rows."""
+    return pl.DataFrame(schema=SPAN_SCHEMA)
+
+
+def _drop_nested_duplicates(spans: pl.DataFrame) -> pl.DataFrame:
+    """Keep the outermost of identical action spans nested in each other."""
+    if spans.height == 0:
+        return spans
+    spans = spans.sort(["stage", "kind", "microbatch", "tid", "start", "end"],
+                       descending=[False, False, False, False, False, True])
+    prev_end = pl.col("end").cum_max().shift(1).over(["stage", "kind", "microbatch", "tid"])
+    return spans.filter(prev_end.is_null() | (pl.col("start") >= prev_end))
+
+
+def torch_runtime_spans(ops: RankOps) -> pl.DataFrame:
+    """Action spans from ``PP:`` annotations, OVERLAP_F_B split into sub-actions."""
+    s = ops.spans
+    plain = s.filter(pl.col("name").str.contains(PP_ACTION_RE)).select(
+        stage=pl.col("name").str.extract(PP_ACTION_RE, 1).cast(pl.Int64),
+        kind=pl.col("name").str.extract(PP_ACTION_RE, 2),
+        microbatch=pl.col("name").str.extract(PP_ACTION_RE, 3).cast(pl.Int64),
+        tid="tid", start="start", end="end", source=pl.lit("annotation"),
+    )
+    overlap = s.filter(pl.col("name").str.contains(PP_OVERLAP_RE))
+    parts = [plain]
+    if overlap.height:
+        parts.append(_split_overlap(overlap, ops))
+    return _drop_nested_duplicates(pl.concat(parts)).sort("start")
+
+
+def _split_overlap(overlap: pl.DataFrame, ops: RankOps) -> pl.DataFrame:
+    """Split each OVERLAP_F_B span into its sub-actions.
+
+    torch runs the sub-actions one after another inside the span; the forward
+    part ends where the first autograd op of the backward part starts.
+    """
+    bwd = ops.cpu_ops.filter(pl.col("backward")).sort("start")
+    bwd_starts = bwd["start"].to_numpy()
+    rows = []
+    for name, tid, start, end in overlap.select("name", "tid", "start", "end").iter_rows():
+        subs = re.match(PP_OVERLAP_RE, name).group(1).split(";")  # type: ignore[union-attr]
+        acts = []
+        for sub in subs:
+            m = re.match(r"^(\d+)([FBIW])(\d+)$", sub.strip())
+            if m:
+                acts.append((int(m.group(1)), m.group(2), int(m.group(3))))
+        if not acts:
+            continue
+        i = int(np.searchsorted(bwd_starts, start, side="left"))
+        split = int(bwd_starts[i]) if i < bwd_starts.size and bwd_starts[i] < end else end
+        bounds = _sub_bounds(acts, start, end, split)
+        for (stage, kind, mb), (a, b) in zip(acts, bounds):
+            rows.append((stage, kind, mb, tid, a, b, "annotation"))
+    return pl.DataFrame(rows, schema=SPAN_SCHEMA, orient="row")
+
+
+def _sub_bounds(acts, start: int, end: int, split: int) -> list[tuple[int, int]]:
+    """Time bounds of each sub-action: forwards before ``split``, backwards after."""
+    fwd = [k == "F" for _, k, _ in acts]
+    if all(fwd) or not any(fwd):
+        step = (end - start) // len(acts)
+        return [(start + i * step, end if i == len(acts) - 1 else start + (i + 1) * step)
+                for i in range(len(acts))]
+    return [(start, split) if f else (split, end) for f in fwd]
+
+
+def pattern_spans(ops: RankOps, pattern: str, default_stage: int) -> pl.DataFrame:
+    """Action spans from a user regex with named groups ``kind``, ``mb``/``microbatch``, ``stage``."""
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(f"--action-pattern {pattern!r} is not a valid regex: {exc}") from None
+    groups = set(rx.groupindex)
+    mb_group = "mb" if "mb" in groups else "microbatch" if "microbatch" in groups else None
+    if "kind" not in groups or mb_group is None:
+        raise ConfigError(
+            f"--action-pattern {pattern!r} needs named groups (?P<kind>...) and (?P<mb>...); "
+            "(?P<stage>...) is optional"
+        )
+    rows = []
+    for name, tid, start, end in ops.spans.select("name", "tid", "start", "end").iter_rows():
+        m = rx.search(name)
+        if m is None:
+            continue
+        kind = _KIND_WORDS.get(m.group("kind").lower())
+        if kind is None:
+            continue
+        stage = int(m.group("stage")) if "stage" in groups and m.group("stage") else default_stage
+        rows.append((stage, kind, int(m.group(mb_group)), tid, start, end, "pattern"))
+    spans = pl.DataFrame(rows, schema=SPAN_SCHEMA, orient="row")
+    return _drop_nested_duplicates(spans).sort("start")
+
+
+def gpipe_spans(ops: RankOps, default_stage: int) -> pl.DataFrame:
+    """Action spans from ``Forward <mb>`` / ``Backward <mb>`` (torch ScheduleGPipe)."""
+    s = ops.spans.filter(pl.col("name").str.contains(GPIPE_RE))
+    spans = s.select(
+        stage=pl.lit(default_stage, dtype=pl.Int64),
+        kind=pl.col("name").str.extract(GPIPE_RE, 1).str.slice(0, 1),
+        microbatch=pl.col("name").str.extract(GPIPE_RE, 2).cast(pl.Int64),
+        tid="tid", start="start", end="end", source=pl.lit("annotation"),
+    )
+    return _drop_nested_duplicates(spans).sort("start")
+
+
+def is_backward_op(name: str) -> bool:
+    """True for the autograd engine's per-node backward ops."""
+    return name.startswith(BACKWARD_OP_PREFIX)

@@ -1,0 +1,373 @@
+"""One trace file -> one :class:`RankTrace`.
+
+What is kept
+    * complete events (``ph == "X"``) of every category except ``python_function`` (the
+      Python call stacks that ``with_stack=True`` adds: usually the most numerous events of a
+      CPU trace, one per Python call, and nothing in pipeaudit reads them);
+    * ``[memory]`` instant events (``ph == "i"``), as rows of ``RankTrace.memory``.
+
+What is dropped
+    flow events (``ph`` s/f/t: ac2g, fwdbwd), metadata (``ph`` M: process/thread names),
+    other instant events (``Iteration Start``, ``Record Window End``), counters, and
+    ``B``/``E`` pairs (Kineto never writes them; a warning counts them if present).
+
+Rules on bad values (never a traceback; every failure is a :class:`TraceError` naming the
+file): the file must be a JSON object with a ``traceEvents`` list; ``ph``, ``name`` and
+``cat`` must be strings; a kept event's ``ts`` / ``dur`` must be JSON numbers. A kept event
+without ``ts`` or with a negative ``dur`` is dropped and counted in a warning. Integer
+``args`` that are not integers (ROCm writes ``"stream": "0x0"``) are parsed when they are
+integer text and become null (counted in a warning) otherwise.
+
+Timestamps are exact integer ns: see :mod:`pipeaudit.trace.timestamps` and
+:mod:`pipeaudit.trace.clock`.
+"""
+
+from __future__ import annotations
+
+import re
+from operator import attrgetter
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from pipeaudit.errors import TraceError
+from pipeaudit.trace.model import EVENT_SCHEMA, MEMORY_SCHEMA, RankTrace
+from pipeaudit.trace.naming import rank_from_name
+from pipeaudit.trace.schema import HEADER_KEYS, NO_ARGS, TRACE_DECODER, Event, TraceFile
+from pipeaudit.trace.source import read_bytes
+from pipeaudit.trace.timestamps import LIMIT_NS, raw_to_ns, raw_to_text
+
+#: Complete-event categories that are not kept.
+DROPPED_CATEGORIES: frozenset[str] = frozenset({"python_function"})
+
+#: Categories that only GPU activity produces.
+GPU_CATEGORIES: frozenset[str] = frozenset(
+    {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Kernel", "Memcpy", "Memset"}
+)
+
+MEMORY_EVENT = "[memory]"
+
+_AT_RE = re.compile(r"^(?P<what>.*?) - at `\$(?P<where>[^`]*)`$", re.DOTALL)
+_BYTE_RE = re.compile(r"\(byte (\d+)\)")
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _parse(path: Path, data: bytes) -> TraceFile:
+    try:
+        return TRACE_DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise TraceError(path, _validation_problem(str(exc))) from None
+    except msgspec.DecodeError as exc:
+        raise TraceError(path, _decode_problem(str(exc))) from None
+    except MemoryError:
+        raise TraceError(path, "out of memory while parsing the JSON") from None
+    except RecursionError:  # pragma: no cover - msgspec limits depth itself
+        raise TraceError(path, "invalid JSON: nested too deeply") from None
+
+
+def _decode_problem(msg: str) -> str:
+    if "truncated" in msg:
+        return "truncated JSON (the file ends in the middle of the document)"
+    m = _BYTE_RE.search(msg)
+    if m and m.group(1) == "0":
+        return "not JSON (" + msg.replace("JSON is malformed: ", "") + ")"
+    return "invalid JSON: " + msg.replace("JSON is malformed: ", "")
+
+
+_JSON_KIND = {"array": "a list", "object": "an object", "str": "a string", "int": "a number",
+              "float": "a number", "bool": "a boolean", "null": "null"}
+
+
+def _validation_problem(msg: str) -> str:
+    m = _AT_RE.match(msg)
+    what, where = (m.group("what"), m.group("where")) if m else (msg, "")
+    got = re.search(r"got `(\w+)`", what)
+    got_kind = _JSON_KIND.get(got.group(1), got.group(1)) if got else "something else"
+    if where == "":
+        if "missing required field `traceEvents`" in what:
+            return "not a trace: the JSON object has no traceEvents"
+        return f"not a trace: the JSON is {got_kind}, expected an object with traceEvents"
+    if where == ".traceEvents":
+        return f"not a trace: traceEvents is {got_kind}, expected a list of events"
+    field = where.lstrip(".")
+    detail = what.replace("Expected", "expected")
+    return f"wrong type in {field}: {detail}"
+
+
+# --------------------------------------------------------------------------- header
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _describe(v: Any) -> str:
+    text = repr(v)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{text} ({type(v).__name__})"
+
+
+def _header(tf: TraceFile) -> dict:
+    return {k: getattr(tf, k) for k in HEADER_KEYS if getattr(tf, k) is not None}
+
+
+def _dist_info(path: Path, info: Any) -> tuple[int | None, int | None, str | None]:
+    if info is None:
+        return None, None, None
+    if not isinstance(info, dict):
+        raise TraceError(path, f"distributedInfo is {_describe(info)}, expected an object")
+    rank, ws, backend = info.get("rank"), info.get("world_size"), info.get("backend")
+    if rank is not None and not (_is_int(rank) and rank >= 0):
+        raise TraceError(path, f"distributedInfo.rank is {_describe(rank)}, expected an integer >= 0")
+    if ws is not None and not (_is_int(ws) and ws >= 1):
+        raise TraceError(path, f"distributedInfo.world_size is {_describe(ws)}, expected an integer >= 1")
+    if backend is not None and not isinstance(backend, str):
+        raise TraceError(path, f"distributedInfo.backend is {_describe(backend)}, expected a string")
+    if rank is not None and ws is not None and rank >= ws:
+        raise TraceError(path, f"distributedInfo.rank {rank} is not below its world_size {ws}")
+    return rank, ws, backend
+
+
+def _base_ns(path: Path, value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not _is_int(value) or not 0 <= value < LIMIT_NS:
+        raise TraceError(path, f"baseTimeNanoseconds is {_describe(value)}, expected an integer >= 0")
+    return value
+
+
+def _resolve_rank(
+    path: Path, dist_rank: int | None, rank_hint: int | None, warnings: list[str]
+) -> tuple[int, str]:
+    name_rank = rank_from_name(path)
+    if dist_rank is not None:
+        if rank_hint is not None and rank_hint != dist_rank:
+            warnings.append(f"rank {rank_hint} given by the caller ignored: distributedInfo says rank {dist_rank}")
+        elif name_rank is not None and name_rank != dist_rank:
+            warnings.append(f"file name says rank {name_rank} but distributedInfo says rank {dist_rank}; using {dist_rank}")
+        return dist_rank, "distributedInfo"
+    if rank_hint is not None:
+        warnings.append(f"no distributedInfo.rank; using rank {rank_hint} given by the caller")
+        return rank_hint, "hint"
+    if name_rank is not None:
+        warnings.append(f"no distributedInfo.rank; rank taken from file name (rank {name_rank})")
+        return name_rank, "filename"
+    warnings.append("no distributedInfo.rank and no rank in the file name; assuming rank 0")
+    return 0, "default"
+
+
+def _device_type(header: dict, events: pl.DataFrame) -> str:
+    if events.height == 0 or not events["cat"].is_in(list(GPU_CATEGORIES)).any():
+        return "cpu"
+    props = header.get("deviceProperties")
+    if isinstance(props, list):
+        for p in props:
+            name = p.get("name", "") if isinstance(p, dict) else ""
+            if isinstance(name, str) and re.search(r"\b(AMD|Radeon|Instinct)\b|gfx\d", name):
+                return "rocm"
+    runtime = events.filter(pl.col("cat") == "cuda_runtime")["name"]
+    if runtime.len() and runtime.str.starts_with("hip").any():
+        return "rocm"
+    return "cuda"
+
+
+# --------------------------------------------------------------------------- columns
+
+
+def _to_int(v: Any) -> int | None:
+    if _is_int(v):
+        return v if -(1 << 63) <= v < (1 << 63) else None
+    if isinstance(v, str):
+        try:
+            n = int(v.strip(), 0)
+        except ValueError:
+            return None
+        return n if -(1 << 63) <= n < (1 << 63) else None
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**63:
+        return int(v)
+    return None
+
+
+def _int64(values: list, what: str, warnings: list[str]) -> pl.Series:
+    """Nullable Int64 column from args values; integer text ("0x0", "12") is parsed."""
+    try:
+        return pl.Series(values, dtype=pl.Int64)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        pass
+    out = [_to_int(v) for v in values]
+    bad = sum(1 for v, o in zip(values, out) if o is None and v is not None)
+    if bad:
+        warnings.append(f"{bad} events with a non-integer {what} (set to null)")
+    return pl.Series(out, dtype=pl.Int64)
+
+
+def _args(events: list[Event]) -> list:
+    args = list(map(attrgetter("args"), events))
+    if None in args:  # "args": null in the file
+        args = [a if a is not None else NO_ARGS for a in args]
+    return args
+
+
+def _event_ref(events: list[Event], e: Event) -> str:
+    for i, x in enumerate(events):
+        if x is e:
+            return f"traceEvents[{i}] ({e.name[:60]!r})"
+    return repr(e.name[:60])  # pragma: no cover
+
+
+def _times(
+    path: Path, all_events: list[Event], kept: list[Event], field: str
+) -> tuple[pl.Series, pl.Series]:
+    """Exact ns of ``ts`` or ``dur`` of kept events; returns (ns, missing mask)."""
+    ns, text = raw_to_ns(list(map(attrgetter(field), kept)))
+    missing = text == ""
+    bad = ns.is_null() & ~missing
+    if bad.any():
+        i = int(bad.arg_true()[0])
+        raw = text[i]
+        if raw.startswith('"'):
+            kind = "a string"
+        elif raw in ("null", "true", "false"):
+            kind = raw
+        elif raw[:1] in "[{":
+            kind = "not a number"
+        else:
+            kind = "out of range"
+        shown = raw if len(raw) <= 40 else raw[:37] + "..."
+        raise TraceError(
+            path, f"{_event_ref(all_events, kept[i])}: {field} is {kind} ({shown}), expected a number of µs"
+        )
+    return ns, missing
+
+
+def _tables(
+    path: Path, events: list[Event], base_ns: int, warnings: list[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    kept: list[Event] = []
+    mem: list[Event] = []
+    begin_end = 0
+    for e in events:
+        ph = e.ph
+        if ph == "X":
+            if e.cat not in DROPPED_CATEGORIES:
+                kept.append(e)
+        elif ph == "i" or ph == "I":
+            if e.name == MEMORY_EVENT:
+                mem.append(e)
+        elif ph == "B" or ph == "E":
+            begin_end += 1
+    if begin_end:
+        warnings.append(f"{begin_end} begin/end events (ph B/E) ignored: only complete events (ph X) are read")
+
+    # ---- complete events
+    ts, ts_missing = _times(path, events, kept, "ts")
+    dur, dur_missing = _times(path, events, kept, "dur")
+    args = _args(kept)
+    df = pl.DataFrame(
+        [
+            pl.Series("name", list(map(attrgetter("name"), kept)), dtype=pl.Utf8),
+            pl.Series("cat", list(map(attrgetter("cat"), kept)), dtype=pl.Utf8),
+            pl.Series("ph", ["X"] * len(kept), dtype=pl.Utf8) if kept else pl.Series("ph", [], dtype=pl.Utf8),
+            (ts + base_ns).alias("ts"),
+            dur.fill_null(0).alias("dur"),
+            raw_to_text(list(map(attrgetter("pid"), kept))).alias("pid"),
+            raw_to_text(list(map(attrgetter("tid"), kept))).alias("tid"),
+            _int64(list(map(attrgetter("correlation"), args)), "args.correlation", warnings).alias("correlation"),
+            _int64(list(map(attrgetter("external_id"), args)), 'args["External id"]', warnings).alias("external_id"),
+            _int64(list(map(attrgetter("stream"), args)), "args.stream", warnings).alias("stream"),
+            _int64(list(map(attrgetter("device"), args)), "args.device", warnings).alias("device"),
+        ]
+    )
+    drop = ts_missing
+    n_missing = int(ts_missing.sum())
+    if n_missing:
+        warnings.append(f"{n_missing} complete events without ts dropped")
+    negative = (dur < 0).fill_null(False)
+    n_negative = int(negative.sum())
+    if n_negative:
+        warnings.append(f"{n_negative} complete events with negative dur dropped")
+        drop = drop | negative
+    if n_missing or n_negative:
+        df = df.filter(~drop)
+    df = df.sort(["ts", "dur"], descending=[False, True], maintain_order=True)
+    df = df.cast(EVENT_SCHEMA)  # type: ignore[arg-type]
+
+    # ---- memory samples
+    mts, mts_missing = _times(path, events, mem, "ts")
+    margs = _args(mem)
+    dtype_values = list(map(attrgetter("device_type"), margs))
+    if any(isinstance(v, str) for v in dtype_values):
+        device_type = pl.Series(
+            "device_type", [None if v is None else str(v) for v in dtype_values], dtype=pl.Utf8
+        )
+    else:
+        device_type = _int64(dtype_values, 'args["Device Type"]', warnings).alias("device_type")
+    mdf = pl.DataFrame(
+        [
+            (mts + base_ns).alias("ts"),
+            _int64(list(map(attrgetter("total_allocated"), margs)), 'args["Total Allocated"]', warnings)
+            .alias("total_allocated"),
+            _int64(list(map(attrgetter("device_id"), margs)), 'args["Device Id"]', warnings).alias("device_id"),
+            device_type,
+        ]
+    )
+    n_mmissing = int(mts_missing.sum())
+    if n_mmissing:
+        warnings.append(f"{n_mmissing} [memory] events without ts dropped")
+        mdf = mdf.filter(~mts_missing)
+    mdf = mdf.sort("ts", maintain_order=True)
+    if mdf.schema["device_type"] != pl.Utf8:
+        mdf = mdf.cast(MEMORY_SCHEMA)  # type: ignore[arg-type]
+    return df, mdf
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def read_trace(path: str | PathLike[str], *, rank_hint: int | None = None) -> RankTrace:
+    """Decode one Kineto / Chrome-trace JSON file (plain or gzip) into a :class:`RankTrace`.
+
+    The rank comes from ``distributedInfo.rank``; without it from ``rank_hint`` (a caller that
+    knows better, e.g. from a manifest), then from the file name, then 0; each fallback adds a
+    warning. Raises :class:`TraceError` (file and problem) for anything unusable.
+    """
+    path = Path(path)
+    if rank_hint is not None and not (_is_int(rank_hint) and rank_hint >= 0):
+        raise ValueError(f"rank_hint must be an integer >= 0, got {rank_hint!r}")
+    data, size, _gz = read_bytes(path)
+    tf = _parse(path, data)
+    del data  # the Raw ts/dur values keep views of it alive until the columns are built
+    header = _header(tf)
+    warnings: list[str] = []
+    dist_rank, world_size, backend = _dist_info(path, tf.distributedInfo)
+    base_ns = _base_ns(path, tf.baseTimeNanoseconds)
+    rank, source = _resolve_rank(path, dist_rank, rank_hint, warnings)
+    events, memory = _tables(path, tf.traceEvents, base_ns, warnings)
+    if not tf.traceEvents:
+        warnings.append("the trace has no events")
+    elif events.height == 0:
+        warnings.append("the trace has no complete events (ph X)")
+    return RankTrace(
+        path=path,
+        rank=rank,
+        rank_source=source,
+        world_size=world_size,
+        backend=backend,
+        device_type=_device_type(header, events),
+        base_ns=base_ns,
+        events=events,
+        memory=memory,
+        header=header,
+        size_bytes=size,
+        warnings=warnings,
+    )

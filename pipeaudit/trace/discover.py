@@ -1,0 +1,174 @@
+"""Paths, directories and globs -> the trace files to read.
+
+Rules
+    * A **file** given by name is always taken (whatever its name), even if it is not a
+      trace: reading it then says what is wrong.
+    * A **glob** (``*``, ``?``, ``[``; ``**`` recurses) is expanded when no file of that exact
+      name exists; it must match at least one file.
+    * A **directory** is scanned for trace files: names ending in ``.json``, ``.json.gz``
+      or ``.json.gzip`` (not ``manifest.json``) whose first bytes look like a Chrome trace
+      (an object with ``traceEvents``, ``schemaVersion``, ``distributedInfo`` ... in its
+      first 64 KiB, gzip or not). First the directory itself; if it holds no trace, its
+      subdirectories, recursively (up to 4 levels, symlinked directories not followed).
+      This covers a run directory of ``rank*.json.gz``, a ``tensorboard_trace_handler``
+      directory of ``{worker}.{ns}.pt.trace.json[.gz]`` and torchtitan's
+      ``profile_trace/iteration_10/rank0_trace.json``. When traces are found in several
+      directories named like iterations (``iteration_10``, ``step_20`` ...), the choice is
+      the user's: that is an error naming them.
+    * Files are returned in natural order (rank2 before rank10), each once.
+
+Errors (:class:`TraceError`): no such path, a symlink loop, permission denied, an empty
+directory, a directory without traces, a glob without matches.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import re
+import stat
+import zlib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from pipeaudit.errors import TraceError
+from pipeaudit.trace.naming import has_trace_suffix, natural_key
+from pipeaudit.trace.source import GZIP_MAGIC, os_problem
+
+MAX_DEPTH = 4
+SNIFF_BYTES = 64 * 1024
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_SNIFF_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"',
+               b'"baseTimeNanoseconds"', b'"displayTimeUnit"')
+_ITERATION_DIR = re.compile(r"^(iteration|iter|step|epoch|cycle)[_-]?\d+$", re.IGNORECASE)
+
+
+def looks_like_trace(path: Path) -> bool:
+    """Cheap check of a file's first bytes (decompressed when gzip): a JSON object that
+    mentions a Chrome-trace key. Unreadable files count as traces so that reading them
+    reports the problem."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError:
+        return True
+    if head.startswith(GZIP_MAGIC):
+        try:
+            head = zlib.decompressobj(wbits=31).decompress(head, SNIFF_BYTES)
+        except zlib.error:
+            return True  # a corrupt gzip named like a trace: let the reader say so
+    head = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head.startswith(b"{") and any(k in head for k in _SNIFF_KEYS)
+
+
+def _stat_or_raise(path: Path) -> os.stat_result:
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and os.path.islink(path):
+            raise TraceError(path, "broken symlink (its target does not exist)") from None
+        raise TraceError(path, os_problem(exc)) from None
+
+
+def _list_dir(d: Path) -> list[os.DirEntry]:
+    try:
+        with os.scandir(d) as it:
+            return list(it)
+    except OSError as exc:
+        raise TraceError(d, os_problem(exc)) from None
+
+
+def _traces_in(d: Path) -> tuple[list[Path], list[Path], bool]:
+    """(trace files, subdirectories, dir had any entry) of one directory level."""
+    files: list[Path] = []
+    subdirs: list[Path] = []
+    entries = _list_dir(d)
+    for entry in entries:
+        p = Path(entry.path)
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+            is_file = entry.is_file(follow_symlinks=True)
+        except OSError:  # pragma: no cover - DirEntry caches most of this
+            is_dir = is_file = False
+        if is_dir:
+            subdirs.append(p)
+        elif has_trace_suffix(entry.name):
+            if not is_file:
+                # a trace-named entry we cannot open as a file: a dangling link or a loop
+                _stat_or_raise(p)
+                continue  # a socket or fifo named *.json: not a trace
+            if looks_like_trace(p):
+                files.append(p)
+    return files, subdirs, bool(entries)
+
+
+def _scan_dir(d: Path) -> list[Path]:
+    files, subdirs, any_entry = _traces_in(d)
+    if files:
+        return files
+    if not any_entry:
+        raise TraceError(d, "empty directory")
+    found: dict[Path, list[Path]] = {}
+    stack = [(s, 1) for s in sorted(subdirs, key=natural_key)]
+    while stack:
+        sub, depth = stack.pop(0)
+        sub_files, sub_dirs, _ = _traces_in(sub)
+        if sub_files:
+            found[sub] = sub_files
+        if depth < MAX_DEPTH:
+            stack.extend((s, depth + 1) for s in sorted(sub_dirs, key=natural_key))
+    if not found:
+        raise TraceError(
+            d, "no trace files in this directory or below (looked for *.json and *.json.gz "
+               "files holding a Chrome/Kineto trace)"
+        )
+    iteration_dirs = [p for p in found if _ITERATION_DIR.match(p.name)]
+    if len(iteration_dirs) > 1:
+        names = ", ".join(p.name for p in iteration_dirs[:6])
+        more = f" and {len(iteration_dirs) - 6} more" if len(iteration_dirs) > 6 else ""
+        raise TraceError(
+            d, f"holds traces of several iterations ({names}{more}); pass one of them, "
+               f"e.g. {iteration_dirs[-1]}"
+        )
+    return [f for files_ in found.values() for f in files_]
+
+
+def _expand(arg: str | os.PathLike[str]) -> Iterable[Path]:
+    text = os.fspath(arg)
+    path = Path(text)
+    if not os.path.lexists(path) and _GLOB_CHARS.search(text):
+        matches = sorted(glob.glob(os.path.expanduser(text), recursive=True), key=natural_key)
+        if not matches:
+            raise TraceError(text, "no files match this pattern")
+        out: list[Path] = []
+        for m in matches:
+            mp = Path(m)
+            if mp.is_dir():
+                out.extend(_scan_dir(mp))
+            elif os.path.basename(m) not in ("manifest.json",):
+                out.append(mp)
+        return out
+    path = Path(os.path.expanduser(text))
+    st = _stat_or_raise(path)
+    if stat.S_ISDIR(st.st_mode):
+        return _scan_dir(path)
+    return [path]
+
+
+def discover(paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str]) -> list[Path]:
+    """Resolve files, directories and globs to trace files (see the module docstring)."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if not paths:
+        raise TraceError(None, "no trace files given")
+    seen: set[str] = set()
+    out: list[Path] = []
+    for arg in paths:
+        found = list(_expand(arg))
+        for p in sorted(found, key=natural_key) if len(found) > 1 else found:
+            key = os.path.realpath(p)
+            if key not in seen:
+                seen.add(key)
+                out.append(p)
+    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from functools import lru_cache
 
 from pipeaudit.actions import Action
 from pipeaudit.errors import ScheduleError
@@ -144,8 +145,12 @@ def build_schedule(
     canon = canonical_name(name)
     v = default_chunks(canon) if chunks is None else chunks
     check_config(canon, num_ranks, num_microbatches, v)
+    return _build(canon, num_ranks, num_microbatches, v)
+
+
+@lru_cache(maxsize=512)
+def _build(canon: str, P: int, M: int, v: int) -> Schedule:
     builder = _BUILDERS[canon]
-    P, M = num_ranks, num_microbatches
     placement = v_placement(P) if canon in _TWO_CHUNKS else loop_placement(P, v)
     orders = [builder(P, M, v, r) for r in range(P)]
     return Schedule(

@@ -1,1 +1,70 @@
-"""pipeaudit.schedules"""
+"""Schedule catalogue, replay simulator and closed-form theory.
+
+Imports neither torch nor click. Main entry points::
+
+    build_schedule("1f1b", num_ranks=4, num_microbatches=8)
+    replay(schedule.orders, schedule.placement, uniform_durations(1, 2))
+    theory("1f1b", 4, 8)
+    detect_schedule(orders_by_rank, placement, num_microbatches)
+"""
+
+from __future__ import annotations
+
+from pipeaudit.schedules.catalogue import (
+    DESCRIPTIONS,
+    SCHEDULE_NAMES,
+    TORCH_CLASSES,
+    build_schedule,
+    canonical_name,
+    default_chunks,
+)
+from pipeaudit.schedules.detect import (
+    compare_names_to_catalogue,
+    detect_schedule,
+    order_differences,
+)
+from pipeaudit.schedules.files import (
+    format_schedule_csv,
+    format_schedule_json,
+    load_schedule_file,
+    save_schedule_file,
+)
+from pipeaudit.schedules.model import Schedule, loop_placement, v_placement
+from pipeaudit.schedules.replay import (
+    ReplayedAction,
+    ReplayResult,
+    peak_inflight_of_orders,
+    replay,
+    uniform_durations,
+)
+from pipeaudit.schedules.theory import Theory, theory
+from pipeaudit.schedules.torchnames import actions_from_names, orders_from_names, parse_action_name
+
+__all__ = [
+    "DESCRIPTIONS",
+    "SCHEDULE_NAMES",
+    "TORCH_CLASSES",
+    "ReplayResult",
+    "ReplayedAction",
+    "Schedule",
+    "Theory",
+    "actions_from_names",
+    "build_schedule",
+    "canonical_name",
+    "compare_names_to_catalogue",
+    "default_chunks",
+    "detect_schedule",
+    "format_schedule_csv",
+    "format_schedule_json",
+    "load_schedule_file",
+    "loop_placement",
+    "order_differences",
+    "orders_from_names",
+    "parse_action_name",
+    "peak_inflight_of_orders",
+    "replay",
+    "save_schedule_file",
+    "theory",
+    "uniform_durations",
+    "v_placement",
+]

@@ -1,0 +1,168 @@
+"""``pipeaudit simulate``: replay a schedule, draw it, and set it against its closed form."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from pipeaudit import SCHEMA_VERSION
+from pipeaudit.errors import ConfigError, ScheduleError
+from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, load_schedule_file, save_schedule_file
+from pipeaudit.schedules.chrome import chrome_trace_events, write_chrome_trace
+from pipeaudit.schedules.simulation import (
+    Durations,
+    Simulation,
+    chunks_for,
+    simulate,
+    simulate_schedule,
+    simulation_to_dict,
+    sweep,
+    sweep_row_to_dict,
+)
+from pipeaudit.schedules.textreport import render_compare, render_simulation, render_sweep
+
+
+def _int_list(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{option} takes comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise ConfigError(f"{option} takes positive integers, got {text!r}")
+    return values
+
+
+def _names(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise ConfigError("--compare takes a comma-separated list of schedule names")
+    return names
+
+
+@click.command(name="simulate")
+@click.option("--schedule", "-s", "schedule_name", default="1f1b", show_default=True,
+              help=f"Catalogue schedule: {', '.join(SCHEDULE_NAMES)}.")
+@click.option("-P", "--ranks", "num_ranks", type=int, help="Pipeline ranks P.")
+@click.option("-M", "--microbatches", "num_microbatches", type=int, help="Microbatches M.")
+@click.option("-v", "--chunks", type=int, default=None,
+              help="Stages per rank (interleaved-1f1b, looped-bfs, interleaved-zb; default 2).")
+@click.option("--tf", type=float, default=1.0, show_default=True,
+              help="Forward time of one rank's share of the model (each of v chunks: tf/v).")
+@click.option("--tb", type=float, default=2.0, show_default=True,
+              help="Full backward time per rank (B = I + W when the backward is split).")
+@click.option("--tw", type=float, default=None,
+              help="Weight-gradient part of --tb for split-backward schedules [default: tb/2].")
+@click.option("--comm", type=float, default=0.0, show_default=True,
+              help="Latency added to every dependency that crosses ranks.")
+@click.option("--compare", "compare", default=None, metavar="A,B,...",
+              help="Simulate several schedules side by side.")
+@click.option("--sweep-microbatches", "sweep_mb", default=None, metavar="M1,M2,...",
+              help="Tabulate bubble and memory against M.")
+@click.option("--schedule-file", type=click.Path(dir_okay=False), default=None,
+              help="Simulate a user schedule (CSV or JSON of per-rank actions).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.option("--chrome-trace", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the simulated timeline as Chrome-trace JSON (Perfetto).")
+@click.option("--save-schedule", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the schedule's per-rank orders (CSV, or JSON for *.json).")
+@click.option("--max-cells", type=click.IntRange(10, 100000), default=160, show_default=True,
+              help="Widest timeline, in time cells.")
+def command(schedule_name: str, num_ranks: int | None, num_microbatches: int | None,
+            chunks: int | None, tf: float, tb: float, tw: float | None, comm: float,
+            compare: str | None, sweep_mb: str | None, schedule_file: str | None, fmt: str,
+            chrome_trace: str | None, save_schedule: str | None, max_cells: int) -> None:
+    """Simulate a pipeline schedule: ASCII timeline, bubble per rank and overall against the
+    closed form (formula named), peak in-flight microbatches per stage against theory.
+
+    Durations are per rank and per microbatch; a rank with v chunks runs each for 1/v of them.
+    """
+    durations = Durations(tf, tb, tw, comm)
+    microbatches = _int_list(sweep_mb, "--sweep-microbatches")
+    if sum(x is not None for x in (compare, microbatches, schedule_file)) > 1 and not (
+        compare and microbatches
+    ):
+        raise ConfigError("--schedule-file cannot be combined with --compare or --sweep-microbatches")
+    if schedule_file is not None:
+        sched = load_schedule_file(schedule_file)
+        sims = [simulate_schedule(sched, durations)]
+        _emit_single(sims[0], fmt, max_cells)
+        _side_outputs(sims, chrome_trace, save_schedule)
+        return
+    if num_ranks is None:
+        raise ConfigError("-P/--ranks is required (or give --schedule-file)")
+    if microbatches is not None:
+        if chrome_trace or save_schedule:
+            raise ConfigError("--chrome-trace and --save-schedule need one schedule or --compare, "
+                              "not --sweep-microbatches")
+        names = _names(compare) if compare else [schedule_name]
+        rows = sweep(names, num_ranks, microbatches, chunks, durations)
+        if fmt == "json":
+            click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "P": num_ranks,
+                                   "sweep": [sweep_row_to_dict(r) for r in rows]}, indent=1))
+        else:
+            click.echo(render_sweep(rows, num_ranks))
+        return
+    if num_microbatches is None:
+        raise ConfigError("-M/--microbatches is required (or give --sweep-microbatches)")
+    if compare:
+        items: list[Simulation | tuple[str, str]] = []
+        for name in _names(compare):
+            try:
+                items.append(simulate(name, num_ranks, num_microbatches, chunks_for(name, chunks),
+                                      durations))
+            except ScheduleError as exc:
+                items.append((name, str(exc)))
+        if fmt == "json":
+            click.echo(json.dumps({
+                "schema_version": SCHEMA_VERSION,
+                "compare": [
+                    simulation_to_dict(i, include_actions=False) if not isinstance(i, tuple)
+                    else {"schedule": i[0], "skipped": i[1]}
+                    for i in items
+                ],
+            }, indent=1))
+        else:
+            click.echo(render_compare(items, max_cells))
+        sims = [i for i in items if not isinstance(i, tuple)]
+        if save_schedule:
+            raise ConfigError("--save-schedule needs a single schedule, not --compare")
+        _side_outputs(sims, chrome_trace, None)
+        return
+    sched = build_schedule(schedule_name, num_ranks, num_microbatches, chunks)
+    sim = simulate_schedule(sched, durations)
+    _emit_single(sim, fmt, max_cells)
+    _side_outputs([sim], chrome_trace, save_schedule)
+
+
+def _emit_single(sim: Simulation, fmt: str, max_cells: int) -> None:
+    if fmt == "json":
+        click.echo(json.dumps(simulation_to_dict(sim), indent=1))
+    else:
+        click.echo(render_simulation(sim, max_cells))
+
+
+def _side_outputs(sims: list[Simulation], chrome_trace: str | None, save_schedule: str | None) -> None:
+    if chrome_trace:
+        if len(sims) == 1:
+            write_chrome_trace(sims[0].result, chrome_trace, label=sims[0].schedule.name)
+        else:
+            events: list[dict] = []
+            offset = 0
+            for sim in sims:
+                doc = chrome_trace_events(sim.result, label=sim.schedule.name)
+                for ev in doc["traceEvents"]:
+                    ev = dict(ev, pid=ev["pid"] + offset)
+                    if ev["name"] == "process_sort_index":
+                        ev["args"] = {"sort_index": ev["pid"]}
+                    events.append(ev)
+                offset += sim.schedule.num_ranks
+            with open(chrome_trace, "w", encoding="utf-8") as fh:
+                json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, fh)
+        click.echo(f"wrote Chrome trace {chrome_trace}", err=True)
+    if save_schedule:
+        save_schedule_file(sims[0].schedule, save_schedule)
+        click.echo(f"wrote schedule {save_schedule}", err=True)

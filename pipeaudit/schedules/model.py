@@ -1,0 +1,51 @@
+"""The :class:`Schedule` value type and the two stage placements (loop and V)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipeaudit.actions import Action
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A pipeline schedule: which rank holds which stage and, per rank, the order of its
+    compute actions (F, B, or split I/W; global stage index; microbatch)."""
+
+    name: str
+    num_ranks: int
+    num_microbatches: int
+    chunks: int
+    placement: tuple[int, ...]
+    orders: tuple[tuple[Action, ...], ...]
+    split_backward: bool
+
+    @property
+    def num_stages(self) -> int:
+        """Number of global stages, ``num_ranks * chunks``."""
+        return len(self.placement)
+
+    @property
+    def num_actions(self) -> int:
+        """Total number of compute actions over all ranks."""
+        return sum(len(o) for o in self.orders)
+
+    def stages_of_rank(self, rank: int) -> tuple[int, ...]:
+        """The stages that ``rank`` holds, in increasing order."""
+        return tuple(s for s, r in enumerate(self.placement) if r == rank)
+
+
+def loop_placement(num_ranks: int, chunks: int) -> tuple[int, ...]:
+    """Loop placement: stage ``s`` lives on rank ``s % P`` (Megatron/torch interleaved)."""
+    return tuple(s % num_ranks for s in range(num_ranks * chunks))
+
+
+def v_placement(num_ranks: int) -> tuple[int, ...]:
+    """V placement for two chunks: rank ``r`` holds stages ``r`` and ``2P-1-r``."""
+    return tuple(s if s < num_ranks else 2 * num_ranks - 1 - s for s in range(2 * num_ranks))
+
+
+def as_orders(orders: Sequence[Sequence[Action]]) -> tuple[tuple[Action, ...], ...]:
+    """Freeze nested sequences of actions into tuples."""
+    return tuple(tuple(o) for o in orders)

@@ -1,0 +1,289 @@
+"""Event-driven replay of per-rank action orders.
+
+Each rank runs its order sequentially. An action starts when its rank is free and its inputs
+have arrived:
+
+* ``F(s, m)`` after ``F(s-1, m)`` (stage 0: no input);
+* ``B(s, m)`` / ``I(s, m)`` after ``F(s, m)`` and after the input gradient from stage s+1,
+  i.e. ``B(s+1, m)`` or ``I(s+1, m)`` (last stage: only its own ``F(s, m)``);
+* ``W(s, m)`` after ``I(s, m)``.
+
+A dependency produced on another rank adds the communication latency. Start times are the
+longest path through this DAG, computed once per action: O(actions + dependencies).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pipeaudit.actions import KINDS, Action
+from pipeaudit.errors import ScheduleError
+
+Duration = Callable[[int, Action], float] | Mapping[tuple[int, str], float]
+CommLatency = float | Callable[[Action, Action], float]
+
+
+@dataclass(frozen=True)
+class ReplayedAction:
+    """One action with its simulated start and end time."""
+
+    rank: int
+    action: Action
+    start: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Outcome of :func:`replay`.
+
+    ``makespan`` is the step window ``[min start, max end]`` over all ranks; a rank's bubble is
+    ``1 - busy / makespan`` (DESIGN.md), ``bubble`` the mean over ranks.
+    """
+
+    actions: tuple[ReplayedAction, ...]
+    makespan: float
+    rank_bubble: tuple[float, ...]
+    bubble: float
+    peak_inflight: dict[int, int]
+    rank_busy: tuple[float, ...] = field(default=())
+    window_start: float = 0.0
+
+    @property
+    def num_ranks(self) -> int:
+        return len(self.rank_bubble)
+
+    def of_rank(self, rank: int) -> tuple[ReplayedAction, ...]:
+        """The replayed actions of ``rank`` in execution order."""
+        return tuple(a for a in self.actions if a.rank == rank)
+
+    @property
+    def bubble_time(self) -> float:
+        """Mean idle time per rank inside the step window."""
+        return self.makespan * self.bubble
+
+
+def uniform_durations(t_f: float = 1.0, t_b: float = 2.0, t_w: float | None = None
+                      ) -> Callable[[int, Action], float]:
+    """Durations by kind: F = t_f, B = t_b, and when backward is split I = t_b - t_w,
+    W = t_w (default t_w = t_b / 2, so that I + W = B)."""
+    tw = t_b / 2 if t_w is None else t_w
+    if min(t_f, t_b, tw) < 0:
+        raise ScheduleError("durations must be non-negative")
+    if tw > t_b:
+        raise ScheduleError(f"t_w ({tw}) cannot exceed t_b ({t_b}): I = t_b - t_w")
+    table = {"F": float(t_f), "B": float(t_b), "I": float(t_b - tw), "W": float(tw)}
+    return lambda rank, action: table[action.kind]
+
+
+def _duration_fn(duration: Duration) -> Callable[[int, Action], float]:
+    if callable(duration):
+        return duration
+    if isinstance(duration, Mapping):
+        table = duration
+
+        def lookup(rank: int, action: Action) -> float:
+            try:
+                return table[(action.stage, action.kind)]
+            except KeyError:
+                raise ScheduleError(
+                    f"no duration for stage {action.stage} kind {action.kind} "
+                    f"(duration mapping is keyed by (stage, kind))"
+                ) from None
+
+        return lookup
+    raise TypeError("duration must be a callable (rank, action) -> float or a mapping")
+
+
+def _validate(orders: Sequence[Sequence[Action]], placement: Sequence[int]) -> None:
+    num_stages = len(placement)
+    if any(r < 0 or r >= len(orders) for r in placement):
+        raise ScheduleError(
+            f"placement names ranks outside 0..{len(orders) - 1}: {list(placement)}"
+        )
+    seen: dict[tuple[int, str, int], int] = {}
+    for rank, order in enumerate(orders):
+        for a in order:
+            if a.kind not in KINDS:
+                raise ScheduleError(f"rank {rank}: unknown action kind in {a}")
+            if not 0 <= a.stage < num_stages:
+                raise ScheduleError(
+                    f"rank {rank}: action {a} names stage {a.stage}, "
+                    f"but there are {num_stages} stages"
+                )
+            if placement[a.stage] != rank:
+                raise ScheduleError(
+                    f"rank {rank}: action {a} belongs to stage {a.stage}, "
+                    f"which is placed on rank {placement[a.stage]}"
+                )
+            if a.microbatch < 0:
+                raise ScheduleError(f"rank {rank}: negative microbatch in {a}")
+            # B and I both produce the input gradient: at most one of them per (s, m)
+            key = (a.stage, "G" if a.kind in ("B", "I") else a.kind, a.microbatch)
+            if key in seen:
+                raise ScheduleError(
+                    f"rank {rank}: {a} appears more than once (a stage runs each of F, "
+                    f"B-or-I, W at most once per microbatch)"
+                )
+            seen[key] = rank
+
+
+def replay(
+    orders: Sequence[Sequence[Action]],
+    placement: Sequence[int],
+    duration: Duration,
+    comm_latency: CommLatency = 0.0,
+) -> ReplayResult:
+    """Replay per-rank action orders with the given durations and communication latency.
+
+    ``duration`` is a callable ``(rank, action) -> seconds`` or a mapping keyed by
+    ``(stage, kind)``. ``comm_latency`` is added to every dependency that crosses ranks; a
+    callable gets ``(producer, consumer)`` actions. Raises :class:`ScheduleError` on a
+    deadlock, naming each blocked rank's next action and what it waits for.
+    """
+    _validate(orders, placement)
+    dur = _duration_fn(duration)
+    if callable(comm_latency):
+        comm = comm_latency
+    else:
+        latency = float(comm_latency)
+        if latency < 0:
+            raise ScheduleError("communication latency must be non-negative")
+        comm = None
+    num_ranks = len(orders)
+    last_stage = len(placement) - 1
+    # produced key -> (end time, rank, action). Keys: ("F", s, m), ("G", s, m) for the input
+    # gradient made by B or I, ("I", s, m) for W.
+    done: dict[tuple[str, int, int], tuple[float, int, Action]] = {}
+    waiting: dict[tuple[str, int, int], list[int]] = defaultdict(list)
+    ptr = [0] * num_ranks
+    free = [0.0] * num_ranks
+    busy = [0.0] * num_ranks
+    per_rank: list[list[ReplayedAction]] = [[] for _ in range(num_ranks)]
+    blocked_on: dict[int, tuple[str, int, int]] = {}
+    stack = list(range(num_ranks - 1, -1, -1))
+    while stack:
+        r = stack.pop()
+        order = orders[r]
+        blocked_on.pop(r, None)
+        while ptr[r] < len(order):
+            a = order[ptr[r]]
+            s, k, m = a.stage, a.kind, a.microbatch
+            if k == "F":
+                deps = (("F", s - 1, m),) if s > 0 else ()
+            elif k == "W":
+                deps = (("I", s, m),)
+            elif s < last_stage:
+                deps = (("F", s, m), ("G", s + 1, m))
+            else:
+                deps = (("F", s, m),)
+            start = free[r]
+            missing = None
+            for key in deps:
+                got = done.get(key)
+                if got is None:
+                    missing = key
+                    break
+                t, src_rank, src = got
+                if src_rank != r:
+                    t += comm(src, a) if comm is not None else latency
+                if t > start:
+                    start = t
+            if missing is not None:
+                waiting[missing].append(r)
+                blocked_on[r] = missing
+                break
+            d = float(dur(r, a))
+            if d < 0:
+                raise ScheduleError(f"negative duration {d} for {a} on rank {r}")
+            end = start + d
+            per_rank[r].append(ReplayedAction(r, a, start, end))
+            free[r] = end
+            busy[r] += d
+            ptr[r] += 1
+            if k == "F":
+                produced: tuple[tuple[str, int, int], ...] = (("F", s, m),)
+            elif k == "B":
+                produced = (("G", s, m),)
+            elif k == "I":
+                produced = (("G", s, m), ("I", s, m))
+            else:
+                produced = ()
+            for key in produced:
+                done[key] = (end, r, a)
+                woken = waiting.pop(key, None)
+                if woken:
+                    stack.extend(woken)
+    stuck = [r for r in range(num_ranks) if ptr[r] < len(orders[r])]
+    if stuck:
+        raise ScheduleError(_deadlock_message(orders, ptr, blocked_on, stuck))
+    actions = tuple(x for lst in per_rank for x in lst)
+    if actions:
+        t0 = min(x.start for x in actions)
+        makespan = max(x.end for x in actions) - t0
+    else:
+        t0, makespan = 0.0, 0.0
+    rank_bubble = tuple(
+        (1.0 - busy[r] / makespan) if makespan > 0 else 0.0 for r in range(num_ranks)
+    )
+    bubble = sum(rank_bubble) / num_ranks if num_ranks else 0.0
+    return ReplayResult(
+        actions=actions,
+        makespan=makespan,
+        rank_bubble=rank_bubble,
+        bubble=bubble,
+        peak_inflight=peak_inflight_of_orders(orders, placement),
+        rank_busy=tuple(busy),
+        window_start=t0,
+    )
+
+
+def _key_name(key: tuple[str, int, int], present: set[tuple[int, str, int]]) -> str:
+    kind, s, m = key
+    if kind == "G":
+        names = [f"{s}{k}{m}" for k in ("B", "I") if (s, k, m) in present]
+        if names:
+            return names[0]
+        return f"{s}B{m} or {s}I{m}, which no rank runs"
+    name = f"{s}{kind}{m}"
+    return name if (s, kind, m) in present else f"{name}, which no rank runs"
+
+
+def _deadlock_message(
+    orders: Sequence[Sequence[Action]],
+    ptr: list[int],
+    blocked_on: dict[int, tuple[str, int, int]],
+    stuck: list[int],
+) -> str:
+    present = {(a.stage, a.kind, a.microbatch) for o in orders for a in o}
+    parts = []
+    for r in stuck:
+        a = orders[r][ptr[r]]
+        key = blocked_on.get(r)
+        need = _key_name(key, present) if key else "?"
+        parts.append(f"rank {r} waits for {a} (needs {need})")
+    return "deadlock: " + ", ".join(parts)
+
+
+def peak_inflight_of_orders(
+    orders: Sequence[Sequence[Action]], placement: Sequence[int]
+) -> dict[int, int]:
+    """Per stage, the maximum over the order of (#F done - #B-or-I done): the number of
+    microbatches whose activations the stage holds. Depends only on the orders."""
+    cur = [0] * len(placement)
+    peak = [0] * len(placement)
+    for order in orders:
+        for a in order:
+            if a.kind == "F":
+                cur[a.stage] += 1
+                if cur[a.stage] > peak[a.stage]:
+                    peak[a.stage] = cur[a.stage]
+            elif a.kind in ("B", "I"):
+                cur[a.stage] -= 1
+    return {s: peak[s] for s in range(len(placement))}

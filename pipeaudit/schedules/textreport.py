@@ -1,0 +1,143 @@
+"""Plain-text reports of simulations (rich tables, ASCII only, no colour)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from pipeaudit.schedules.ascii import render_timeline
+from pipeaudit.schedules.catalogue import DESCRIPTIONS
+from pipeaudit.schedules.simulation import Simulation, SweepRow
+
+
+def _formula(th) -> str:
+    if th is None:
+        return "no catalogue match: no closed form"
+    return th.formula if th.bubble is not None else "no closed form for these inputs (see notes)"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.6g}"
+
+
+def _render(*tables: Table, width: int = 160) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, force_terminal=False,
+                      highlight=False, soft_wrap=False, emoji=False)
+    for i, t in enumerate(tables):
+        if i:
+            console.print()
+        if t.caption:  # the table's title, printed above it so it never wraps to the table width
+            console.print(str(t.caption))
+            t.caption = None
+        console.print(t)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines())
+
+
+def _table(title: str, *columns: tuple[str, str]) -> Table:
+    t = Table(caption=title, box=box.ASCII2, show_edge=True)
+    for name, justify in columns:
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    return t
+
+
+def header(sim: Simulation) -> str:
+    """Two lines: what was simulated and with which per-stage durations."""
+    s = sim.schedule
+    desc = DESCRIPTIONS.get(s.name, "user schedule")
+    if sim.matches and s.name not in DESCRIPTIONS:
+        desc += f" (same order as catalogue {', '.join(sim.matches)})"
+    durs = f"F={sim.chunk_t_f:g} "
+    if s.split_backward:
+        durs += (f"B={sim.chunk_t_b:g} (I={sim.chunk_t_b - sim.chunk_t_w:g} + "
+                 f"W={sim.chunk_t_w:g})")
+    else:
+        durs += f"B={sim.chunk_t_b:g}"
+    return (
+        f"schedule {s.name}: {desc}\n"
+        f"P={s.num_ranks} ranks, M={s.num_microbatches} microbatches, v={s.chunks} "
+        f"stage{'s' if s.chunks > 1 else ''} per rank ({s.num_stages} stages); per-stage "
+        f"durations {durs}; comm latency {sim.durations.comm:g}"
+    )
+
+
+def render_simulation(sim: Simulation, max_cells: int = 160) -> str:
+    """Header, timeline, bubble per rank vs theory, peak in-flight per stage vs theory."""
+    s, r, th = sim.schedule, sim.result, sim.theory
+    parts = [header(sim), "", render_timeline(r, s.placement, max_cells), ""]
+    ranks = _table("Bubble per rank (idle share of the step window)",
+                   ("rank", "right"), ("busy", "right"), ("bubble", "right"))
+    for i in range(s.num_ranks):
+        ranks.add_row(str(i), _num(r.rank_busy[i]), _pct(r.rank_bubble[i]))
+    overall = _table("Bubble overall", ("", "left"), ("simulated", "right"), ("theory", "right"),
+                     ("formula", "left"))
+    overall.add_row("fraction of step", _pct(r.bubble), _pct(th.bubble if th else None),
+                    _formula(th))
+    sim_ratio = r.bubble / (1 - r.bubble) if r.bubble < 1 else None
+    overall.add_row("bubble/compute ratio", _num(sim_ratio), _num(th.ratio if th else None),
+                    (th.ratio_formula or "-") if th else "-")
+    overall.add_row("makespan", _num(r.makespan), _num(th.busy + th.bubble_time)
+                    if th and th.bubble_time is not None and sim.durations.comm == 0 else "-", "")
+    peaks = _table("Peak in-flight microbatches per stage (F done - B/I done)",
+                   ("stage", "right"), ("rank", "right"), ("simulated", "right"),
+                   (f"theory {th.peak_formula}" if th else "theory", "right"))
+    for st in range(s.num_stages):
+        peaks.add_row(str(st), str(s.placement[st]), str(r.peak_inflight[st]),
+                      str(th.peak_inflight.get(st)) if th else "-")
+    parts.append(_render(ranks, overall, peaks))
+    if th:
+        parts.append(f"theory assumes: {th.notes}")
+    if sim.durations.comm:
+        parts.append("note: the closed forms assume zero communication; the simulation adds "
+                     f"{sim.durations.comm:g} per cross-rank dependency")
+    return "\n".join(parts)
+
+
+def render_compare(items: Sequence[Simulation | tuple[str, str]], max_cells: int = 160) -> str:
+    """A side-by-side table, then each schedule's timeline. Items that could not run are
+    ``(name, reason)`` and appear as skipped rows."""
+    t = _table("Schedules compared", ("schedule", "left"), ("v", "right"), ("makespan", "right"),
+               ("bubble sim", "right"), ("bubble theory", "right"), ("formula", "left"),
+               ("peak in-flight (max stage)", "right"), ("theory", "right"))
+    for item in items:
+        if isinstance(item, tuple):
+            t.add_row(item[0], "-", "-", "-", "-", f"skipped: {item[1]}", "-", "-")
+            continue
+        th = item.theory
+        t.add_row(item.schedule.name, str(item.schedule.chunks), _num(item.result.makespan),
+                  _pct(item.result.bubble), _pct(th.bubble if th else None),
+                  _formula(th), str(max(item.result.peak_inflight.values())),
+                  str(max(th.peak_inflight.values())) if th else "-")
+    parts = [_render(t)]
+    for item in items:
+        if isinstance(item, tuple):
+            continue
+        parts += ["", header(item), render_timeline(item.result, item.schedule.placement, max_cells)]
+    return "\n".join(parts)
+
+
+def render_sweep(rows: Sequence[SweepRow], num_ranks: int) -> str:
+    """Bubble (simulated and theory) and peak in-flight against M."""
+    t = _table(f"Sweep over microbatches (P={num_ranks})", ("schedule", "left"), ("M", "right"),
+               ("bubble sim", "right"), ("bubble theory", "right"), ("formula", "left"),
+               ("peak in-flight sim", "right"), ("theory", "right"), ("makespan", "right"))
+    for row in rows:
+        if row.simulation is None:
+            t.add_row(row.schedule, str(row.num_microbatches), "-", "-",
+                      f"skipped: {row.skipped}", "-", "-", "-")
+            continue
+        sim = row.simulation
+        th = sim.theory
+        t.add_row(row.schedule, str(row.num_microbatches), _pct(sim.result.bubble),
+                  _pct(th.bubble if th else None), _formula(th),
+                  str(max(sim.result.peak_inflight.values())),
+                  str(max(th.peak_inflight.values())) if th else "-", _num(sim.result.makespan))
+    return _render(t, width=200)

@@ -1,0 +1,230 @@
+"""Start P local worker processes, watch them, fail cleanly. Torch-free.
+
+Each rank is ``python -m pipeaudit.harness.worker CONFIG.json`` in its own
+session (process group), with MASTER_ADDR=127.0.0.1 and a free port. The
+launcher polls the processes and their status files:
+
+* all exit 0 -> the manifest rank 0 wrote is read back and returned;
+* one exits non-zero or is killed -> after a short grace period (to let the
+  others report) every remaining process group gets SIGTERM, then SIGKILL, and a
+  HarnessError names the rank that failed first (a rank whose error is a
+  communication error caused by another rank's death is not blamed);
+* the whole run takes longer than ``timeout`` -> same clean-up, and the error
+  names each rank's last phase (and an injected fault's note, if any).
+
+Worker output goes to log files; on failure they are copied to
+``OUT/rank{r}.log`` and the error message points there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pipeaudit.errors import PipeauditError
+from pipeaudit.harness.config import ProfileConfig
+from pipeaudit.harness.manifest import read_manifest
+from pipeaudit.harness.status import ENV_STATUS_DIR, RankStatus
+
+POLL_S = 0.05
+GRACE_S = 1.5  # after the first failure, how long the others may take to report
+TERM_S = 3.0  # SIGTERM -> SIGKILL
+
+
+class HarnessError(PipeauditError):
+    """A harness run failed (a rank raised, died or hung, or the run timed out)."""
+
+    def __init__(self, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker_env(rank: int, world: int, port: int, status_dir: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+        PYTHONUNBUFFERED="1",
+    )
+    env[ENV_STATUS_DIR] = status_dir
+    # Make sure the children import this very copy of pipeaudit.
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
+    return env
+
+
+def _kill_group(proc: subprocess.Popen, sig: int) -> None:
+    """Signal the session the launcher created for this worker (pgid == its pid)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop_all(procs: list[subprocess.Popen]) -> None:
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        _kill_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + TERM_S
+    while any(p.poll() is None for p in alive) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    for p in procs:
+        # SIGKILL the whole group even if the leader is gone: nothing it started may survive.
+        _kill_group(p, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.wait(timeout=TERM_S)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL'd
+            pass
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def run_profile(config: ProfileConfig) -> dict:
+    """Validate ``config``, run it on ``config.stages`` local processes, return the manifest.
+
+    Raises ConfigError before starting anything if the configuration is invalid,
+    HarnessError if the run fails or times out.
+    """
+    config.validate()
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    status_dir = tempfile.mkdtemp(prefix="pipeaudit-harness-")
+    try:
+        return _run(config, out, status_dir)
+    finally:
+        shutil.rmtree(status_dir, ignore_errors=True)
+
+
+def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
+    from pipeaudit.harness.progress import Progress
+
+    cfg_path = Path(status_dir) / "config.json"
+    cfg_path.write_text(json.dumps(config.to_dict()))
+    world = config.stages
+    port = free_port()
+    procs: list[subprocess.Popen] = []
+    logs: list[Path] = []
+    statuses = [RankStatus(r) for r in range(world)]
+    total_steps = config.warmup_steps + config.steps
+    progress = Progress(total_steps, config.progress)
+    started = time.monotonic()
+    deadline = started + config.timeout
+    try:
+        for r in range(world):
+            log = Path(status_dir) / f"rank{r}.log"
+            logs.append(log)
+            with open(log, "wb") as fh:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "pipeaudit.harness.worker", str(cfg_path)],
+                    env=_worker_env(r, world, port, status_dir),
+                    stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                ))
+        first_fail: dict[int, float] = {}
+        while True:
+            now = time.monotonic()
+            for st in statuses:
+                st.refresh(status_dir)
+            progress.update(min(st.steps_done for st in statuses))
+            codes = [p.poll() for p in procs]
+            for r, c in enumerate(codes):
+                if c not in (None, 0) and r not in first_fail:
+                    first_fail[r] = now
+            if first_fail:
+                t0 = min(first_fail.values())
+                if all(c is not None for c in codes) or now - t0 > GRACE_S:
+                    break
+            elif all(c == 0 for c in codes):
+                break
+            if now > deadline:
+                break
+            time.sleep(POLL_S)
+    except BaseException:
+        progress.close()
+        _stop_all(procs)
+        raise
+    progress.close()
+    codes = [p.poll() for p in procs]
+    _stop_all(procs)
+    for st in statuses:
+        st.refresh(status_dir)
+
+    if all(c == 0 for c in codes):
+        try:
+            return read_manifest(out)
+        except (OSError, ValueError) as exc:
+            raise HarnessError(f"{out}: all ranks finished but the manifest is unreadable: {exc}")
+
+    # Failure: keep the logs next to the traces and name the culprit.
+    for r, log in enumerate(logs):
+        if log.exists():
+            shutil.copyfile(log, out / f"rank{r}.log")
+    if first_fail:
+        raise _failure_error(config, statuses, codes, first_fail, out)
+    raise _timeout_error(config, statuses, out)
+
+
+def _where(st: RankStatus) -> str:
+    return st.phase
+
+
+def _failure_error(config, statuses, codes, first_fail, out) -> HarnessError:
+    def blame_key(r: int):
+        err = statuses[r].error
+        secondary = err is not None and err.get("comm", False)
+        return (secondary, first_fail[r], r)
+
+    culprit = min(first_fail, key=blame_key)
+    st = statuses[culprit]
+    if st.error is not None:
+        what = f"failed during {_where(st)}: {st.error.get('message', '?')}"
+    else:
+        what = f"{_exit_text(codes[culprit])} during {_where(st)}"
+    notes = f" [{'; '.join(st.notes)}]" if st.notes else ""
+    others = sorted(r for r in first_fail if r != culprit)
+    also = f"; rank(s) {', '.join(map(str, others))} failed after it" if others else ""
+    return HarnessError(
+        f"rank {culprit} {what}{notes}{also} (worker logs: {out}/rank*.log)", rank=culprit
+    )
+
+
+def _timeout_error(config, statuses, out) -> HarnessError:
+    noted = [st for st in statuses if st.notes]
+    where = ", ".join(f"rank {st.rank}: {_where(st)}" for st in statuses)
+    if noted:
+        culprit = noted[0]
+        head = f"rank {culprit.rank} hung ({'; '.join(culprit.notes)})"
+        rank = culprit.rank
+    else:
+        least = min(statuses, key=lambda s: (s.steps_done, s.rank))
+        head = f"no progress; rank {least.rank} is furthest behind"
+        rank = least.rank
+    return HarnessError(
+        f"run timed out after {config.timeout:g} s: {head}; last seen {where} "
+        f"(worker logs: {out}/rank*.log)", rank=rank,
+    )

@@ -1,0 +1,99 @@
+"""``manifest.json``: what a harness run did, next to its traces. Torch-free.
+
+Fields (schema_version 1):
+
+``schema_version`` 1 · ``tool`` "pipeaudit profile" · ``schedule`` (CLI name) ·
+``torch_schedule`` (torch class name or "naive") · ``num_ranks`` P ·
+``num_stages`` P·v · ``num_microbatches`` M · ``chunks`` v · ``placement``
+("loop" or "v") · ``stage_to_rank`` (list indexed by stage) · ``stage_layers``
+(blocks per stage) · ``model`` (dict) · ``imbalance`` ({stage: factor}, keys
+are strings in JSON) · ``steps`` · ``warmup_steps`` · ``annotated`` (every compute
+action has a ``PP:`` span) · ``annotation_source`` ("torch-runtime",
+"harness" or "none") · ``action_kinds`` · ``rank_actions`` ({rank: [actions in
+execution order]}) · ``torch_version`` · ``backend`` · ``device`` · ``host`` ·
+``launcher`` ("local" or "torchrun") · ``threads`` · ``step_wall_s`` (rank 0,
+per profiled step) · ``profile_memory`` · ``record_shapes`` · ``seed`` ·
+``traces`` ({rank: file name}) · ``command`` (argv) · ``created`` (ISO 8601, UTC).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pipeaudit.harness.catalog import get_spec
+from pipeaudit.harness.config import ProfileConfig
+
+MANIFEST_NAME = "manifest.json"
+SCHEMA_VERSION = 1
+TOOL = "pipeaudit profile"
+
+
+def trace_name(rank: int) -> str:
+    return f"rank{rank}.json.gz"
+
+
+def build_manifest(
+    config: ProfileConfig,
+    *,
+    torch_version: str,
+    backend: str,
+    device: str,
+    host: str,
+    launcher: str,
+    step_wall_s: list[float],
+    rank_actions: dict[int, list[str]],
+    annotation_source: str,
+) -> dict[str, Any]:
+    spec = get_spec(config.schedule)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": TOOL,
+        "schedule": spec.name,
+        "torch_schedule": spec.torch_class,
+        "num_ranks": config.stages,
+        "num_stages": config.num_stages,
+        "num_microbatches": config.microbatches,
+        "chunks": config.num_chunks,
+        "placement": spec.placement,
+        "stage_to_rank": config.stage_to_rank,
+        "stage_layers": config.stage_layers,
+        "model": {**config.model.to_dict(), "batch_size": config.batch_size,
+                  "microbatch_size": config.batch_size // config.microbatches},
+        "imbalance": {str(k): v for k, v in sorted(config.imbalance.items())},
+        "steps": config.steps,
+        "warmup_steps": config.warmup_steps,
+        "annotated": annotation_source != "none",
+        "annotation_source": annotation_source,
+        "action_kinds": list(spec.kinds),
+        "rank_actions": {str(r): a for r, a in sorted(rank_actions.items())},
+        "torch_version": torch_version,
+        "backend": backend,
+        "device": device,
+        "host": host,
+        "launcher": launcher,
+        "threads": config.threads,
+        "step_wall_s": [round(x, 6) for x in step_wall_s],
+        "profile_memory": config.profile_memory,
+        "record_shapes": config.record_shapes,
+        "seed": config.seed,
+        "traces": {str(r): trace_name(r) for r in range(config.stages)},
+        "command": list(config.command),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_manifest(out_dir: str | Path, manifest: dict[str, Any]) -> Path:
+    """Write atomically (temp file + rename) so readers never see half a manifest."""
+    path = Path(out_dir) / MANIFEST_NAME
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(out_dir: str | Path) -> dict[str, Any]:
+    return json.loads((Path(out_dir) / MANIFEST_NAME).read_text())

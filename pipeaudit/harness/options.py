@@ -1,0 +1,90 @@
+"""Click options of ``pipeaudit profile``, shared with ``python -m pipeaudit.harness``.
+
+Imports click (not torch): used only by the two command-line entry points.
+Schedule and backend names are checked by ``ProfileConfig.validate`` (one-line
+ConfigError), not by click, so every invalid combination reads the same.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import click
+
+from pipeaudit.harness.catalog import SCHEDULE_NAMES
+from pipeaudit.harness.config import ModelConfig, ProfileConfig, parse_imbalance
+
+_OPTIONS = [
+    click.option("--schedule", default="1f1b", show_default=True, metavar="NAME",
+                 help=f"Pipeline schedule: {', '.join(SCHEDULE_NAMES)}."),
+    click.option("--stages", "-P", type=int, default=None,
+                 help="Number of ranks P (one process each). [default: 2; under torchrun WORLD_SIZE]"),
+    click.option("--microbatches", "-M", type=int, default=4, show_default=True,
+                 help="Microbatches per step M."),
+    click.option("--chunks", "-v", type=int, default=None,
+                 help="Stages per rank v (default: 1, or 2 for multi-chunk schedules)."),
+    click.option("--steps", type=int, default=2, show_default=True, help="Profiled steps."),
+    click.option("--warmup-steps", type=int, default=1, show_default=True,
+                 help="Training steps before the profiler starts."),
+    click.option("--out", "-o", required=True, type=click.Path(file_okay=False),
+                 help="Output directory: rank{r}.json.gz per rank and manifest.json."),
+    click.option("--force", is_flag=True, help="Write into a non-empty --out."),
+    click.option("--layers", type=int, default=8, show_default=True, help="Model blocks in total."),
+    click.option("--hidden", type=int, default=256, show_default=True, help="Model width."),
+    click.option("--ffn-mult", type=int, default=4, show_default=True,
+                 help="MLP expansion: fc1 is hidden x ffn-mult*hidden."),
+    click.option("--batch-size", type=int, default=None,
+                 help="Global batch, split into M microbatches. [default: 4 x M]"),
+    click.option("--seq-len", type=int, default=64, show_default=True, help="Sequence length."),
+    click.option("--imbalance", multiple=True, metavar="STAGE=FACTOR",
+                 help="Make STAGE FACTOR (integer) times heavier by applying each of its "
+                      "blocks FACTOR times. Repeatable."),
+    click.option("--backend", default="auto", show_default=True, metavar="auto|gloo|nccl",
+                 help="gloo on CPU; nccl when there are >= P CUDA devices (auto picks)."),
+    click.option("--timeout", type=float, default=600.0, show_default=True,
+                 help="Seconds for the whole run; a hung run is killed after it."),
+    click.option("--no-annotate", is_flag=True,
+                 help="Do not add the harness's PP:<stage><kind><mb> spans (1f1b, gpipe); "
+                      "torch's own runtime annotations stay."),
+    click.option("--profile-memory", is_flag=True, help="torch.profiler profile_memory=True."),
+    click.option("--record-shapes", is_flag=True, help="torch.profiler record_shapes=True."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Weights and data seed."),
+    click.option("--threads", type=int, default=1, show_default=True,
+                 help="Intra-op CPU threads per rank (torch.set_num_threads)."),
+]
+
+
+def profile_options(f: Callable) -> Callable:
+    for opt in reversed(_OPTIONS):
+        f = opt(f)
+    return f
+
+
+def config_from_options(opts: dict[str, Any], default_stages: int = 2,
+                        command: list[str] | None = None) -> ProfileConfig:
+    """The (not yet validated) ProfileConfig for parsed click options."""
+    stages = opts["stages"] if opts["stages"] is not None else default_stages
+    return ProfileConfig(
+        out=opts["out"],
+        schedule=opts["schedule"],
+        stages=stages,
+        microbatches=opts["microbatches"],
+        chunks=opts["chunks"],
+        steps=opts["steps"],
+        warmup_steps=opts["warmup_steps"],
+        model=ModelConfig(
+            layers=opts["layers"], hidden=opts["hidden"], ffn_mult=opts["ffn_mult"],
+            batch_size=opts["batch_size"], seq_len=opts["seq_len"],
+        ),
+        imbalance=parse_imbalance(opts["imbalance"]),
+        backend=opts["backend"],
+        timeout=opts["timeout"],
+        annotate=not opts["no_annotate"],
+        profile_memory=opts["profile_memory"],
+        record_shapes=opts["record_shapes"],
+        seed=opts["seed"],
+        threads=opts["threads"],
+        force=opts["force"],
+        command=tuple(command if command is not None else ["pipeaudit", *sys.argv[1:]]),
+    )

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Remake every sample trace folder in sample_traces/ with the harness.
+# Usage: sample_traces/regenerate.sh [NAME ...]   (no names: all of them)
+# Tiny model (one block per stage, hidden 256, seq 64, microbatch size 4), one warm-up
+# step and two profiled steps, gloo on CPU, one thread per rank.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+only=("$@")
+
+run() {
+  local name=$1; shift
+  if ((${#only[@]})) && [[ ! " ${only[*]} " == *" $name "* ]]; then return; fi
+  rm -rf "sample_traces/$name"
+  echo "== $name: pipeaudit profile $* --out sample_traces/$name" >&2
+  python -m pipeaudit profile "$@" --out "sample_traces/$name"
+}
+
+run gpipe_p2_m4              --schedule gpipe            -P 2 -M 4 --layers 2
+run gpipe_p4_m8              --schedule gpipe            -P 4 -M 8 --layers 4
+run 1f1b_p2_m4               --schedule 1f1b             -P 2 -M 4 --layers 2
+run 1f1b_p4_m8               --schedule 1f1b             -P 4 -M 8 --layers 4
+run 1f1b_p2_m4_noannot       --schedule 1f1b             -P 2 -M 4 --layers 2 --no-annotate
+run 1f1b_p4_m8_noannot       --schedule 1f1b             -P 4 -M 8 --layers 4 --no-annotate
+run 1f1b_p4_m8_imb_s1x3      --schedule 1f1b             -P 4 -M 8 --layers 4 --imbalance 1=3
+run 1f1b_p2_m4_memory        --schedule 1f1b             -P 2 -M 4 --layers 2 --profile-memory
+run interleaved-1f1b_p2_m4_v2 --schedule interleaved-1f1b -P 2 -M 4 --layers 4
+run interleaved-1f1b_p4_m8_v2 --schedule interleaved-1f1b -P 4 -M 8 --layers 8
+run looped-bfs_p2_m4_v2      --schedule looped-bfs       -P 2 -M 4 --layers 4
+run looped-bfs_p4_m8_v2      --schedule looped-bfs       -P 4 -M 8 --layers 8
+run interleaved-zb_p2_m4_v2  --schedule interleaved-zb   -P 2 -M 4 --layers 4
+run interleaved-zb_p4_m8_v2  --schedule interleaved-zb   -P 4 -M 8 --layers 8
+run zbv_p2_m4                --schedule zbv              -P 2 -M 4 --layers 4
+run zbv_p4_m8                --schedule zbv              -P 4 -M 8 --layers 8
+run dualpipev_p2_m4          --schedule dualpipev        -P 2 -M 4 --layers 4
+run dualpipev_p4_m8          --schedule dualpipev        -P 4 -M 8 --layers 8
+run naive_p2_m4              --schedule naive            -P 2 -M 4 --layers 2
+run naive_p4_m4              --schedule naive            -P 4 -M 4 --layers 4
+run gpipe_p2_m4_shapes       --schedule gpipe            -P 2 -M 4 --layers 2 --record-shapes

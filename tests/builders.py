@@ -108,7 +108,7 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
               with_profiler_steps=True, name="built") -> BuiltRun:
     """Write one Kineto trace per rank for ``orders`` (per rank lists of (stage, kind, mb)).
 
-    ``dur(stage, kind, mb)`` gives integer µs durations (default F=100, B=200);
+    ``dur(stage, kind, mb)`` gives integer µs durations (default F=1000, B=2000, I=W=1000);
     ``latency`` µs separate an action from its consumer on another rank;
     ``host_delay(rank)`` µs pass before each of the rank's actions can start.
     A span whose input comes from another rank opens as soon as its rank is
@@ -116,7 +116,7 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
     """
     P = len(orders)
     placement = placement or list(range(P))
-    dur = dur or (lambda s, k, m: {"F": 100, "B": 200, "I": 100, "W": 100}[k])
+    dur = dur or (lambda s, k, m: {"F": 1000, "B": 2000, "I": 1000, "W": 1000}[k])
     host_delay = host_delay or (lambda r: 0)
     S = len(placement)
     directory = tmp / name
@@ -143,16 +143,17 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
                 if cross_in:
                     ev.append(_x("c10d::recv_", "cpu_op", t0 + span_start, min(1, a - span_start), r))
                     ev.append(_x("gloo:recv", "user_annotation", t0 + span_start, max(a - span_start, 1), r))
-                name_ = "autograd::engine::evaluate_function: MmBackward0" if k != "F" else "aten::mm"
-                ev.append(_x(name_, "cpu_op", t0 + a, b - a, r))
-                ev.append(_x("aten::t", "cpu_op", t0 + a + 1, max(1, (b - a) // 10), r))
-                compute[step][r].append((t0 + a, t0 + b))
                 cross_out = (k == "F" and s < S - 1 and placement[s + 1] != r) or \
                     (k in "BI" and s > 0 and placement[s - 1] != r)
+                c1 = b - 1 if cross_out else b  # the send takes the action's last µs
+                name_ = "autograd::engine::evaluate_function: MmBackward0" if k != "F" else "aten::mm"
+                ev.append(_x(name_, "cpu_op", t0 + a, c1 - a, r))
+                ev.append(_x("aten::t", "cpu_op", t0 + a + 1, max(1, (c1 - a) // 10), r))
+                compute[step][r].append((t0 + a, t0 + c1))
                 if cross_out:
-                    # the send op runs after compute; the gloo lifetime span outlives it
-                    ev.append(_x("c10d::send", "cpu_op", t0 + b, 0, r))
-                    ev.append(_x("gloo:send", "user_annotation", t0 + b, max(latency, 1), r))
+                    # the send op ends the action; the gloo lifetime span outlives it
+                    ev.append(_x("c10d::send", "cpu_op", t0 + c1, 1, r))
+                    ev.append(_x("gloo:send", "user_annotation", t0 + c1, max(latency, 1), r))
                 prev_end = b
             if memory:
                 for i, (cs, _) in enumerate(compute[step][r]):

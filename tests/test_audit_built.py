@@ -39,12 +39,12 @@ def test_1f1b_uniform_matches_closed_form(tmp_path, P, M):
     assert result.bubble.replay_ideal == pytest.approx(result.bubble.measured, abs=TOL)
     peaks = {s.stage: s.peak_inflight for s in result.stages}
     assert peaks == {s: min(M, P - s) for s in range(P)}
-    assert all(s.expected_peak_inflight == min(M, P - s) for s in result.stages)
+    assert all(st.expected_peak_inflight == min(M, P - st.stage) for st in result.stages)
 
 
 def test_imbalanced_stage_is_found_and_bubble_exact(tmp_path):
     P, M = 4, 8
-    dur = lambda s, k, m: (3 if s == 2 else 1) * (100 if k == "F" else 200)  # noqa: E731
+    dur = lambda s, k, m: (3 if s == 2 else 1) * (1000 if k == "F" else 2000)  # noqa: E731
     built = build_run(tmp_path, one_f_one_b_orders(P, M), dur=dur)
     result = _check_bubble(pipeaudit.load(built.directory), built)
     imb = [f for f in result.findings if f.code == "STAGE_IMBALANCE"]
@@ -57,7 +57,7 @@ def test_imbalanced_stage_is_found_and_bubble_exact(tmp_path):
 
 def test_latency_and_waits_inside_spans(tmp_path):
     P, M = 4, 8
-    built = build_run(tmp_path, one_f_one_b_orders(P, M), latency=60)
+    built = build_run(tmp_path, one_f_one_b_orders(P, M), latency=600)
     result = _check_bubble(pipeaudit.load(built.directory), built)
     b = result.bubble
     assert b.measured > b.replay_ideal + 0.02  # communication shows as overhead, not compute
@@ -65,14 +65,14 @@ def test_latency_and_waits_inside_spans(tmp_path):
     assert b.overhead_part == pytest.approx(b.measured - b.replay_ideal)
     # action spans are longer than their compute: the recv wait is not compute
     acts = pipeaudit.load(built.directory).actions()
-    waited = acts.filter((acts["span_us"] - acts["compute_us"]) > 30)
+    waited = acts.filter((acts["span_us"] - acts["compute_us"]) > 300)
     assert waited.height > 0
 
 
 def test_uninferred_equals_annotated(tmp_path):
     P, M = 4, 8
-    ann = build_run(tmp_path, one_f_one_b_orders(P, M), latency=20, name="ann")
-    bare = build_run(tmp_path, one_f_one_b_orders(P, M), latency=20, annotate=False, name="bare")
+    ann = build_run(tmp_path, one_f_one_b_orders(P, M), latency=200, name="ann")
+    bare = build_run(tmp_path, one_f_one_b_orders(P, M), latency=200, annotate=False, name="bare")
     ra, rb = pipeaudit.load(ann.directory).audit(), pipeaudit.load(bare.directory).audit()
     assert rb.actions_inferred and not ra.actions_inferred
     assert [s.actions for s in rb.stages] == [s.actions for s in ra.stages]
@@ -83,7 +83,7 @@ def test_uninferred_equals_annotated(tmp_path):
 
 def test_straggler_rank(tmp_path):
     P, M = 4, 8
-    built = build_run(tmp_path, gpipe_orders(P, M), host_delay=lambda r: 40 if r == 1 else 0)
+    built = build_run(tmp_path, gpipe_orders(P, M), host_delay=lambda r: 400 if r == 1 else 0)
     result = _check_bubble(pipeaudit.load(built.directory), built)
     assert [f.rank for f in result.findings if f.code == "STRAGGLER_RANK"] == [1]
 

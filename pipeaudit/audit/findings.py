@@ -11,7 +11,8 @@ from pipeaudit.audit.result import Finding
 BUBBLE_OVER_THEORY_WARN = 0.02  # absolute fraction of the step
 BUBBLE_OVER_THEORY_ERROR = 0.10
 IMBALANCE_RATIO = 1.15  # a stage's compute per step vs the median stage
-OVERHEAD_WARN = 0.03  # measured - replay ideal bubble, per rank
+OVERHEAD_WARN = 0.03  # measured - replay ideal bubble
+OUTLIER_FACTOR = 2.0  # a rank's overhead vs the median rank's
 STRAGGLER_FACTOR = 2.0  # a rank's start delays vs the median rank
 STRAGGLER_MIN_SHARE = 0.03  # ... and at least this share of the step
 
@@ -47,15 +48,24 @@ def stage_imbalance(stage: int, rank: int, per_step_us: float, median_us: float)
                    f"move layers off it.")
 
 
-def overhead(rank: int, measured: float, ideal: float) -> Finding | None:
-    """Bubble a rank has beyond the replay of its own order: communication, waits, host overhead."""
-    gap = measured - ideal
-    if gap <= OVERHEAD_WARN:
+def overhead_pipeline(measured: float | None, ideal: float | None, worst_rank: int) -> Finding | None:
+    """Bubble beyond the replay of the observed order: communication, waits, host overhead."""
+    if measured is None or ideal is None or measured - ideal <= OVERHEAD_WARN:
         return None
-    return Finding("EXPOSED_COMMUNICATION", "warning", rank, None, round(measured, 4), round(ideal, 4),
-                   f"Rank {rank} idles {gap:.3f} of the step more than a replay of its own order with "
-                   f"measured compute and free communication: transfers, recv waits or host overhead "
-                   f"are on its path.")
+    gap = measured - ideal
+    return Finding("EXPOSED_COMMUNICATION", "warning" if gap < 0.10 else "error", None, None,
+                   round(measured, 4), round(ideal, 4),
+                   f"The pipeline idles {gap:.3f} of the step more than a replay of the observed order "
+                   f"with measured compute and free communication (worst: rank {worst_rank}): "
+                   f"transfers, recv waits or host overhead sit on the critical path.")
+
+
+def overhead(rank: int, gap: float, median_gap: float) -> Finding:
+    """A rank whose overhead beyond the replay stands out from the others."""
+    return Finding("EXPOSED_COMMUNICATION", "warning", rank, None, round(gap, 4), round(median_gap, 4),
+                   f"Rank {rank} loses {gap:.3f} of the step to communication, waits or host overhead "
+                   f"beyond the replay, against {median_gap:.3f} for the median rank: look at its "
+                   f"links, its host and its launches.")
 
 
 def memory_above_theory(stage: int, rank: int, peak: int, expected: int) -> Finding | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import replace
 from statistics import median
 from typing import Any
 
@@ -64,16 +65,7 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
 
     kind_means = {k: float(acts.filter(pl.col("kind") == k)["compute_ns"].mean() or 0.0) / US
                   for k in ("F", "B", "I", "W")}
-    th = None
-    if name is not None:
-        try:
-            split = kind_means["I"] > 0
-            th = theory(name, P, M, v, t_f=kind_means["F"] or 1.0,
-                        t_b=(kind_means["I"] if split else kind_means["B"]) or 2.0,
-                        t_w=kind_means["W"] if split else None)
-        except ScheduleError as exc:
-            notes.append(f"no theory for {name} with P={P}, M={M}, v={v}: {exc}")
-
+    th = _theory(name, sched, P, M, v, kind_means, notes) if name is not None else None
     ranks = [_rank_metrics(rt, wb, replays, rank_index) for rt in tl.ranks]
     pipeline_ranks = [r for r in ranks if r.bubble is not None]
     measured = mean(r.bubble for r in pipeline_ranks)
@@ -166,6 +158,31 @@ def _schedule(tl, declared, P, M, v, pranks, placement, notes):
     return name, source, detected, sched
 
 
+def _theory(name, sched, P, M, v, kind_means, notes):
+    """Closed form with measured mean durations; a replay of the catalogue order where none applies."""
+    split = kind_means["I"] > 0
+    try:
+        if split:
+            th = theory(name, P, M, v, t_f=kind_means["F"] or 1.0, t_i=kind_means["I"],
+                        t_w=kind_means["W"])
+        else:
+            th = theory(name, P, M, v, t_f=kind_means["F"] or 1.0, t_b=kind_means["B"] or 2.0)
+    except ScheduleError as exc:
+        notes.append(f"no theory for {name} with P={P}, M={M}, v={v}: {exc}")
+        return None
+    if th.bubble is None and sched is not None:
+        means = {k: kind_means[k] or kind_means["F"] or 1.0 for k in kind_means}
+        if not split:
+            means["I"], means["W"] = means["B"] / 2, means["B"] / 2
+        sim = replay(sched.orders, sched.placement, {(st, k): means[k]
+                                                     for st in range(sched.num_stages) for k in means})
+        notes.append(f"theory: {th.notes}")
+        th = replace(th, bubble=sim.bubble,
+                     formula=f"replay of the {sched.name} order with mean measured T_F/T_B/T_I/T_W "
+                             "(its closed form does not hold for these durations)")
+    return th
+
+
 def _order_violations(tl: Timeline, sched, pranks: list[int], steps: list[int]) -> list[Finding]:
     out = []
     for k in steps[:1]:
@@ -250,18 +267,23 @@ def _findings(tl, ranks, stages, summary, wb, S) -> list[Finding]:
         if f:
             out.append(f)
     nsteps = max(len(wb), 1)
-    per_stage = {st.stage: sum(st.compute_us.values()) * US / nsteps for st in stages}
+    per_stage = {st.stage: sum(st.compute_us.values()) / nsteps for st in stages}
     if len(per_stage) > 1:
         med = median(per_stage.values())
         for st in stages:
             f = F.stage_imbalance(st.stage, st.rank, per_stage[st.stage], med)
             if f:
                 out.append(f)
-    for r in ranks:
-        if r.bubble is not None and r.replay_bubble is not None:
-            f = F.overhead(r.rank, r.bubble, r.replay_bubble)
-            if f:
-                out.append(f)
+    gaps = {r.rank: r.bubble - r.replay_bubble for r in ranks
+            if r.bubble is not None and r.replay_bubble is not None}
+    if gaps:
+        f = F.overhead_pipeline(summary.measured, summary.replay_ideal, max(gaps, key=gaps.get))
+        if f:
+            out.append(f)
+        med = median(gaps.values())
+        for rank, gap in gaps.items():
+            if len(gaps) > 2 and gap > F.OUTLIER_FACTOR * max(med, F.OVERHEAD_WARN):
+                out.append(F.overhead(rank, gap, med))
     for st in stages:
         if st.expected_peak_inflight is not None:
             f = F.memory_above_theory(st.stage, st.rank, st.peak_inflight, st.expected_peak_inflight)
@@ -273,18 +295,25 @@ def _findings(tl, ranks, stages, summary, wb, S) -> list[Finding]:
 
 
 def _completeness(tl: Timeline, stages, wb) -> list[Finding]:
+    """Each microbatch needs one F and one backward (a B, or an I with its W) per stage and step."""
     acts = tl.actions
     M = int(acts["microbatch"].max()) + 1
     out = []
     for st in stages:
         a = acts.filter(pl.col("stage") == st.stage)
-        kinds = sorted(set(a["kind"].to_list()))
+        has_w = st.actions["W"] > 0
         for k in sorted(wb):
-            c = Counter(f"{st.stage}{kind}{m}" for kind, m in
+            c = Counter((kind, int(m)) for kind, m in
                         a.filter(pl.col("step") == k).select("kind", "microbatch").iter_rows())
-            want = [f"{st.stage}{kind}{m}" for kind in kinds for m in range(M)]
-            missing = [w for w in want if c[w] == 0]
-            dups = sorted(x for x, n in c.items() if n > 1)
+            missing, dups = [], []
+            for m in range(M):
+                if c[("F", m)] == 0:
+                    missing.append(f"{st.stage}F{m}")
+                if c[("B", m)] + c[("I", m)] == 0:
+                    missing.append(f"{st.stage}B{m}")
+                if has_w and c[("I", m)] and not c[("W", m)]:
+                    missing.append(f"{st.stage}W{m}")
+            dups = sorted(f"{st.stage}{kind}{m}" for (kind, m), n in c.items() if n > 1)
             if missing:
                 out.append(F.missing_actions(st.stage, st.rank, k, missing))
             if dups:

@@ -267,4 +267,4 @@ def test_replay_is_fast_on_large_schedules():
     r = replay(s.orders, s.placement, lambda rank, a: 1.0 + (a.microbatch % 3) * 0.1)
     elapsed = time.perf_counter() - t
     assert len(r.actions) == s.num_actions == 2 * 16 * 4 * 256
-    assert elapsed < 2.0, elapsed
+    assert elapsed < 5.0, elapsed  # linear: ~1 s on a loaded 2-core box; quadratic would be minutes

@@ -107,7 +107,7 @@ def _validate(orders: Sequence[Sequence[Action]], placement: Sequence[int]) -> N
         raise ScheduleError(
             f"placement names ranks outside 0..{len(orders) - 1}: {list(placement)}"
         )
-    seen: dict[tuple[int, str, int], int] = {}
+    seen: dict[tuple[int, str, int], Action] = {}
     for rank, order in enumerate(orders):
         for a in order:
             if a.kind not in KINDS:
@@ -126,12 +126,15 @@ def _validate(orders: Sequence[Sequence[Action]], placement: Sequence[int]) -> N
                 raise ScheduleError(f"rank {rank}: negative microbatch in {a}")
             # B and I both produce the input gradient: at most one of them per (s, m)
             key = (a.stage, "G" if a.kind in ("B", "I") else a.kind, a.microbatch)
-            if key in seen:
+            prev = seen.get(key)
+            if prev is not None:
+                if prev == a:
+                    raise ScheduleError(f"rank {rank}: {a} appears more than once")
                 raise ScheduleError(
-                    f"rank {rank}: {a} appears more than once (a stage runs each of F, "
-                    f"B-or-I, W at most once per microbatch)"
+                    f"rank {rank}: {prev} and {a} both compute stage {a.stage}'s input "
+                    f"gradient for microbatch {a.microbatch} (use B, or I followed by W)"
                 )
-            seen[key] = rank
+            seen[key] = a
 
 
 def replay(

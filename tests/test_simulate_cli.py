@@ -189,3 +189,10 @@ def test_end_to_end_subprocess():
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["bubble"]["simulated"] == pytest.approx(1 / 3)
+
+
+def test_docs_worked_example_is_current():
+    doc = (ROOT / "docs" / "schedules.md").read_text()
+    after = doc.split("Worked example: `pipeaudit simulate --schedule 1f1b -P 4 -M 8`", 1)[1]
+    block = after.split("```", 2)[1].strip("\n")
+    assert run("--schedule", "1f1b", "-P", "4", "-M", "8").output.rstrip("\n") == block

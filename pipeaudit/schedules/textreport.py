@@ -94,7 +94,7 @@ def render_simulation(sim: Simulation, max_cells: int = 160) -> str:
                       str(th.peak_inflight.get(st)) if th else "-")
     parts.append(_render(ranks, overall, peaks))
     if th:
-        parts.append(f"theory assumes: {th.notes}")
+        parts.append(f"theory notes: {th.notes}")
     if sim.durations.comm:
         parts.append("note: the closed forms assume zero communication; the simulation adds "
                      f"{sim.durations.comm:g} per cross-rank dependency")

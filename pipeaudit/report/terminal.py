@@ -25,8 +25,7 @@ def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = ""
         _stages(con, result)
     _ranks(con, result)
     if timeline_text:
-        con.print(f"\n[bold]Timeline of step {timeline_step}[/] (median step; letters = compute "
-                  "of F/B/I/W with microbatch, '.' = no compute)")
+        con.print(f"\n[bold]Timeline of step {timeline_step}[/] (the median step)")
         con.print(timeline_text, markup=False)
     _findings(con, result)
     for n in result.notes:

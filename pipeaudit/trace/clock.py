@@ -52,7 +52,7 @@ def format_duration(ns: int) -> str:
     s = ns / 1e9
     if s < 120:
         return f"{s:.1f} s"
-    if s < 7200:
+    if s < 5400:
         return f"{s / 60:.1f} min"
     if s < 2 * 86400:
         return f"{s / 3600:.1f} h"

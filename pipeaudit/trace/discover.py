@@ -74,7 +74,7 @@ def _stat_or_raise(path: Path) -> os.stat_result:
 def _list_dir(d: Path) -> list[os.DirEntry]:
     try:
         with os.scandir(d) as it:
-            return list(it)
+            return sorted(it, key=lambda e: natural_key(e.name))
     except OSError as exc:
         raise TraceError(d, os_problem(exc)) from None
 

@@ -10,6 +10,7 @@ from typing import Any
 HTA = Path("/work/shared/traces/hta")
 DATA = Path(__file__).parent / "data"
 TORCH_CPU = DATA / "torch213_gloo_ws2"
+SAMPLE_TRACES = Path("/work/main/sample_traces")  # harness output (may not exist yet)
 
 
 def x(name: str, ts: Any, dur: Any = 1, cat: str = "cpu_op", pid: Any = 100, tid: Any = 100,

@@ -94,6 +94,9 @@ def test_errors(tmp_path: Path) -> None:
                                  "*.json and *.json.gz files holding a Chrome/Kineto trace)")
     pattern = str(tmp_path / "*.nothing")
     assert _err([pattern]) == f"{pattern}: no files match this pattern"
+    write(tmp_path / "m" / "manifest.json", {"world_size": 2})
+    only_manifest = str(tmp_path / "m" / "*.json")
+    assert _err([only_manifest]) == f"{only_manifest}: no trace files match this pattern"
     assert _err([]) == "no trace files given"
 
 

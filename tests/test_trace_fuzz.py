@@ -101,7 +101,7 @@ def _write(doc, gz: bool, cut: int | None = None) -> Path:
 
 
 # PIPEAUDIT_FUZZ_EXAMPLES=2000 for a longer search (the default keeps the suite fast)
-SETTINGS = settings(max_examples=int(os.environ.get("PIPEAUDIT_FUZZ_EXAMPLES", "80")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=int(os.environ.get("PIPEAUDIT_FUZZ_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS

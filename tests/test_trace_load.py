@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from _tracebuild import HTA, TORCH_CPU, simple_rank, trace, write, x
+from _tracebuild import HTA, SAMPLE_TRACES, TORCH_CPU, simple_rank, trace, write, x
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import TraceSet, load_traces
 from pipeaudit.trace.validate import format_ranks
@@ -42,6 +42,21 @@ def test_real_torch_pair_on_one_clock() -> None:
     recv = r1.events.filter(r1.events["name"] == "gloo:recv").row(0, named=True)
     assert abs((send["ts"] + send["dur"]) - (recv["ts"] + recv["dur"])) < 1_000_000
     assert ts.origin_ns == min(r0.start_ns, r1.start_ns)
+
+
+@pytest.mark.parametrize("run", ["1f1b_p4_m8", "1f1b_p2_m4_memory", "zbv_p2_m4"])
+def test_harness_sample_traces(run: str) -> None:
+    d = SAMPLE_TRACES / run
+    if not d.is_dir():
+        pytest.skip(f"{d} not present")
+    ts = load_traces([d])
+    assert ts.manifest is not None and ts.warnings == []
+    assert ts.rank_ids == list(range(ts.manifest["num_ranks"])) == list(range(ts.world_size))
+    assert all(rt.device_type == "cpu" and rt.base_ns > 0 for rt in ts)
+    names = set(ts[0].events["name"].to_list())
+    assert any(n.startswith(("PP:", "Forward ")) for n in names) or "noannot" in run
+    if run.endswith("_memory"):
+        assert all(rt.memory.height > 0 for rt in ts)
 
 
 @needs_hta
@@ -144,9 +159,9 @@ def test_rank_beyond_world_size_from_file_name(tmp_path: Path) -> None:
 def test_manifest_world_size_used(tmp_path: Path) -> None:
     for r in (0, 1):
         write(tmp_path / f"rank{r}.json", trace([x("a", 1_700_000_000_000_000, 5)]))
-    write(tmp_path / "manifest.json", {"world_size": 4, "schedule": "1f1b"})
+    write(tmp_path / "manifest.json", {"num_ranks": 4, "schedule": "1f1b"})
     ts = load_traces([tmp_path])
-    assert ts.manifest == {"world_size": 4, "schedule": "1f1b"}
+    assert ts.manifest == {"num_ranks": 4, "schedule": "1f1b"}
     assert ts.warnings[0] == "world_size is 4 but only ranks 0, 1 were given; missing ranks 2, 3"
     (tmp_path / "manifest.json").write_text("{broken")
     ts = load_traces([tmp_path])

@@ -16,7 +16,7 @@ Rules (messages verbatim, ``{...}`` filled in):
 * A rank that is not below the world size: error ``rank {r} ({file}) is not below
   world_size {w}``.
 * Missing ranks. With world size W (from distributedInfo, else the manifest's
-  ``world_size``) and the given ranks G:
+  ``world_size`` or ``num_ranks``) and the given ranks G:
 
   - holes *between* given ranks (e.g. 0 and 2 of 4 given): an error unless
     ``allow_missing``: ``world_size is 4 but only ranks 0, 2 were given; missing ranks 1, 3
@@ -180,7 +180,7 @@ def validate_set(
     _check_same_run(ranks, warnings)
     world_size = next((rt.world_size for rt in ranks if rt.world_size is not None), None)
     if world_size is None and manifest is not None:
-        ws = manifest.get("world_size")
+        ws = manifest.get("world_size", manifest.get("num_ranks"))
         if isinstance(ws, int) and not isinstance(ws, bool) and ws >= 1:
             world_size = ws
     _check_missing(ranks, world_size, allow_missing, warnings)

@@ -145,3 +145,23 @@ def test_gzip_trace_sniffed_in_dir(tmp_path: Path) -> None:
     write(tmp_path / "t.json.gz", simple_rank(0, 1))
     write(tmp_path / "other.json.gz", json.dumps({"a": 1}))
     assert _names(discover([tmp_path])) == ["t.json.gz"]
+
+
+def test_permission_denied_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulated, so that it also runs as root."""
+    import importlib
+
+    disc = importlib.import_module("pipeaudit.trace.discover")  # the package's `discover` is the function
+    source = importlib.import_module("pipeaudit.trace.source")
+    from pipeaudit.trace import read_trace
+
+    f = write(tmp_path / "rank0.json", simple_rank(0, 1))
+
+    def deny(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(source, "open", deny, raising=False)
+    with pytest.raises(TraceError, match=r"rank0\.json: permission denied$"):
+        read_trace(f)
+    monkeypatch.setattr(disc.os, "scandir", deny)
+    assert _err([tmp_path]) == f"{tmp_path}: permission denied"

@@ -10,10 +10,22 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from _tracebuild import HTA, TORCH_CPU, cached_read, mem, simple_rank, trace, write, x
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import EVENT_SCHEMA, MEMORY_SCHEMA, RankTrace, read_trace
+from pipeaudit.trace.synth import mem, simple_rank, trace, write, x
 from pipeaudit.trace.timestamps import us_text_to_ns
+
+HTA = Path("/work/shared/traces/hta")
+TORCH_CPU = Path(__file__).parent / "data" / "torch213_gloo_ws2"
+_CACHE: dict[Path, RankTrace] = {}
+
+
+def cached_read(path: Path) -> RankTrace:
+    """read_trace once per file per session (the tests do not modify the tables)."""
+    if path not in _CACHE:
+        _CACHE[path] = read_trace(path)
+    return _CACHE[path]
+
 
 needs_hta = pytest.mark.skipif(not HTA.is_dir(), reason="shared HTA traces not present")
 

@@ -6,10 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from _tracebuild import HTA, SAMPLE_TRACES, TORCH_CPU, simple_rank, trace, write, x
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import TraceSet, load_traces
+from pipeaudit.trace.synth import simple_rank, trace, write, x
 from pipeaudit.trace.validate import format_ranks
+
+HTA = Path("/work/shared/traces/hta")
+TORCH_CPU = Path(__file__).parent / "data" / "torch213_gloo_ws2"
+SAMPLE_TRACES = Path("/work/main/sample_traces")  # harness output (may not exist yet)
 
 needs_hta = pytest.mark.skipif(not HTA.is_dir(), reason="shared HTA traces not present")
 

@@ -1,4 +1,14 @@
-"""Tiny Kineto-like traces built in code for the pipeaudit.trace tests."""
+"""Tiny Kineto-like traces built in code, for tests and examples (no torch needed).
+
+    from pipeaudit.trace.synth import trace, x, mem, write
+    write(tmp / "rank0.json", trace([x("PP:0F0", 1_700_000_000_000_000, 120.5)], rank=0, world_size=2))
+
+``x`` makes a complete event (ts and dur in µs, as Kineto writes them; ``args`` keywords use
+python names, ``external_id`` becomes ``"External id"``), ``mem`` a ``[memory]`` sample,
+``trace`` a whole document with ``distributedInfo`` and ``baseTimeNanoseconds`` when asked,
+``write`` writes it (gzip when the name ends in .gz), ``simple_rank`` a three-event rank.
+Floats are written by ``json``; to write exact decimals pass the document as text.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-HTA = Path("/work/shared/traces/hta")
-DATA = Path(__file__).parent / "data"
-TORCH_CPU = DATA / "torch213_gloo_ws2"
-SAMPLE_TRACES = Path("/work/main/sample_traces")  # harness output (may not exist yet)
+__all__ = ["mem", "simple_rank", "trace", "write", "x"]
 
 
 def x(name: str, ts: Any, dur: Any = 1, cat: str = "cpu_op", pid: Any = 100, tid: Any = 100,
@@ -72,15 +79,3 @@ def simple_rank(rank: int, world_size: int | None = 4, t0_us: float = 1_700_000_
         ],
         rank=rank, world_size=world_size, **kw,
     )
-
-
-_CACHE: dict[Path, Any] = {}
-
-
-def cached_read(path: Path):
-    """read_trace once per file per test session (RankTrace tables are not modified by tests)."""
-    from pipeaudit.trace import read_trace
-
-    if path not in _CACHE:
-        _CACHE[path] = read_trace(path)
-    return _CACHE[path]

@@ -37,7 +37,7 @@ ROOT = HERE.parent
 # --------------------------------------------------------------------------- generator
 
 
-def generate(path: Path, size_mb: float, *, gz: bool, seed: int = 0) -> Path:
+def generate(path: Path, size_mb: float, *, gz: bool, seed: int = 0, rank: int = 0, world_size: int = 8) -> Path:
     """Write a Kineto-like trace of about ``size_mb`` MB of JSON (before gzip): the event mix
     of a GPU training step (cpu_op with shapes, cuda_runtime, kernels, flows, memory samples,
     python_function) with relative µs timestamps of three decimals and a base time."""
@@ -45,7 +45,7 @@ def generate(path: Path, size_mb: float, *, gz: bool, seed: int = 0) -> Path:
     target = int(size_mb * 1e6)
     parts: list[str] = [
         '{\n  "schemaVersion": 1,\n  "deviceProperties": [{"id": 0, "name": "NVIDIA H100", "totalGlobalMem": 85000000000}],\n'
-        '  "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8},\n'
+        f'  "distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {world_size}}},\n'
         '  "with_stack": 1, "profile_memory": 1,\n  "traceName": "generated",\n'
         '  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": 1790857026000000000,\n  "traceEvents": ['
     ]
@@ -149,6 +149,25 @@ def measure(method: str, path: Path, repeat: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def time_parallel(args: argparse.Namespace) -> None:
+    d = args.out / f"ranks_{args.ranks}x{args.size_mb:g}MB"
+    for r in range(args.ranks):
+        p = d / f"rank{r}.json"
+        if not p.exists():
+            generate(p, args.size_mb, gz=False, seed=r, rank=r, world_size=args.ranks)
+    code = (
+        "import sys, time; sys.path.insert(0, %r)\n"
+        "from pipeaudit.trace import load_traces\n"
+        "t = time.perf_counter(); ts = load_traces([%r], jobs=int(sys.argv[1]))\n"
+        "print(time.perf_counter() - t, sum(r.events.height for r in ts))\n"
+    ) % (str(ROOT), str(d))
+    for jobs in (1, args.ranks):
+        out = subprocess.run([sys.executable, "-c", code, str(jobs)], check=True, capture_output=True, text=True)
+        secs, events = out.stdout.split()
+        print(f"load_traces {args.ranks} ranks x {args.size_mb:g} MB, jobs={jobs}: {float(secs):.2f} s "
+              f"({args.ranks * args.size_mb / float(secs):.0f} MB/s, {events} events)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paths", nargs="*", type=Path, help="trace files to time (default: generate one)")
@@ -157,10 +176,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=HERE / "data", help="where to write the generated file")
     ap.add_argument("--repeat", type=int, default=3, help="runs per method; the best is kept")
     ap.add_argument("--methods", default="read_trace,msgspec,json")
+    ap.add_argument("--ranks", type=int, default=0,
+                    help="also generate this many rank files of --size-mb each and time load_traces "
+                         "with jobs=1 against jobs=RANKS")
     ap.add_argument("--child", nargs=2, metavar=("METHOD", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         _child(args.child[0], args.child[1], args.repeat)
+        return
+    if args.ranks:
+        time_parallel(args)
         return
     paths = args.paths
     if not paths:

@@ -234,3 +234,8 @@ def test_format_ranks() -> None:
     assert format_ranks([]) == ""
     assert format_ranks([3, 1]) == "1, 3"
     assert format_ranks([0, 1, 2, 3, 7, 9, 10]) == "0-3, 7, 9, 10"
+
+
+def test_single_rank_with_small_times_has_no_clock_warning(tmp_path: Path) -> None:
+    write(tmp_path / "rank0.json", trace([x("a", 10, 5)], rank=0, world_size=1))
+    assert load_traces([tmp_path]).warnings == []

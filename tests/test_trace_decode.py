@@ -306,6 +306,8 @@ GOOD = json.dumps(simple_rank(0))
          "traceEvents[1] ('b'): dur is null (null), expected a number of µs"),
         (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1e300}]}',
          "traceEvents[0] ('a'): ts is out of range (1e300), expected a number of µs"),
+        (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "pid": {\n"a":\n1}}, {"ph": "X", "name": "b", "ts": [\n]}]}',
+         "traceEvents[1] ('b'): ts is not a number ([ ]), expected a number of µs"),
         (b'{"traceEvents": [{"ph": "i", "name": "[memory]", "ts": {}}]}',
          "traceEvents[0] ('[memory]'): ts is not a number ({}), expected a number of µs"),
         (b'{"distributedInfo": [0], "traceEvents": []}', "distributedInfo is [0] (list), expected an object"),

@@ -89,8 +89,10 @@ def mutated_traces(draw):
 _ENCODE = msgspec.json.Encoder(decimal_format="number").encode  # Decimal -> a JSON number
 
 
-def _write(doc, gz: bool, cut: int | None = None) -> Path:
+def _write(doc, gz: bool, cut: int | None = None, pretty: bool = False) -> Path:
     data = _ENCODE(doc)
+    if pretty:  # newlines inside values, as Kineto's own indented output has
+        data = msgspec.json.format(data, indent=1)
     if cut is not None:
         data = data[:cut]
     if gz:
@@ -105,9 +107,9 @@ SETTINGS = settings(max_examples=int(os.environ.get("PIPEAUDIT_FUZZ_EXAMPLES", "
 
 
 @SETTINGS
-@given(doc=mutated_traces(), gz=st.booleans(), cut=st.none() | st.integers(0, 400))
-def test_only_trace_errors(doc, gz: bool, cut: int | None) -> None:
-    path = _write(doc, gz, cut)
+@given(doc=mutated_traces(), gz=st.booleans(), cut=st.none() | st.integers(0, 400), pretty=st.booleans())
+def test_only_trace_errors(doc, gz: bool, cut: int | None, pretty: bool) -> None:
+    path = _write(doc, gz, cut, pretty)
     try:
         rt = read_trace(path)
     except TraceError as exc:

@@ -86,13 +86,18 @@ def load(
     num_microbatches: int | None = None,
     jobs: int | None = None,
     allow_missing: bool = False,
+    salvage: bool = False,
 ) -> Run:
-    """Load a run's traces (files, directories or globs) for analysis."""
+    """Load a run's traces (files, directories or globs) for analysis.
+
+    ``salvage=True``: analyse the complete events of truncated or corrupt trace files; the
+    steps the damage cut are excluded and the audit says what was lost (``TRUNCATED_TRACE``).
+    """
     from pipeaudit.timeline.build import build_timeline
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     tl = build_timeline([str(p) for p in paths], pattern=action_pattern,
                         num_microbatches=num_microbatches, jobs=jobs,
-                        allow_missing=allow_missing)
+                        allow_missing=allow_missing, salvage=salvage)
     return Run(tl, schedule=schedule)

@@ -21,18 +21,28 @@ from pipeaudit.cli.output import write_output
 @click.option("--jobs", type=int, default=None, help="Ranks decoded in parallel (default: cores).")
 @click.option("--allow-missing", is_flag=True,
               help="Analyse a set of ranks with gaps (missing ranks are named in the notes).")
+@click.option("--salvage", is_flag=True,
+              help="Analyse truncated or corrupt traces (a killed job): keep the complete events "
+                   "before the damage, exclude the steps it cut, and say what was lost.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-def command(paths, fmt, schedule, action_pattern, microbatches, jobs, allow_missing, output,
-            force) -> None:
+def command(paths, fmt, schedule, action_pattern, microbatches, jobs, allow_missing, salvage,
+            output, force) -> None:
     """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
     import pipeaudit
     from pipeaudit.report.step_view import step_timeline_text
 
-    run = pipeaudit.load(paths, schedule=schedule, action_pattern=action_pattern,
-                         num_microbatches=microbatches, jobs=jobs,
-                         allow_missing=allow_missing)
+    from pipeaudit.cli.output import check_writable
+    from pipeaudit.errors import TraceError
+
+    check_writable(output, force=force)  # before the (possibly long) analysis
+    try:
+        run = pipeaudit.load(paths, schedule=schedule, action_pattern=action_pattern,
+                             num_microbatches=microbatches, jobs=jobs,
+                             allow_missing=allow_missing, salvage=salvage)
+    except TraceError as exc:
+        raise cli_trace_error(exc, paths, salvage) from None
     result = run.audit()
     if fmt == "json":
         from pipeaudit.report.json_doc import to_json
@@ -54,3 +64,17 @@ def command(paths, fmt, schedule, action_pattern, microbatches, jobs, allow_miss
             render_terminal(result, buf, timeline_text=tl_text, timeline_step=step, color=color)
             text = buf.getvalue()
     write_output(text, output, force=force)
+
+
+def cli_trace_error(exc, paths, salvage: bool):
+    """The TraceError as the CLI reports it: a set-level problem names the inputs, and
+    damage that ``--salvage`` can repair says so when it was not given."""
+    from pipeaudit.errors import TraceError
+    from pipeaudit.trace.salvage import SALVAGE_HINT, is_salvageable
+
+    path, problem = exc.path, exc.problem
+    if path is None and paths:
+        path = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    if not salvage and is_salvageable(problem):
+        problem = f"{problem}; {SALVAGE_HINT}"
+    return TraceError(path, problem)

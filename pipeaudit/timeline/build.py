@@ -16,7 +16,9 @@ def stage_hints(manifest: dict[str, Any] | None) -> dict[int, int]:
         return {}
     by_rank: dict[int, list[int]] = {}
     for stage, rank in enumerate(manifest["stage_to_rank"]):
-        by_rank.setdefault(int(rank), []).append(stage)
+        if not isinstance(rank, int) or isinstance(rank, bool):
+            return {}  # not a harness manifest we understand: no hints
+        by_rank.setdefault(rank, []).append(stage)
     return {r: s[0] for r, s in by_rank.items() if len(s) == 1}
 
 
@@ -38,13 +40,19 @@ def build_timeline(
     num_microbatches: int | None = None,
     jobs: int | None = None,
     allow_missing: bool = False,
+    salvage: bool = False,
 ) -> Timeline:
     """Decode, validate and reduce every rank's trace into one timeline."""
+    from pipeaudit.errors import ConfigError
     from pipeaudit.trace import load_traces
 
-    ts = load_traces(list(paths), jobs=jobs, allow_missing=allow_missing)
+    if num_microbatches is not None and not (isinstance(num_microbatches, int) and num_microbatches >= 1):
+        raise ConfigError(f"--microbatches must be an integer >= 1, got {num_microbatches!r}")
+    ts = load_traces(list(paths), jobs=jobs, allow_missing=allow_missing, salvage=salvage)
     hints = stage_hints(ts.manifest)
     m = num_microbatches or (ts.manifest or {}).get("num_microbatches")
+    if not (isinstance(m, int) and not isinstance(m, bool) and m >= 1):
+        m = None  # a manifest value we cannot use
     ranks = []
     for t in ts.ranks:
         rt = reduce_rank(t, stage_hint=hints.get(t.rank), pattern=pattern)
@@ -53,4 +61,4 @@ def build_timeline(
     for rt in ranks:
         warnings.extend(w for w in rt.warnings if w not in warnings)
     return Timeline(ranks=ranks, manifest=ts.manifest, inputs=[str(t.path) for t in ts.ranks],
-                    warnings=warnings)
+                    warnings=warnings, salvage=ts.salvaged)

@@ -57,13 +57,23 @@ _BYTE_RE = re.compile(r"\(byte (\d+)\)")
 # --------------------------------------------------------------------------- parsing
 
 
-def _parse(path: Path, data: bytes) -> TraceFile:
+def _parse(path: Path, data: bytes, notes: list[str] | None = None) -> TraceFile:
     try:
         return TRACE_DECODER.decode(data)
     except msgspec.ValidationError as exc:
         raise TraceError(path, _validation_problem(str(exc))) from None
     except msgspec.DecodeError as exc:
-        raise TraceError(path, _decode_problem(str(exc))) from None
+        from pipeaudit.trace.diagnose import explain_decode_error
+
+        raise TraceError(path, explain_decode_error(data, str(exc)) or _decode_problem(str(exc))) from None
+    except UnicodeDecodeError:
+        # a name with bytes that are not UTF-8: keep the trace, mark the bad bytes
+        from pipeaudit.trace.diagnose import repair_utf8
+
+        fixed, count = repair_utf8(data)
+        if notes is not None:
+            notes.append(f"{count} invalid UTF-8 byte sequences in strings replaced by U+FFFD")
+        return _parse(path, fixed, None)
     except MemoryError:
         raise TraceError(path, "out of memory while parsing the JSON") from None
     except RecursionError:  # pragma: no cover - msgspec limits depth itself
@@ -334,21 +344,33 @@ def _tables(
 # --------------------------------------------------------------------------- entry point
 
 
-def read_trace(path: str | PathLike[str], *, rank_hint: int | None = None) -> RankTrace:
+def read_trace(
+    path: str | PathLike[str], *, rank_hint: int | None = None, salvage: bool = False
+) -> RankTrace:
     """Decode one Kineto / Chrome-trace JSON file (plain or gzip) into a :class:`RankTrace`.
 
     The rank comes from ``distributedInfo.rank``; without it from ``rank_hint`` (a caller that
     knows better, e.g. from a manifest), then from the file name, then 0; each fallback adds a
     warning. Raises :class:`TraceError` (file and problem) for anything unusable.
+
+    ``salvage=True``: a truncated or corrupt file yields the complete events before the damage
+    and ``RankTrace.salvage`` says what was lost (see :mod:`pipeaudit.trace.salvage`).
     """
     path = Path(path)
     if rank_hint is not None and not (_is_int(rank_hint) and rank_hint >= 0):
         raise ValueError(f"rank_hint must be an integer >= 0, got {rank_hint!r}")
-    data, size, _gz = read_bytes(path)
-    tf = _parse(path, data)
-    del data  # the Raw ts/dur values keep views of it alive until the columns are built
+    report = None
+    parse_notes: list[str] = []
+    if salvage:
+        from pipeaudit.trace.salvage import read_salvaged
+
+        tf, size, report = read_salvaged(path, parse_notes)
+    else:
+        data, size, _gz = read_bytes(path)
+        tf = _parse(path, data, parse_notes)
+        del data  # the Raw ts/dur values keep views of it alive until the columns are built
     header = _header(tf)
-    warnings: list[str] = []
+    warnings: list[str] = parse_notes
     dist_rank, world_size, backend = _dist_info(path, tf.distributedInfo)
     base_ns = _base_ns(path, tf.baseTimeNanoseconds)
     rank, source = _resolve_rank(path, dist_rank, rank_hint, warnings)
@@ -357,7 +379,7 @@ def read_trace(path: str | PathLike[str], *, rank_hint: int | None = None) -> Ra
         warnings.append("the trace has no events")
     elif events.height == 0:
         warnings.append("the trace has no complete events (ph X)")
-    return RankTrace(
+    rt = RankTrace(
         path=path,
         rank=rank,
         rank_source=source,
@@ -371,3 +393,8 @@ def read_trace(path: str | PathLike[str], *, rank_hint: int | None = None) -> Ra
         size_bytes=size,
         warnings=warnings,
     )
+    if report is not None:
+        from pipeaudit.trace.salvage import apply_cut
+
+        apply_cut(rt, report)
+    return rt

@@ -51,11 +51,11 @@ def _estimated_json_bytes(files: Sequence[Path]) -> int:
 MANIFEST_NAME = "manifest.json"
 
 
-def _read_one(path: str) -> tuple[str, object, object]:
+def _read_one(path: str, salvage: bool = False) -> tuple[str, object, object]:
     """Worker: never lets a TraceError cross the process boundary as an exception (its
     two-argument constructor does not survive pickling)."""
     try:
-        return ("ok", read_trace(Path(path)), None)
+        return ("ok", read_trace(Path(path), salvage=salvage), None)
     except TraceError as exc:
         return ("error", exc.path, exc.problem)
 
@@ -68,7 +68,7 @@ def _spawn_works() -> bool:
     return path is None or os.path.isfile(path)
 
 
-def _decode_all(files: list[Path], jobs: int | None) -> list[RankTrace]:
+def _decode_all(files: list[Path], jobs: int | None, salvage: bool = False) -> list[RankTrace]:
     n = len(files)
     if jobs is None:
         workers = min(n, os.cpu_count() or 1)
@@ -79,11 +79,11 @@ def _decode_all(files: list[Path], jobs: int | None) -> list[RankTrace]:
         workers = min(n, jobs)
         use_pool = workers > 1
     if not use_pool or not _spawn_works():
-        return [read_trace(f) for f in files]
+        return [read_trace(f, salvage=salvage) for f in files]
     ctx = multiprocessing.get_context("spawn")
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            results = list(pool.map(_read_one, [str(f) for f in files]))
+            results = list(pool.map(_read_one, [str(f) for f in files], [salvage] * n))
     except BrokenProcessPool:
         raise TraceError(
             None, "a trace-decoding worker process died (out of memory?); try again with jobs=1"
@@ -126,19 +126,27 @@ def load_traces(
     *,
     jobs: int | None = None,
     allow_missing: bool = False,
+    salvage: bool = False,
 ) -> TraceSet:
     """Discover, decode (in parallel) and validate the traces of one run.
 
     ``paths``: files, directories or globs (see :func:`discover`). Raises
     :class:`TraceError` for an unusable file or an inconsistent set (see
     :mod:`pipeaudit.trace.validate` for the rules and messages).
+
+    ``salvage=True`` recovers the complete events of truncated or corrupt files and excludes,
+    on every rank, the steps the damage cut (see :mod:`pipeaudit.trace.salvage`).
     """
     files = discover(paths)
     set_warnings: list[str] = []
     manifest = find_manifest(files, set_warnings)
-    ranks = _decode_all(files, jobs)
+    ranks = _decode_all(files, jobs, salvage)
     set_warnings += validate_set(ranks, allow_missing=allow_missing, manifest=manifest)
     ranks.sort(key=lambda rt: rt.rank)
     set_warnings += clock_warnings(ranks)
+    if salvage:
+        from pipeaudit.trace.salvage import align_steps
+
+        set_warnings += align_steps(ranks)
     rank_warnings = [f"rank {rt.rank} ({rt.path.name}): {w}" for rt in ranks for w in rt.warnings]
     return TraceSet(ranks=ranks, manifest=manifest, warnings=set_warnings + rank_warnings)

@@ -27,6 +27,7 @@ from pipeaudit.trace.clock import clock_warnings
 from pipeaudit.trace.decode import read_trace
 from pipeaudit.trace.discover import discover
 from pipeaudit.trace.model import RankTrace, TraceSet
+from pipeaudit.trace.salvage import align_steps
 from pipeaudit.trace.source import GZIP_MAGIC
 from pipeaudit.trace.validate import validate_set
 
@@ -144,9 +145,7 @@ def load_traces(
     set_warnings += validate_set(ranks, allow_missing=allow_missing, manifest=manifest)
     ranks.sort(key=lambda rt: rt.rank)
     set_warnings += clock_warnings(ranks)
-    if salvage:
-        from pipeaudit.trace.salvage import align_steps
-
-        set_warnings += align_steps(ranks)
+    # steps cut by damage (salvage) or by a failed harness run (partial traces) are excluded
+    set_warnings += align_steps(ranks)
     rank_warnings = [f"rank {rt.rank} ({rt.path.name}): {w}" for rt in ranks for w in rt.warnings]
     return TraceSet(ranks=ranks, manifest=manifest, warnings=set_warnings + rank_warnings)

@@ -156,7 +156,7 @@ def test_gunzip_partial_gives_a_prefix(seed, n, where, level):
 
 T0 = 1_700_000_000_000_000
 _NAMES = ["ProfilerStep#0", "ProfilerStep#1", "PP:0F0", "PP:0B0", "aten::mm", "[memory]",
-          "cudaLaunchKernel", 'x{"]']
+          "cudaLaunchKernel", 'x{"]', "ProfilerStep#99999999999999999999"]
 
 
 def _trace_doc(rng: random.Random, n: int) -> dict:

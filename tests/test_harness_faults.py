@@ -34,7 +34,7 @@ pytest.importorskip("torch")
 from pipeaudit.cli.main import cli  # noqa: E402
 from pipeaudit.harness import HarnessError, ModelConfig, ProfileConfig, run_profile  # noqa: E402
 from pipeaudit.harness.faults import ENV_VAR as FAULT_ENV  # noqa: E402
-from pipeaudit.trace.salvage import PARTIAL_KEY  # noqa: E402
+from pipeaudit.trace.cut import PARTIAL_KEY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from pipeaudit.cli.main import cli
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import load_traces, read_trace
 from pipeaudit.trace.salvage import gunzip_partial, is_salvageable, rebuild, scan
-from pipeaudit.trace.synth import trace, write, x
+from pipeaudit.trace.synth import trace, x
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_traces" / "1f1b_p4_m8"

@@ -12,7 +12,9 @@ Modules, one job each:
 * :mod:`~pipeaudit.trace.load`       many files, in parallel -> :class:`TraceSet`
 * :mod:`~pipeaudit.trace.naming`     rank from a file name, natural sort
 * :mod:`~pipeaudit.trace.synth`      tiny Kineto-like traces built in code (tests, examples)
-* :mod:`~pipeaudit.trace.salvage`    complete events of a truncated file; partial harness traces
+* :mod:`~pipeaudit.trace.salvage`    the complete events of a truncated file (``salvage=True``)
+* :mod:`~pipeaudit.trace.jsonscan`   where the events are in (cut) JSON bytes
+* :mod:`~pipeaudit.trace.cut`        exclude steps a damaged or partial trace does not hold whole
 * :mod:`~pipeaudit.trace.diagnose`   precise messages for files that do not parse
 """
 

@@ -394,7 +394,7 @@ def read_trace(
         warnings=warnings,
     )
     if report is not None:
-        from pipeaudit.trace.salvage import apply_cut
+        from pipeaudit.trace.cut import apply_cut
 
         apply_cut(rt, report)
     return rt

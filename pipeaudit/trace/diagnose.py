@@ -38,7 +38,7 @@ def compressor_problem(data: bytes) -> str | None:
 
 def locate(data: bytes, pos: int) -> tuple[int | None, str | None, str | None]:
     """(index in traceEvents, event name, field name) of byte ``pos``, as far as known."""
-    from pipeaudit.trace.salvage import scan
+    from pipeaudit.trace.jsonscan import scan
 
     sc = scan(data[:pos])
     if sc is None:

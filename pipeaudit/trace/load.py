@@ -27,7 +27,7 @@ from pipeaudit.trace.clock import clock_warnings
 from pipeaudit.trace.decode import read_trace
 from pipeaudit.trace.discover import discover
 from pipeaudit.trace.model import RankTrace, TraceSet
-from pipeaudit.trace.salvage import align_steps
+from pipeaudit.trace.cut import align_steps
 from pipeaudit.trace.source import GZIP_MAGIC
 from pipeaudit.trace.validate import validate_set
 

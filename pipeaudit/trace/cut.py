@@ -1,0 +1,176 @@
+"""Excluding the steps a damaged or partial trace does not hold completely.
+
+* :func:`apply_cut` (a file read with ``salvage=True``): the trace ends at ``t_end``, the
+  latest start among the recovered events; events ending after it are dropped, and so is
+  every ``ProfilerStep#N`` that is not complete (its span ends after ``t_end``, or, on GPU
+  traces, a kernel launched in it was not recovered). Only a prefix of complete steps is kept.
+* :func:`mark_partial` (a failed harness rank's partial trace, header
+  ``pipeaudit_incomplete_step: k``): ``ProfilerStep#k`` and later are excluded.
+* :func:`align_steps` (the run): the steps after the last one complete on every damaged or
+  partial rank are excluded on all ranks, matched by ProfilerStep number.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from pipeaudit.errors import TraceError
+from pipeaudit.trace.salvage import SalvageReport
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pipeaudit.trace.model import RankTrace
+
+#: Header key of the partial traces the harness writes for failed ranks (the step that failed).
+PARTIAL_KEY = "pipeaudit_incomplete_step"
+
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
+
+
+def _step_table(events):
+    import polars as pl
+
+    return (
+        events.with_row_index("_row")
+        .filter(pl.col("name").str.contains(_PROFILER_STEP.pattern))
+        .select("_row", n=pl.col("name").str.extract(_PROFILER_STEP.pattern, 1)
+                .cast(pl.Int64, strict=False), start="ts", end=pl.col("ts") + pl.col("dur"))
+        .drop_nulls("n")  # ProfilerStep#<too many digits> is not a step
+        .sort("n")
+    )
+
+
+def apply_cut(rt: "RankTrace", report: SalvageReport) -> None:
+    """Cut a salvaged rank at the damage: drop spans that end after the trace does and
+    every incomplete step (see the module docstring). Mutates ``rt``; raises TraceError
+    when no complete event or no complete step survives."""
+    import polars as pl
+
+    ev = rt.events
+    report.rank = rt.rank
+    if ev.height == 0:
+        raise TraceError(rt.path, f"{report.damage}; --salvage recovered {report.events_recovered:,} "
+                                  "events but no complete event (ph X) among them")
+    end = int(ev["ts"].max())  # type: ignore[arg-type]
+    if report.last_start_ns is not None and report.last_start_ns > end:
+        end = report.last_start_ns
+    report.end_ns = end
+    report.start_ns = int(ev["ts"].min())  # type: ignore[arg-type]
+    steps = _step_table(ev)
+    report.steps_found = sorted(set(steps["n"].to_list()))
+    if report.all_events:  # the damage is after the events: nothing was lost
+        report.last_complete_step = report.steps_found[-1] if report.steps_found else None
+        rt.salvage = report
+        rt.warnings.append(report.describe())
+        return
+    complete = (steps["end"] <= end).to_list()
+    on_gpu = bool(ev["cat"].is_in(list(_GPU_CATEGORIES)).any())
+    if on_gpu and steps.height:
+        gpu_corr = ev.filter(pl.col("cat").is_in(list(_GPU_CATEGORIES)))["correlation"].drop_nulls()
+        launches = ev.filter((pl.col("cat") == "cuda_runtime") & pl.col("name").str.contains("Launch")
+                             & pl.col("correlation").is_not_null())
+        lost = launches.filter(~pl.col("correlation").is_in(gpu_corr.implode()))
+        lost_ts = lost["ts"].to_numpy()
+        for i, (s, e) in enumerate(steps.select("start", "end").iter_rows()):
+            if complete[i] and lost_ts.size and ((lost_ts >= s) & (lost_ts < e)).any():
+                complete[i] = False
+    kept_steps: list[int] = []
+    for n, ok in zip(steps["n"].to_list(), complete):
+        if not ok:
+            break
+        kept_steps.append(n)
+    if steps.height and not kept_steps:
+        first = steps.row(0, named=True)
+        raise TraceError(
+            rt.path,
+            f"{report.damage}; --salvage recovered {report.events_recovered:,} events but no complete "
+            f"step: the trace ends inside ProfilerStep#{first['n']} "
+            f"({(end - first['start']) / 1e6:.3f} ms after it starts)",
+        )
+    report.last_complete_step = kept_steps[-1] if kept_steps else None
+    report.excluded_steps = [n for n in report.steps_found if n not in set(kept_steps)]
+    drop_rows = steps.filter(pl.col("n").is_in(report.excluded_steps))["_row"]
+    cut = (ev["ts"] + ev["dur"]) > end
+    report.events_cut = int(cut.sum())
+    keep = ~cut
+    if drop_rows.len():
+        keep = keep & ~pl.Series(np.isin(np.arange(ev.height), drop_rows.to_numpy()))
+    rt.events = ev.filter(keep)
+    if rt.memory.height:
+        rt.memory = rt.memory.filter(pl.col("ts") <= end)
+    rt.salvage = report
+    rt.warnings.append(report.describe())
+
+
+def exclude_steps_after(rt: "RankTrace", last: int) -> list[int]:
+    """Drop the ProfilerStep spans numbered above ``last``; return their numbers."""
+    import polars as pl
+
+    steps = _step_table(rt.events)
+    gone = steps.filter(pl.col("n") > last)
+    if gone.height:
+        mask = np.isin(np.arange(rt.events.height), gone["_row"].to_numpy())
+        rt.events = rt.events.filter(~pl.Series(mask))
+    return sorted(set(gone["n"].to_list()))
+
+
+def align_steps(ranks: Sequence["RankTrace"]) -> list[str]:
+    """Exclude, on every rank, the steps after the last one complete on all salvaged ranks.
+
+    Returns set-level warnings. Ranks are matched by ProfilerStep number (the harness and
+    torch.profiler number steps alike on every rank)."""
+    for rt in ranks:
+        if rt.salvage is None and rt.header.get(PARTIAL_KEY) is not None:
+            mark_partial(rt)
+    salvaged = [rt for rt in ranks if getattr(rt, "salvage", None) is not None]
+    lasts = [(rt.salvage.last_complete_step, rt) for rt in salvaged
+             if rt.salvage.last_complete_step is not None]
+    if not lasts:
+        return []
+    last, limiting = min(lasts, key=lambda x: x[0])
+    others: list[int] = []  # ranks that held complete steps after ``last``
+    for rt in ranks:
+        gone = exclude_steps_after(rt, last)  # a rank's own cut steps are already gone
+        if not gone:
+            continue
+        others.append(rt.rank)
+        if rt.salvage is not None:
+            rt.salvage.excluded_steps = sorted(set(rt.salvage.excluded_steps) | set(gone))
+            rt.salvage.last_complete_step = last
+    if not others:
+        return []
+    from pipeaudit.trace.validate import format_ranks
+
+    why = "is partial" if limiting.salvage.kind == "partial" else "is damaged"
+    return [f"steps after ProfilerStep#{last} are excluded on every rank: the trace of rank "
+            f"{limiting.rank} ({limiting.path.name}) {why} after it (rank{'s' if len(others) > 1 else ''} "
+            f"{format_ranks(others)} held later steps)"]
+
+
+def mark_partial(rt: "RankTrace") -> None:
+    """A partial trace the pipeaudit harness wrote for a rank that failed (or was stopped)
+    during ``ProfilerStep#k`` (header ``pipeaudit_incomplete_step``): the file is intact, but
+    step k and later are not. Excludes them like a salvaged cut; raises when k is the first."""
+    k = rt.header.get(PARTIAL_KEY)
+    if not (isinstance(k, int) and not isinstance(k, bool) and k >= 0):
+        raise TraceError(rt.path, f"{PARTIAL_KEY} is {k!r}, expected an integer >= 0")
+    steps = _step_table(rt.events)
+    found = sorted(set(steps["n"].to_list()))
+    kept = [n for n in found if n < k]
+    if not kept:
+        raise TraceError(rt.path, f"a partial trace: the harness stopped rank {rt.rank} during "
+                                  f"ProfilerStep#{k}, before any step was complete")
+    report = SalvageReport(
+        path=str(rt.path), damage=f"a partial trace: the harness stopped rank {rt.rank} during "
+                                  f"ProfilerStep#{k} (its run failed)",
+        size_bytes=rt.size_bytes, bytes_read=rt.size_bytes, json_bytes=rt.size_bytes,
+        events_recovered=rt.events.height, rank=rt.rank, kind="partial",
+        start_ns=rt.start_ns, end_ns=rt.end_ns, steps_found=found, last_complete_step=kept[-1],
+        all_events=True,
+    )
+    report.excluded_steps = exclude_steps_after(rt, kept[-1])
+    rt.salvage = report
+    rt.warnings.append(report.describe())

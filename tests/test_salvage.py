@@ -253,3 +253,21 @@ def test_scan_keeps_header_and_trailer():
         assert doc["distributedInfo"]["rank"] == 3 and len(doc["traceEvents"]) == n_events
     assert scan(b'{"schemaVersion": 1, "traceEv') is None
     assert scan(b"[1, 2]") is None and scan(b"") is None
+
+
+def test_file_out_of_time_order_is_not_guessed(tmp_path):
+    """Older traces group events by thread: what the cut lost cannot be told, so no step is kept."""
+    main = [x("ProfilerStep#0", T0, 100, cat="user_annotation"), x("a", T0 + 10, 5),
+            x("ProfilerStep#1", T0 + 100, 100, cat="user_annotation"), x("b", T0 + 110, 5)]
+    other = [x("bwd", T0 + 20 + 40 * i, 5, tid=2) for i in range(5)]  # a second thread, written after
+    text = _doc_text(main + other)
+    p = tmp_path / "rank0.json"
+    p.write_bytes(text[: text.rindex(b'"bwd"')])
+    with pytest.raises(TraceError, match=r"no complete step: the trace ends inside ProfilerStep#0 \(0\.050 "
+                                         r"ms after it starts\); its events are out of time order by up "
+                                         r"to 0\.090 ms"):
+        read_trace(p, salvage=True)
+    sorted_text = _doc_text(sorted(main + other, key=lambda e: e["ts"]))
+    p.write_bytes(sorted_text[: sorted_text.rindex(b'"bwd"')])  # same cut, time-ordered file
+    rt = read_trace(p, salvage=True)
+    assert rt.salvage.order_lag_ns == 0 and rt.salvage.last_complete_step == 0

@@ -1,7 +1,8 @@
 """Excluding the steps a damaged or partial trace does not hold completely.
 
 * :func:`apply_cut` (a file read with ``salvage=True``): the trace ends at ``t_end``, the
-  latest start among the recovered events; events ending after it are dropped, and so is
+  latest start among the recovered events, moved back by how far out of time order the file
+  is (0 for torch 2.13's time-ordered traces); events ending after it are dropped, and so is
   every ``ProfilerStep#N`` that is not complete (its span ends after ``t_end``, or, on GPU
   traces, a kernel launched in it was not recovered). Only a prefix of complete steps is kept.
 * :func:`mark_partial` (a failed harness rank's partial trace, header
@@ -57,6 +58,8 @@ def apply_cut(rt: "RankTrace", report: SalvageReport) -> None:
     end = int(ev["ts"].max())  # type: ignore[arg-type]
     if report.last_start_ns is not None and report.last_start_ns > end:
         end = report.last_start_ns
+    # in a file out of time order by up to L, only what started before end - L is known whole
+    end -= report.order_lag_ns
     report.end_ns = end
     report.start_ns = int(ev["ts"].min())  # type: ignore[arg-type]
     steps = _step_table(ev)
@@ -67,11 +70,10 @@ def apply_cut(rt: "RankTrace", report: SalvageReport) -> None:
         rt.warnings.append(report.describe())
         return
     complete = (steps["end"] <= end).to_list()
-    on_gpu = bool(ev["cat"].is_in(list(_GPU_CATEGORIES)).any())
-    if on_gpu and steps.height:
+    launches = ev.filter((pl.col("cat") == "cuda_runtime") & pl.col("name").str.contains("Launch")
+                         & pl.col("correlation").is_not_null())
+    if launches.height and steps.height:  # kernels run after their launches: were they recovered?
         gpu_corr = ev.filter(pl.col("cat").is_in(list(_GPU_CATEGORIES)))["correlation"].drop_nulls()
-        launches = ev.filter((pl.col("cat") == "cuda_runtime") & pl.col("name").str.contains("Launch")
-                             & pl.col("correlation").is_not_null())
         lost = launches.filter(~pl.col("correlation").is_in(gpu_corr.implode()))
         lost_ts = lost["ts"].to_numpy()
         for i, (s, e) in enumerate(steps.select("start", "end").iter_rows()):
@@ -84,12 +86,16 @@ def apply_cut(rt: "RankTrace", report: SalvageReport) -> None:
         kept_steps.append(n)
     if steps.height and not kept_steps:
         first = steps.row(0, named=True)
-        raise TraceError(
-            rt.path,
-            f"{report.damage}; --salvage recovered {report.events_recovered:,} events but no complete "
-            f"step: the trace ends inside ProfilerStep#{first['n']} "
-            f"({(end - first['start']) / 1e6:.3f} ms after it starts)",
-        )
+        if end >= first["start"]:
+            why = (f"the trace ends inside ProfilerStep#{first['n']} "
+                   f"({(end - first['start']) / 1e6:.3f} ms after it starts)")
+        else:
+            why = f"nothing after the start of ProfilerStep#{first['n']} is known to be whole"
+        if report.order_lag_ns:
+            why += (f"; its events are out of time order by up to {report.order_lag_ns / 1e6:.3f} ms "
+                    "(written grouped by thread or device?), which moves the cut back by as much")
+        raise TraceError(rt.path, f"{report.damage}; --salvage recovered {report.events_recovered:,} "
+                                  f"events but no complete step: {why}")
     report.last_complete_step = kept_steps[-1] if kept_steps else None
     report.excluded_steps = [n for n in report.steps_found if n not in set(kept_steps)]
     drop_rows = steps.filter(pl.col("n").is_in(report.excluded_steps))["_row"]

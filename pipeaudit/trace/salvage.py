@@ -76,6 +76,7 @@ class SalvageReport:
     header_kept: list[str] = field(default_factory=list)  #: top-level keys that survived
     rank: int | None = None
     last_start_ns: int | None = None  #: latest ts of any recovered event (instant ones too)
+    order_lag_ns: int = 0  #: how far out of time order the file's events are (0: sorted)
     end_ns: int | None = None  #: the trace ends here: latest start of a recovered event
     start_ns: int | None = None  #: earliest event start of the salvaged rank
     events_cut: int = 0  #: recovered complete events dropped because they end after ``end_ns``
@@ -109,6 +110,9 @@ class SalvageReport:
             text += f"; the trace ends at t={when}"
             if rel is not None:
                 text += f" ({rel:.3f} s after its first event)"
+            if self.order_lag_ns > 1_000_000:
+                text += (f" as far as complete: its events are out of time order by up to "
+                         f"{self.order_lag_ns / 1e6:.1f} ms")
         if self.last_complete_step is not None and self.excluded_steps:
             text += (f"; steps after ProfilerStep#{self.last_complete_step} are incomplete and excluded "
                      f"(ProfilerStep#{', #'.join(map(str, self.excluded_steps))})")
@@ -251,11 +255,12 @@ def _salvage(path: Path, damage: str, notes: list[str] | None = None) -> tuple[A
                                "the first event ends)")
     tf = _parse(path, doc)
     last_ns = _last_start_ns(tf)
+    lag_ns = _order_lag_ns(tf)
     header = [k for k in re.findall(rb'"([A-Za-z_]\w*)"\s*:', sc.prefix)] if sc.prefix else []
     report = SalvageReport(
         path=str(path), damage=damage, size_bytes=size, bytes_read=used,
         json_bytes=len(text),
-        events_recovered=keep, last_start_ns=last_ns,
+        events_recovered=keep, last_start_ns=last_ns, order_lag_ns=lag_ns,
         all_events=sc.array_closed and keep == len(sc.events),
         header_kept=sorted({h.decode() for h in header} & set(_top_keys(tf))),
     )
@@ -277,6 +282,22 @@ def _last_start_ns(tf: Any) -> int | None:
     except (TypeError, ValueError):
         base = 0
     return int(last) + base  # type: ignore[arg-type]
+
+
+def _order_lag_ns(tf: Any) -> int:
+    """How far out of start-time order the recovered complete events are in the file: the
+    largest step back in ``ts`` (ns) from the latest start seen before. 0 when sorted (what
+    torch.profiler writes); large for files grouped by thread or by CPU/GPU. Kineto's own
+    whole-profile span (cat ``Trace``) is left out: it comes last but starts first."""
+    from pipeaudit.trace.timestamps import raw_to_ns
+
+    raws = [e.ts for e in tf.traceEvents if e.ph == "X" and e.cat not in ("Trace", "python_function")]
+    if len(raws) < 2:
+        return 0
+    ns = raw_to_ns(raws)[0].drop_nulls().to_numpy()
+    if ns.size < 2:
+        return 0
+    return int((np.maximum.accumulate(ns) - ns).max())
 
 
 def _top_keys(tf: Any) -> list[str]:

@@ -90,9 +90,10 @@ COMMANDS = [
     ("simulate-schedule-file-json", ["simulate", "--schedule-file", "{schedule}", "--format", "json"], [], False),
     ("simulate-chrome-trace", ["simulate", "--schedule-file", "{schedule}", "--chrome-trace", "{out}"],
      ["{out}"], False),
-    ("profile-new-dir", ["profile", "--schedule", "1f1b", "--stages", "2", "--microbatches", "2",
-                         "--layers", "2", "--hidden", "32", "--seq-len", "4", "--steps", "1",
-                         "--warmup-steps", "0", "--out", "{outdir}"], ["{outdir}"], True),
+    pytest.param("profile-new-dir", ["profile", "--schedule", "1f1b", "--stages", "2", "--microbatches",
+                                     "2", "--layers", "2", "--hidden", "32", "--seq-len", "4", "--steps",
+                                     "1", "--warmup-steps", "0", "--out", "{outdir}"], ["{outdir}"], True,
+                 marks=pytest.mark.slow, id="profile-new-dir"),
 ]
 
 
@@ -100,7 +101,8 @@ def _fill(args: list[str], ws: dict) -> list[str]:
     return [a.format(**{k: str(v) for k, v in ws.items()}) for a in args]
 
 
-@pytest.mark.parametrize("cid,argv,outputs,torch", COMMANDS, ids=[c[0] for c in COMMANDS])
+@pytest.mark.parametrize("cid,argv,outputs,torch", COMMANDS,
+                         ids=[c[0] if isinstance(c, tuple) else c.id for c in COMMANDS])
 def test_inputs_untouched_outputs_only_where_asked(workspace, cid, argv, outputs, torch):
     if torch:
         pytest.importorskip("torch")

@@ -12,8 +12,8 @@ import json
 import os
 import signal
 import socket
-import threading
 import sys
+import threading
 import time
 import traceback
 from datetime import timedelta

@@ -21,15 +21,26 @@ from pipeaudit.cli.output import write_output
 @click.option("--jobs", type=int, default=None, help="Ranks decoded in parallel (default: cores).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
-@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-def command(paths, fmt, schedule, action_pattern, microbatches, jobs, output, force) -> None:
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write a self-contained HTML report (charts, no network needed) to this file.")
+@click.option("--force", is_flag=True, help="Overwrite --output / --html if they exist.")
+def command(paths, fmt, schedule, action_pattern, microbatches, jobs, output, html_path, force) -> None:
     """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
     import pipeaudit
     from pipeaudit.report.step_view import step_timeline_text
 
+    if html_path:
+        from pipeaudit.cli.output import check_writable
+
+        check_writable(html_path, force=force)
     run = pipeaudit.load(paths, schedule=schedule, action_pattern=action_pattern,
                          num_microbatches=microbatches, jobs=jobs)
     result = run.audit()
+    if html_path:
+        from pipeaudit.report.html import write_html
+
+        write_html(run.timeline, result, html_path, force=force)
+        click.echo(f"wrote {html_path}", err=True)
     if fmt == "json":
         from pipeaudit.report.json_doc import to_json
 

@@ -86,9 +86,13 @@ def _ts_text(ns: int) -> bytes:
     return f"{sign}{q}.{r:03d}".encode()
 
 
-def original_events(tl: Timeline, *, origin_ns: int, first_pid: int,
-                    sort_base: int = 100) -> Iterator[bytes]:
-    """Every rank's original events as encoded JSON objects (bytes), rank by rank."""
+def original_events(tl: Timeline, *, origin_ns: int, first_pid: int, sort_base: int = 100,
+                    counts: dict[str, int] | None = None) -> Iterator[bytes]:
+    """Every rank's original events as encoded JSON objects (bytes), rank by rank, followed
+    by each rank's process metadata. ``counts["original"]`` counts the original events
+    written (each ``process_sort_index`` is replaced, not written)."""
+    counts = counts if counts is not None else {}
+    counts.setdefault("original", 0)
     next_pid = first_pid
     next_id = 1
     enc = msgspec.json.Encoder()
@@ -135,6 +139,7 @@ def original_events(tl: Timeline, *, origin_ns: int, first_pid: int,
                                 new = ids[raw] = next_id
                                 next_id += 1
                             out[k] = new
+            counts["original"] += 1
             yield enc.encode(out)
         for j, (key, pid) in enumerate(pids.items()):
             if pid not in named:

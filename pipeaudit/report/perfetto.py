@@ -276,12 +276,14 @@ def write_perfetto(tl: Timeline, path: str, *, with_ideal: bool = False,
             if merge_original:
                 from pipeaudit.report.merge import original_events
 
+                counts: dict[str, int] = {}
                 for raw in original_events(tl, origin_ns=origin, first_pid=max(
-                        (rt.rank for rt in tl.ranks), default=-1) + 1, sort_base=sort_base):
+                        (rt.rank for rt in tl.ranks), default=-1) + 1, sort_base=sort_base,
+                        counts=counts):
                     fh.write(raw if first else b",\n" + raw)
                     first = False
-                    summary.original_events += 1
                     summary.events += 1
+                summary.original_events = counts.get("original", 0)
             fh.write(b"\n]}\n")
         os.replace(tmp, path)
     except OSError as exc:

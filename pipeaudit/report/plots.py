@@ -240,8 +240,12 @@ def save_plot(kind: str, tl: Timeline, result: AuditResult, path: str, *, force:
     fig = make_figure(kind, tl, result, **opts)
     tmp = f"{path}.tmp-{os.getpid()}{ext}"
     try:
-        # a bare Figure saves PNG through matplotlib's Agg canvas and SVG through its SVG one
-        fig.savefig(tmp, format=ext[1:], dpi=dpi)
+        import matplotlib
+
+        # a bare Figure saves PNG through matplotlib's Agg canvas and SVG through its SVG one;
+        # SVG text stays text (searchable, smaller)
+        with matplotlib.rc_context({"svg.fonttype": "none"}):
+            fig.savefig(tmp, format=ext[1:], dpi=dpi)
         os.replace(tmp, path)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from None

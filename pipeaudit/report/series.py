@@ -177,5 +177,5 @@ def ideal_actions(tl: Timeline, step: int, window_start: int) -> list[Slice] | N
         return None
     t0 = res.window_start
     return [Slice(pranks[x.rank], x.action.stage, x.action.kind, x.action.microbatch, step,
-                  int(round(window_start + x.start - t0)), int(round(window_start + x.end - t0)))
+                  window_start + int(round(x.start - t0)), window_start + int(round(x.end - t0)))
             for x in res.actions]

@@ -167,6 +167,7 @@ def test_report_without_pipeline_renders(tmp_path):
     assert "No pipeline steps to draw" in dom and "NO_PIPELINE" in dom
 
 
+@pytest.mark.slow
 def test_a_script_error_is_recorded_in_the_dom(tmp_path, imb):
     """The error trap itself works: a broken script leaves data-error, not data-rendered."""
     run, result = imb

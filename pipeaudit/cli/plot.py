@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pipeaudit.cli.picture_options import load_run, run_options
+from pipeaudit.cli.picture_options import run_options
 
 
 @click.command("plot")

@@ -24,12 +24,12 @@ from pipeaudit.audit.result import AuditResult
 from pipeaudit.report import palette
 from pipeaudit.report.formatting import mib, ms, num, pct
 from pipeaudit.report.series import (
+    device_label,
     downsample,
     ideal_actions,
     inflight_series,
     memory_series,
     run_origin,
-    step_actions,
     step_windows,
 )
 from pipeaudit.report.step_view import median_step
@@ -83,7 +83,7 @@ def report_data(tl: Timeline, result: AuditResult) -> dict[str, Any]:
     for r, devs in memory_series(tl).items():
         for d, (ts, vals) in devs.items():
             t2, v2 = downsample(ts, vals, MAX_MEMORY_POINTS)
-            memory.append({"label": f"rank {r}" + (f" dev {d}" if len(devs) > 1 else ""),
+            memory.append({"label": f"rank {r}" + (f" {device_label(d)}" if len(devs) > 1 else ""),
                            "t": [_ms(t - origin) for t in t2.tolist()],
                            "v": [round(v / 2**20, 3) for v in v2.tolist()]})
     expected = {s.stage: s.expected_peak_inflight for s in result.stages}

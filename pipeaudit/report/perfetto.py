@@ -39,6 +39,7 @@ from pipeaudit import __version__
 from pipeaudit.errors import ConfigError
 from pipeaudit.report.series import (
     bubble_intervals,
+    device_label,
     ideal_actions,
     inflight_series,
     memory_series,
@@ -207,7 +208,7 @@ def pipeline_events(tl: Timeline, *, origin_ns: int, with_ideal: bool = False,
                    "tid": tid_of[s], "args": {f"stage {s}": n}}
     for r, devs in memory_series(tl).items():
         for dev, (ts, vals) in devs.items():
-            name = "memory" if len(devs) == 1 else f"memory device {dev}"
+            name = "memory" if len(devs) == 1 else f"memory {device_label(dev)}"
             for t, v in zip(ts.tolist(), vals.tolist()):
                 summary.counter_events += 1
                 yield {"ph": "C", "name": name, "ts": _us(t, origin_ns), "pid": r, "tid": 0,

@@ -21,6 +21,7 @@ from pipeaudit.audit.result import AuditResult
 from pipeaudit.errors import ConfigError
 from pipeaudit.report import palette
 from pipeaudit.report.series import (
+    device_label,
     ideal_actions,
     inflight_series,
     memory_series,
@@ -169,7 +170,7 @@ def memory_figure(tl: Timeline) -> "Figure":
     i = 0
     for r, devs in mem.items():
         for d, (ts, vals) in devs.items():
-            label = f"rank {r}" + (f" device {d}" if len(devs) > 1 else "")
+            label = f"rank {r}" + (f" {device_label(d)}" if len(devs) > 1 else "")
             ax.plot((ts - origin) / 1e6, vals / 2**20, drawstyle="steps-post", linewidth=1.2,
                     color=palette.SERIES[i % len(palette.SERIES)],
                     label=f"{label} (peak {vals.max() / 2**20:.1f} MiB)")

@@ -121,6 +121,11 @@ def memory_series(tl: Timeline) -> dict[int, dict[int, tuple[np.ndarray, np.ndar
     return out
 
 
+def device_label(device_id: int) -> str:
+    """``[memory]`` samples name the device by id; -1 is host (CPU) memory."""
+    return "cpu" if device_id < 0 else f"device {device_id}"
+
+
 def downsample(ts: np.ndarray, values: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
     """At most about ``max_points`` samples that keep every bucket's maximum and minimum, so a
     peak survives (the first and last samples are kept)."""

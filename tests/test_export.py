@@ -259,6 +259,8 @@ def test_merge_original_real_sample(tmp_path):
     assert all(n.startswith("rank ") for n in procs.values())
     pids = {e["pid"] for e in ev}
     assert pids <= set(procs), "every pid used is named"
+    # torch's own events use documented fields too, so the whole file does
+    assert set().union(*ev) <= DOCUMENTED_FIELDS
     assert min(e["ts"] for e in ev if "ts" in e) >= 0
     kept = 0
     for p in sorted(IMB.glob("rank*.json.gz")):

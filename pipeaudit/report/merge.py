@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import msgspec
+import polars as pl
 
 from pipeaudit.errors import TraceError
 from pipeaudit.timeline.model import Timeline
@@ -80,10 +81,15 @@ def original_origin(tl: Timeline) -> int | None:
     return best
 
 
-def _ts_text(ns: int) -> bytes:
-    sign = "-" if ns < 0 else ""
-    q, r = divmod(abs(ns), 1000)
-    return f"{sign}{q}.{r:03d}".encode()
+def _ts_texts(ns: pl.Series) -> list[bytes | None]:
+    """Exact µs text (three decimals) of each ns value; None where the value is null."""
+    sign = pl.when(ns < 0).then(pl.lit("-")).otherwise(pl.lit(""))
+    a = ns.abs()
+    text = pl.select(
+        pl.concat_str([sign, (a // 1000).cast(pl.Utf8), pl.lit("."),
+                       (a % 1000).cast(pl.Utf8).str.zfill(3)])
+    ).to_series()
+    return [None if t is None else t.encode() for t in text.to_list()]
 
 
 def original_events(tl: Timeline, *, origin_ns: int, first_pid: int, sort_base: int = 100,
@@ -103,7 +109,7 @@ def original_events(tl: Timeline, *, origin_ns: int, first_pid: int, sort_base: 
         del f
         with_ts = [i for i, e in enumerate(events) if "ts" in e]
         ns, _ = raw_to_ns([events[i]["ts"] for i in with_ts])
-        ts_of = dict(zip(with_ts, ns.to_list()))
+        ts_of = dict(zip(with_ts, _ts_texts(ns + (base - origin_ns))))
         pids: dict[bytes, int] = {}
         ids: dict[bytes, int] = {}
         named: set[int] = set()
@@ -129,7 +135,7 @@ def original_events(tl: Timeline, *, origin_ns: int, first_pid: int, sort_base: 
             else:
                 t = ts_of.get(i)
                 if t is not None:
-                    out["ts"] = msgspec.Raw(_ts_text(int(t) + base - origin_ns))
+                    out["ts"] = msgspec.Raw(t)
                 if ph not in _NOT_IDS:
                     for k in ("id", "bind_id"):
                         if k in e:

@@ -242,6 +242,31 @@ def _flows(where, placement, origin_ns, summary) -> Iterator[dict[str, Any]]:
                "ts": _us(start + eps_dst, origin_ns), "pid": rank, "tid": tid}
 
 
+class _Batched:
+    """Collects many small writes into ~1 MiB ones (a gzip stream pays per write call)."""
+
+    def __init__(self, fh: Any, limit: int = 1 << 20) -> None:
+        self.fh, self.limit, self.parts, self.size = fh, limit, [], 0
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.size += len(data)
+        if self.size >= self.limit:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            self.fh.write(b"".join(self.parts))
+            self.parts, self.size = [], 0
+
+    def __enter__(self) -> "_Batched":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if exc[0] is None:
+            self.flush()
+
+
 def write_perfetto(tl: Timeline, path: str, *, with_ideal: bool = False,
                    merge_original: bool = False, force: bool = False) -> ExportSummary:
     """Write the run's Chrome trace to ``path`` (gzip when it ends in ``.gz``), atomically.
@@ -264,7 +289,7 @@ def write_perfetto(tl: Timeline, path: str, *, with_ideal: bool = False,
     enc = msgspec.json.Encoder()
     try:
         opener = gzip.open(tmp, "wb", compresslevel=6) if path.endswith(".gz") else open(tmp, "wb")
-        with opener as fh:
+        with opener as raw_fh, _Batched(raw_fh) as fh:
             fh.write(b'{"displayTimeUnit":"ms","otherData":' + enc.encode(other) + b',"traceEvents":[\n')
             first = True
             label = "rank {rank} · pipeline" if merge_original else "rank {rank}"

@@ -104,7 +104,14 @@ def test_page_is_self_contained(imb):
 def test_report_renders_in_chromium(imb, tmp_path):
     run, result = imb
     page = tmp_path / "report.html"
-    page.write_text(render_html(run.timeline, result), encoding="utf-8")
+    # after drawing, hover the first box as a user would and keep what the tooltip showed
+    hover = """<script>
+    var box = document.querySelector("#pa-timeline-svg rect.act.measured");
+    box.dispatchEvent(new MouseEvent("mousemove", {bubbles: true, clientX: 50, clientY: 50}));
+    var tip = document.getElementById("pa-tip");
+    document.body.setAttribute("data-hover", tip.hidden ? "hidden" : tip.textContent);
+    </script></body>"""
+    page.write_text(render_html(run.timeline, result).replace("</body>", hover), encoding="utf-8")
     dom, log = dump_dom(page, tmp_path)
     body = re.search(r"<body[^>]*>", dom).group(0)
     assert 'data-rendered="ok"' in body, body
@@ -119,6 +126,8 @@ def test_report_renders_in_chromium(imb, tmp_path):
     boxes = re.findall(r'<rect class="act measured"[^>]*data-tip="([^"]*)"', timeline)
     assert len(boxes) == n
     assert all("compute" in t and "span" in t and "action" in t for t in boxes)
+    shown = re.search(r'data-hover="([^"]*)"', dom).group(1)
+    assert shown.startswith("action ") and "compute" in shown and "span" in shown, shown
     ideal = re.findall(r'<rect class="act ideal"', timeline)
     assert len(ideal) == n
     bars = re.findall(r'<rect class="bar"[^>]*data-tip="rank (\d+) (measured|replay ideal): ([\d.]+)%"',

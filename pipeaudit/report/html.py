@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from importlib import resources
 from string import Template
 from typing import Any
@@ -183,8 +184,19 @@ def _header(r: AuditResult) -> str:
     return f"<p>{text}</p>"
 
 
+def _finite(x: Any) -> Any:
+    """NaN and infinities become null (JSON has no such numbers)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
 def _json_for_script(data: dict[str, Any]) -> str:
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    text = json.dumps(_finite(data), separators=(",", ":"), allow_nan=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 

@@ -288,3 +288,19 @@ def test_input_traces_untouched(baseline, tmp_path):
     before = {p.name: p.read_bytes() for p in run.iterdir()}
     assert invoke("gate", run, "--baseline", baseline).exit_code == 0
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+def test_terminal_rendering_is_rich_and_plain_otherwise(baseline, heavy_snapshot):
+    from pipeaudit.gate import gate, load_thresholds, read_document
+    from pipeaudit.report.gate_text import render_gate_text
+
+    result = gate(read_document(heavy_snapshot), read_document(baseline, baseline_only=True),
+                  load_thresholds(search=False)[0])
+    rich_text = render_gate_text(result, color=True)
+    plain = render_gate_text(result, color=False)
+    assert "\x1b[" in rich_text and "│" in rich_text  # colours and box drawing
+    assert "\x1b[" not in plain and "│" not in plain  # CI logs: plain columns
+    for text in (rich_text, plain):
+        assert "stage 1 compute per step" in text and "FAIL" in text
+    header = plain.splitlines()[3].split()
+    assert header == ["check", "baseline", "now", "change", "threshold", "verdict"]

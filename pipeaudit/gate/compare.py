@@ -527,7 +527,7 @@ def budget_checks(run: Snapshot, th: Thresholds) -> list[Check]:
     if "max_rank_bubble" in b:
         for r in sorted(s.rank_bubble):
             add("rank_bubble", "rank", r, stats.median(s.rank_bubble[r]), b["max_rank_bubble"],
-                "fraction", f"heaviest stage is {heaviest}" if heaviest is not None else "")
+                "fraction", f"stage {heaviest} is the heaviest stage" if heaviest is not None else "")
     if "max_step_time_ms" in b:
         add("step_time", "pipeline", None, stats.median(s.step_time_us),
             b["max_step_time_ms"] * 1000.0, "us",

@@ -18,9 +18,8 @@ def render_gate_markdown(result: GateResult) -> str:
     icon = _ICON[result.verdict.upper()].split()[0]
     out = [f"## pipeaudit gate: {icon} {verdict_line(result)}", ""]
     out.append(f"- run: `{result.run_source}` ({result.run_config.describe()})")
-    if result.baseline_source:
-        out.append(f"- baseline: `{result.baseline_source}` "
-                   f"({result.baseline_config.describe()})")  # type: ignore[union-attr]
+    if result.baseline_source and result.baseline_config is not None:
+        out.append(f"- baseline: `{result.baseline_source}` ({result.baseline_config.describe()})")
     if result.thresholds_file:
         out.append(f"- thresholds from `{result.thresholds_file}`")
     explained = [c for c in result.sorted_checks() if c.verdict in ("fail", "warn")]

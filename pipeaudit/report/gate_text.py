@@ -31,10 +31,10 @@ def verdict_line(result: GateResult) -> str:
 
 
 def header_lines(result: GateResult) -> list[str]:
+    """What was gated against what (and where the thresholds came from)."""
     lines = [f"pipeaudit gate  run: {result.run_source} ({result.run_config.describe()})"]
-    if result.baseline_source:
-        lines.append(f"baseline: {result.baseline_source} ({result.baseline_config.describe()})"  # type: ignore[union-attr]
-                     )
+    if result.baseline_source and result.baseline_config is not None:
+        lines.append(f"baseline: {result.baseline_source} ({result.baseline_config.describe()})")
     if result.thresholds_file:
         lines.append(f"thresholds from {result.thresholds_file}")
     return lines

@@ -81,6 +81,11 @@ def test_heavier_stage_single_step_dur_function(tmp):
     imb = next(c for c in result.checks if c.metric == "imbalance")
     assert imb.now == pytest.approx(2.0, rel=0.01) and imb.verdict == "fail"
     assert "stage 2 is the heaviest" in imb.explanation
+    budget = gate(heavy, None, Thresholds(max_imbalance=1.5, max_rank_bubble=0.3))
+    failed = {(c.metric, c.index): c.explanation for c in budget.by_verdict("fail")}
+    assert "stage 2 is the heaviest stage" in failed[("imbalance", None)]
+    assert "rank 0 waits on stage 2" in failed[("rank_bubble", 0)]
+    assert ("rank_bubble", 2) not in failed  # the heavy stage's own rank is busy
 
 
 def test_change_within_baseline_noise_warns(tmp):

@@ -500,41 +500,26 @@ def budget_checks(run: Snapshot, th: Thresholds) -> list[Check]:
         out.append(c)
 
     b = th.budgets()
-    heaviest = _heaviest_stage(s)
+    heavy = _heaviest_text(run)
+    heavy_is = heavy.replace(", the heaviest stage", " is the heaviest stage", 1)
     if "max_bubble" in b:
         add("bubble", "pipeline", None, stats.median(s.bubble), b["max_bubble"], "fraction",
             _bubble_why(run))
     if "max_bubble_over_theory" in b:
-        theory = run.audit.bubble.theory
-        med = stats.median(s.bubble)
-        if theory is None or med is None:
-            out.append(Check("bubble_over_theory", "pipeline", None, None, None, None, "budget",
-                             b["max_bubble_over_theory"], None, "fraction", "skip",
-                             "budget: bubble above theory: no closed-form theory for this "
-                             "schedule"))
-        else:
-            c = Check("bubble_over_theory", "pipeline", None, theory, med, med - theory, "budget",
-                      b["max_bubble_over_theory"], None, "fraction",
-                      "fail" if med - theory > b["max_bubble_over_theory"] else "pass", "")
-            over = "over" if c.verdict == "fail" else "within"
-            c.explanation = (f"pipeline bubble {fmt_value(med, 'fraction')} is "
-                             f"{100 * (med - theory):+.1f} pts from theory "
-                             f"{fmt_value(theory, 'fraction')} ({run.audit.bubble.theory_formula}), "
-                             f"{over} the budget {100 * c.threshold:+.1f} pts"  # type: ignore[operator]
-                             + (f": {_bubble_why(run)}" if c.verdict == "fail" else ""))
-            c.now, c.baseline = med - theory, None
-            out.append(c)
+        out.append(_over_theory(run, b["max_bubble_over_theory"]))
     if "max_rank_bubble" in b:
+        hosts = {st.stage: st.rank for st in run.audit.stages}
+        h = _heaviest_stage(s)
         for r in sorted(s.rank_bubble):
+            why = heavy if h is not None and hosts.get(h) != r else ""
             add("rank_bubble", "rank", r, stats.median(s.rank_bubble[r]), b["max_rank_bubble"],
-                "fraction", f"stage {heaviest} is the heaviest stage" if heaviest is not None else "")
+                "fraction", f"rank {r} waits on {why}" if why else "")
     if "max_step_time_ms" in b:
         add("step_time", "pipeline", None, stats.median(s.step_time_us),
-            b["max_step_time_ms"] * 1000.0, "us",
-            f"stage {heaviest} is the heaviest stage" if heaviest is not None else "")
+            b["max_step_time_ms"] * 1000.0, "us", heavy_is)
     if "max_imbalance" in b:
         add("imbalance", "pipeline", None, stats.median(s.imbalance), b["max_imbalance"], "ratio",
-            f"stage {heaviest} is the heaviest stage" if heaviest is not None else "")
+            heavy_is)
     if "max_exposed_comm" in b:
         add("exposed_comm", "pipeline", None, stats.median(s.exposed_comm), b["max_exposed_comm"],
             "fraction")
@@ -550,16 +535,50 @@ def budget_checks(run: Snapshot, th: Thresholds) -> list[Check]:
     return out
 
 
+def _over_theory(run: Snapshot, budget: float) -> Check:
+    """Budget on the median bubble minus the schedule's closed-form theory."""
+    theory = run.audit.bubble.theory
+    med = stats.median(run.series.bubble)  # type: ignore[union-attr]
+    if theory is None or med is None:
+        return Check("bubble_over_theory", "pipeline", None, None, None, None, "budget", budget,
+                     None, "fraction", "skip",
+                     "budget: pipeline bubble above theory: no closed-form theory for this run")
+    gap = med - theory
+    c = Check("bubble_over_theory", "pipeline", None, None, gap, None, "budget", budget, None,
+              "fraction", "fail" if gap > budget else "pass", "")
+    over = "over" if c.verdict == "fail" else "within"
+    c.explanation = (f"{c.name}: pipeline bubble {fmt_value(med, 'fraction')} is "
+                     f"{100 * gap:+.1f} pts from theory {fmt_value(theory, 'fraction')} "
+                     f"({run.audit.bubble.theory_formula}), {over} the budget "
+                     f"{100 * budget:+.1f} pts")
+    why = _bubble_why(run, with_theory=False)
+    if c.verdict == "fail" and why:
+        c.explanation += f": {why}"
+    return c
+
+
 def _heaviest_stage(s: StepSeries) -> int | None:
     med = {st: stats.median(s.stage_total_us(st)) or 0.0 for st in s.stage_compute_us}
     return max(med, key=lambda x: med[x]) if med else None
 
 
-def _bubble_why(run: Snapshot) -> str:
+def _heaviest_text(run: Snapshot) -> str:
+    s: StepSeries = run.series  # type: ignore[assignment]
+    h = _heaviest_stage(s)
+    if h is None:
+        return ""
+    med = {st: stats.median(s.stage_total_us(st)) or 0.0 for st in s.stage_compute_us}
+    return (f"stage {h}, the heaviest stage ({fmt_value(med[h], 'us')} per step, median stage "
+            f"{fmt_value(stats.median(med.values()), 'us')})")
+
+
+def _bubble_why(run: Snapshot, *, with_theory: bool = True) -> str:
     b = run.audit.bubble
     if b.theory is None or b.replay_ideal is None or b.measured is None:
         return ""
-    return (f"{100 * (b.replay_ideal - b.theory):+.1f} pts from uneven stages and F/B/W durations "
-            f"and {100 * (b.measured - b.replay_ideal):+.1f} pts from communication, waits and "
-            "host overhead (vs theory "
-            f"{fmt_value(b.theory, 'fraction')})")
+    head = (f"theory {fmt_value(b.theory, 'fraction')} ({b.theory_formula}); " if with_theory
+            else "")
+    return (head + f"{100 * (b.replay_ideal - b.theory):+.1f} pts from uneven stages and F/B/W "
+            f"durations (replay ideal {fmt_value(b.replay_ideal, 'fraction')}) and "
+            f"{100 * (b.measured - b.replay_ideal):+.1f} pts from communication, waits and host "
+            "overhead")

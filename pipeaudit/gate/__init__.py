@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from pipeaudit.gate.compare import Check, GateResult, gate
+from pipeaudit.gate.compare import gate
+from pipeaudit.gate.model import Check, GateResult
 from pipeaudit.gate.diff import RunDiff, diff_runs
 from pipeaudit.gate.series import StepSeries, step_series
 from pipeaudit.gate.snapshot import (

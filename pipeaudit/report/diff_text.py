@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeaudit.actions import KINDS
-from pipeaudit.gate.compare import fmt_change, fmt_value
+from pipeaudit.gate.format import fmt_change, fmt_value
 from pipeaudit.gate.diff import RunDiff
 
 

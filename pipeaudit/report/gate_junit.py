@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from pipeaudit.gate.compare import GateResult
+from pipeaudit.gate.model import GateResult
 from pipeaudit.report.gate_text import rows
 
 

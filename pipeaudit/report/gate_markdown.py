@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeaudit.gate.compare import GateResult
+from pipeaudit.gate.model import GateResult
 from pipeaudit.report.gate_text import HEADER, rows, verdict_line
 
 _ICON = {"FAIL": "❌ fail", "WARN": "⚠️ warn", "PASS": "✅ pass", "SKIP": "➖ skip"}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import io
 
-from pipeaudit.gate.compare import Check, GateResult, fmt_change, fmt_limit, fmt_value
+from pipeaudit.gate.format import fmt_change, fmt_limit, fmt_value
+from pipeaudit.gate.model import Check, GateResult
 
 HEADER = ["check", "baseline", "now", "change", "threshold", "verdict"]
 _STYLE = {"fail": "bold red", "warn": "yellow", "pass": "green", "skip": "dim"}

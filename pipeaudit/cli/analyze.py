@@ -19,12 +19,15 @@ from pipeaudit.cli.output import write_output
 @click.option("--microbatches", type=int, default=None,
               help="Microbatches per step (for un-annotated traces without ProfilerStep spans).")
 @click.option("--jobs", type=int, default=None, help="Ranks decoded in parallel (default: cores).")
+@click.option("--allow-missing", is_flag=True,
+              help="Analyse a set of ranks with gaps (missing ranks are named in the notes).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML report (charts, no network needed) to this file.")
 @click.option("--force", is_flag=True, help="Overwrite --output / --html if they exist.")
-def command(paths, fmt, schedule, action_pattern, microbatches, jobs, output, html_path, force) -> None:
+def command(paths, fmt, schedule, action_pattern, microbatches, jobs, allow_missing, output,
+            html_path, force) -> None:
     """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
     import pipeaudit
     from pipeaudit.report.step_view import step_timeline_text
@@ -34,7 +37,8 @@ def command(paths, fmt, schedule, action_pattern, microbatches, jobs, output, ht
 
         check_writable(html_path, force=force)
     run = pipeaudit.load(paths, schedule=schedule, action_pattern=action_pattern,
-                         num_microbatches=microbatches, jobs=jobs)
+                         num_microbatches=microbatches, jobs=jobs,
+                         allow_missing=allow_missing)
     result = run.audit()
     if html_path:
         from pipeaudit.report.html import write_html

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import click
 
-from pipeaudit.cli.picture_options import run_options
+from pipeaudit.cli.runopts import load_kwargs, run_options
 
 
 @click.command("plot")
+@click.argument("paths", nargs=-1, required=True)
 @run_options
+@click.option("--allow-missing", is_flag=True,
+              help="Plot a set of ranks with gaps (missing ranks are named in the notes).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="FILE.png|FILE.svg",
               help="Image to write; the format comes from the extension (.png or .svg).")
 @click.option("--kind", type=click.Choice(["timeline", "bubble", "memory", "inflight"]),
@@ -17,11 +20,10 @@ from pipeaudit.cli.picture_options import run_options
                    "ideal per rank; memory: Total Allocated over time; inflight: microbatches in flight per stage.")
 @click.option("--step", type=int, default=None, help="Step for --kind timeline (default: the median step).")
 @click.option("--no-ideal", is_flag=True, help="Leave the replay ideal out of --kind timeline.")
-@click.option("--schedule", default=None, help="Declare the schedule that ran (for the theory).")
 @click.option("--dpi", type=click.IntRange(50, 600), default=150, show_default=True, help="PNG resolution.")
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
-def command(paths, action_pattern, microbatches, jobs, output, kind, step, no_ideal, schedule, dpi,
-            force) -> None:
+def command(paths, schedule, action_pattern, microbatches, jobs, allow_missing, output, kind, step,
+            no_ideal, dpi, force) -> None:
     """Plot PATHS (trace files, directories or globs of one run) as a static image for papers
     and tickets."""
     import os
@@ -34,8 +36,8 @@ def command(paths, action_pattern, microbatches, jobs, output, kind, step, no_id
     if os.path.splitext(output)[1].lower() not in FORMATS:
         raise ConfigError(f"{output}: the plot format comes from the extension; use .png or .svg")
     check_writable(output, force=force)
-    run = pipeaudit.load(paths, schedule=schedule, action_pattern=action_pattern,
-                         num_microbatches=microbatches, jobs=jobs)
+    run = pipeaudit.load(paths, allow_missing=allow_missing,
+                         **load_kwargs(schedule, action_pattern, microbatches, jobs))
     opts = {"step": step, "ideal": not no_ideal} if kind == "timeline" else {}
     save_plot(kind, run.timeline, run.audit(), output, force=force, dpi=dpi, **opts)
     click.echo(f"wrote {output}", err=True)

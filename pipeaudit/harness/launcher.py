@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeaudit.errors import PipeauditError
+from pipeaudit.errors import ConfigError, PipeauditError
 from pipeaudit.harness.config import ProfileConfig
 from pipeaudit.harness.manifest import read_manifest
 from pipeaudit.harness.status import ENV_STATUS_DIR, RankStatus
@@ -45,6 +45,7 @@ class HarnessError(PipeauditError):
     def __init__(self, message: str, rank: int | None = None) -> None:
         super().__init__(message)
         self.rank = rank
+        self.pids: list[int] = []  #: the worker pids (all reaped when this is raised)
 
 
 def free_port() -> int:
@@ -104,6 +105,24 @@ def _exit_text(code: int) -> str:
     return f"exited with status {code}"
 
 
+def check_backend(config: ProfileConfig) -> None:
+    """``--backend nccl`` needs P CUDA devices here: say so before starting anything.
+
+    Imports torch (only for an explicit nccl request); ``auto`` is resolved by the
+    workers themselves (nccl when they see >= P devices, else gloo).
+    """
+    if config.backend != "nccl":
+        return
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n < config.stages:
+        raise ConfigError(
+            f"--backend nccl needs {config.stages} CUDA devices (one per rank), found {n}; "
+            "use --backend gloo or auto"
+        )
+
+
 def run_profile(config: ProfileConfig) -> dict:
     """Validate ``config``, run it on ``config.stages`` local processes, return the manifest.
 
@@ -111,6 +130,7 @@ def run_profile(config: ProfileConfig) -> dict:
     HarnessError if the run fails or times out.
     """
     config.validate()
+    check_backend(config)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     status_dir = tempfile.mkdtemp(prefix="pipeaudit-harness-")
@@ -164,7 +184,7 @@ def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
             if now > deadline:
                 break
             time.sleep(POLL_S)
-    except BaseException:
+    except BaseException:  # KeyboardInterrupt included: never leave workers behind
         progress.close()
         _stop_all(procs)
         raise
@@ -184,9 +204,10 @@ def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
     for r, log in enumerate(logs):
         if log.exists():
             shutil.copyfile(log, out / f"rank{r}.log")
-    if first_fail:
-        raise _failure_error(config, statuses, codes, first_fail, out)
-    raise _timeout_error(config, statuses, out)
+    err = (_failure_error(config, statuses, codes, first_fail, out) if first_fail
+           else _timeout_error(config, statuses, out))
+    err.pids = [p.pid for p in procs]
+    raise err
 
 
 def _where(st: RankStatus) -> str:

@@ -7,7 +7,6 @@ ConfigError), not by click, so every invalid combination reads the same.
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable
 
 import click
@@ -86,5 +85,21 @@ def config_from_options(opts: dict[str, Any], default_stages: int = 2,
         seed=opts["seed"],
         threads=opts["threads"],
         force=opts["force"],
-        command=tuple(command if command is not None else ["pipeaudit", *sys.argv[1:]]),
+        command=tuple(command if command is not None else canonical_command(opts)),
     )
+
+
+def canonical_command(opts: dict[str, Any]) -> list[str]:
+    """A complete ``pipeaudit profile`` argv reproducing ``opts`` (every option spelled out)."""
+    argv = ["pipeaudit", "profile"]
+    for key, value in opts.items():
+        flag = "--" + key.replace("_", "-")
+        if key == "imbalance":
+            for item in value:
+                argv += [flag, item]
+        elif isinstance(value, bool):
+            if value:
+                argv.append(flag)
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv

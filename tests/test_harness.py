@@ -214,18 +214,30 @@ def test_no_annotate_1f1b_has_no_pp_spans(tmp_path):
 
 # ---------------------------------------------------------------- imbalance
 def test_imbalance_factor_is_real(tmp_path):
-    """Stage 1 x3: its F and B spans take about three times stage 0's."""
+    """Stage 1 x3 does exactly three times stage 0's matmuls, and takes about 3x as long.
+
+    The harness's PP: spans of 1F1B/GPipe hold only the stage's forward/backward
+    (no recv wait). The op count is exact; the timing uses the fastest instance of
+    each kind (shared CI machines only ever add time) with wide bounds.
+    """
     cfg = ProfileConfig(out=str(tmp_path / "imb"), schedule="gpipe", stages=2, microbatches=4,
                         model=ModelConfig(layers=2, hidden=128, seq_len=32),
                         imbalance={1: 3}, steps=2, warmup_steps=1)
     man = run_profile(cfg)
     assert man["imbalance"] == {"1": 3}
-    total = {}
+    fastest, matmuls = {}, {}
     for r in range(2):
         ev = load_events(tmp_path / "imb" / f"rank{r}.json.gz")
-        total[r] = sum(e["dur"] for e in spans(ev, f"PP:{r}"))  # harness spans: compute only
-    ratio = total[1] / total[0]
-    assert 2.0 < ratio < 4.5, ratio
+        mm = [e for e in spans(ev, "aten::") if e["name"] in ("aten::addmm", "aten::mm")]
+        for kind in "FB":
+            pp = spans(ev, f"PP:{r}{kind}")
+            assert len(pp) == 8
+            fastest[(r, kind)] = min(e["dur"] for e in pp)
+            matmuls[(r, kind)] = sum(1 for e in mm for p in pp if inside(e, p))
+    for kind in "FB":
+        assert matmuls[(1, kind)] == 3 * matmuls[(0, kind)] > 0, matmuls
+    ratio = (fastest[(1, "F")] + fastest[(1, "B")]) / (fastest[(0, "F")] + fastest[(0, "B")])
+    assert 1.5 < ratio < 8, (ratio, fastest)
 
 
 # -------------------------------------------------------------------- faults
@@ -296,12 +308,12 @@ def test_fault_hang_times_out(tmp_path, monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "1:1:hang")
     t0 = time.monotonic()
     with pytest.raises(HarnessError) as exc:
-        run_profile(_fault_config(tmp_path, "hang", timeout=12))
+        run_profile(_fault_config(tmp_path, "hang", timeout=20))
     elapsed = time.monotonic() - t0
-    assert 12 <= elapsed < 12 + 15, elapsed
+    assert 20 <= elapsed < 20 + 15, elapsed
     err = exc.value
     assert err.rank == 1
-    assert "timed out after 12 s" in str(err) and "rank 1 hung" in str(err)
+    assert "timed out after 20 s" in str(err) and "rank 1 hung" in str(err)
     assert not _stray(err.pids)
 
 
@@ -352,8 +364,10 @@ def _free_port() -> int:
     return free_port()
 
 
-def test_keyboard_interrupt_leaves_no_workers(tmp_path):
-    """Ctrl-C on `pipeaudit profile` (SIGINT to the launcher) stops every worker."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
+def test_launcher_interrupted_leaves_no_workers(tmp_path, sig):
+    """Ctrl-C on `pipeaudit profile` stops every worker; if the launcher itself is
+    SIGKILLed, the orphaned workers notice and exit within seconds."""
     out = tmp_path / "int"
     env = _env()
     env[FAULT_ENV] = "0:1:hang"
@@ -373,13 +387,15 @@ def test_keyboard_interrupt_leaves_no_workers(tmp_path):
             time.sleep(0.2)
         assert len(workers) == 2
         time.sleep(3)  # let them get going (rank 0 hangs at step 1)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while _stray(workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not _stray(workers)
 
 

@@ -63,6 +63,7 @@ def _worker_env(rank: int, world: int, port: int, status_dir: str) -> dict[str, 
         PYTHONUNBUFFERED="1",
     )
     env[ENV_STATUS_DIR] = status_dir
+    env["PIPEAUDIT_HARNESS_LAUNCHER_PID"] = str(os.getpid())
     # Make sure the children import this very copy of pipeaudit.
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(

@@ -193,6 +193,36 @@ def describe_error(exc: BaseException) -> dict:
             "traceback": "".join(traceback.format_exception(exc))[-4000:]}
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Die with the launcher: if it is SIGKILLed, orphaned workers must not linger.
+
+    On Linux the kernel does it (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), which works
+    even while the main thread blocks in gloo holding the GIL; elsewhere a daemon
+    thread polls the parent pid.
+    """
+    import signal
+
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0:  # 1 == PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the launcher died before prctl took effect
+                os._exit(3)
+            return
+    except (OSError, AttributeError):
+        pass
+    import threading
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="pipeaudit-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of a launcher-spawned worker process."""
     argv = sys.argv[1:] if argv is None else argv
@@ -205,6 +235,8 @@ def main(argv: list[str] | None = None) -> None:
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     status_dir = os.environ.get(ENV_STATUS_DIR)
     rep = Reporter(status_dir, rank)
+    if "PIPEAUDIT_HARNESS_LAUNCHER_PID" in os.environ:
+        _exit_with_parent(int(os.environ["PIPEAUDIT_HARNESS_LAUNCHER_PID"]))
     try:
         run_rank(config, rank, world, local_rank, local_world, "local", status_dir)
     except BaseException as exc:  # noqa: BLE001 - report anything, then die

@@ -184,7 +184,9 @@ def test_every_schedule_p2(tmp_path, schedule, m, v):
         assert man["stage_to_rank"] == [0, 1, 0, 1]
 
 
-P4 = [("interleaved-1f1b", 8, 2), ("zbv", 8, 2), ("dualpipev", 8, 2)]
+# P=4 for the V-placed schedules (rank r holds r and 7-r); loop placement at P=4
+# is covered by the 1F1B test above and by interleaved/looped at P=2.
+P4 = [("zbv", 8, 2), ("dualpipev", 8, 2)]
 
 
 @pytest.mark.parametrize("schedule,m,v", P4, ids=[a[0] for a in P4])
@@ -193,8 +195,7 @@ def test_schedules_p4(tmp_path, schedule, m, v):
                        "--microbatches", str(m), "--layers", str(4 * v), *TINY)
     assert res.exit_code == 0, res.output
     man = check_run(out, schedule, 4, m, v)
-    if v == 2 and schedule != "interleaved-1f1b":
-        assert man["stage_to_rank"] == [0, 1, 2, 3, 3, 2, 1, 0]
+    assert man["stage_to_rank"] == [0, 1, 2, 3, 3, 2, 1, 0]
 
 
 def test_no_annotate_1f1b_has_no_pp_spans(tmp_path):

@@ -1,6 +1,6 @@
 """Start P local worker processes, watch them, fail cleanly. Torch-free.
 
-Each rank is ``python -m pipeaudit.harness.worker CONFIG.json`` in its own
+Each rank is ``python -m pipeaudit.harness.entry CONFIG.json`` in its own
 session (process group), with MASTER_ADDR=127.0.0.1 and a free port. The
 launcher polls the processes and their status files:
 
@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pipeaudit.errors import ConfigError, PipeauditError
 from pipeaudit.harness.config import ProfileConfig
+from pipeaudit.harness.entry import ENV_LAUNCHER_PID
 from pipeaudit.harness.manifest import read_manifest
 from pipeaudit.harness.status import ENV_STATUS_DIR, RankStatus
 
@@ -63,7 +64,7 @@ def _worker_env(rank: int, world: int, port: int, status_dir: str) -> dict[str, 
         PYTHONUNBUFFERED="1",
     )
     env[ENV_STATUS_DIR] = status_dir
-    env["PIPEAUDIT_HARNESS_LAUNCHER_PID"] = str(os.getpid())
+    env[ENV_LAUNCHER_PID] = str(os.getpid())
     # Make sure the children import this very copy of pipeaudit.
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(
@@ -161,7 +162,7 @@ def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
             logs.append(log)
             with open(log, "wb") as fh:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "pipeaudit.harness.worker", str(cfg_path)],
+                    [sys.executable, "-m", "pipeaudit.harness.entry", str(cfg_path)],
                     env=_worker_env(r, world, port, status_dir),
                     stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                     start_new_session=True,

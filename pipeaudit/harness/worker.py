@@ -1,17 +1,15 @@
 """One rank of a harness run: train under torch.profiler, write the trace (imports torch).
 
-Run by the launcher as ``python -m pipeaudit.harness.worker CONFIG.json`` with
-``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` in the
-environment, or in-process by ``python -m pipeaudit.harness`` under torchrun.
+Run by the launcher through ``python -m pipeaudit.harness.entry CONFIG.json``
+(torch-free until it has tied the process's life to the launcher's), or
+in-process by ``python -m pipeaudit.harness`` under torchrun.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import sys
 import time
-import traceback
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,11 +23,9 @@ from pipeaudit.harness.config import ProfileConfig
 from pipeaudit.harness.faults import faults_from_env, maybe_inject
 from pipeaudit.harness.manifest import build_manifest, trace_name, write_manifest
 from pipeaudit.harness.model import make_batch
-from pipeaudit.harness.status import ENV_STATUS_DIR, Reporter
+from pipeaudit.harness.status import Reporter
 
 PARTIAL_PREFIX = "partial-"
-_COMM_MARKERS = ("gloo", "nccl", "connection", "broken pipe", "timed out", "timeout",
-                 "peer", "socket", "distbackenderror", "closed")
 
 
 def resolve_backend(requested: str, local_world_size: int) -> tuple[str, str]:
@@ -177,78 +173,3 @@ def run_rank(
     dist.destroy_process_group()
     rep.phase("done")
     return manifest
-
-
-def describe_error(exc: BaseException) -> dict:
-    """Summary of an exception for the launcher: type, first line, comm-or-not."""
-    # Unwrap torch's "failed to run forward" wrappers to the root cause.
-    root = exc
-    while root.__cause__ is not None:
-        root = root.__cause__
-    text = f"{type(root).__name__}: {str(root).strip()}"
-    first = text.splitlines()[0][:300] if text else type(root).__name__
-    low = (type(exc).__name__ + " " + str(exc) + " " + text).lower()
-    comm = any(m in low for m in _COMM_MARKERS) and "injected fault" not in low
-    return {"type": type(root).__name__, "message": first, "comm": comm,
-            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
-
-
-def _exit_with_parent(parent: int) -> None:
-    """Die with the launcher: if it is SIGKILLed, orphaned workers must not linger.
-
-    On Linux the kernel does it (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), which works
-    even while the main thread blocks in gloo holding the GIL; elsewhere a daemon
-    thread polls the parent pid.
-    """
-    import signal
-
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0:  # 1 == PR_SET_PDEATHSIG
-            if os.getppid() != parent:  # the launcher died before prctl took effect
-                os._exit(3)
-            return
-    except (OSError, AttributeError):
-        pass
-    import threading
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(3)
-
-    threading.Thread(target=watch, name="pipeaudit-parent-watch", daemon=True).start()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of a launcher-spawned worker process."""
-    argv = sys.argv[1:] if argv is None else argv
-    import json
-
-    config = ProfileConfig.from_dict(json.loads(Path(argv[0]).read_text()))
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    status_dir = os.environ.get(ENV_STATUS_DIR)
-    rep = Reporter(status_dir, rank)
-    if "PIPEAUDIT_HARNESS_LAUNCHER_PID" in os.environ:
-        _exit_with_parent(int(os.environ["PIPEAUDIT_HARNESS_LAUNCHER_PID"]))
-    try:
-        run_rank(config, rank, world, local_rank, local_world, "local", status_dir)
-    except BaseException as exc:  # noqa: BLE001 - report anything, then die
-        info = describe_error(exc)
-        rep.error(**info)
-        sys.stderr.write(info["traceback"])
-        sys.stderr.flush()
-        os._exit(1)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

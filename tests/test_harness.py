@@ -285,12 +285,22 @@ def test_fault_raise_names_rank_and_keeps_partial_trace(tmp_path, monkeypatch):
 
 
 def test_fault_raise_through_cli_exits_nonzero(tmp_path):
-    out, res = profile(tmp_path, "cli", "--schedule", "1f1b", "--stages", "1",
-                       "--microbatches", "2", "--layers", "1", *TINY,
-                       env={FAULT_ENV: "0:0:raise"})
+    """Through the CLI: non-zero exit, one line naming the rank. With --force, the
+    outputs of an earlier run are removed first (no stale manifest survives a
+    failed run); other files in --out are left alone."""
+    out = tmp_path / "cli"
+    out.mkdir()
+    for stale in ("manifest.json", "rank0.json.gz", "rank7.json.gz"):
+        (out / stale).write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    res = CliRunner().invoke(
+        cli, ["profile", "--schedule", "1f1b", "--stages", "1", "--microbatches", "2",
+              "--layers", "1", *TINY, "--out", str(out), "--force"],
+        env={FAULT_ENV: "0:0:raise"})
     assert res.exit_code != 0
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "rank 0 failed during warmup step 0" in lines[0], res.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "rank0.log"]
 
 
 def test_fault_sigkill(tmp_path, monkeypatch):

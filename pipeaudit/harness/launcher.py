@@ -125,6 +125,22 @@ def check_backend(config: ProfileConfig) -> None:
         )
 
 
+OUR_OUTPUTS = ("manifest.json", "manifest.json.tmp", "rank*.json.gz", "partial-rank*.json.gz",
+               "rank*.log")
+
+
+def clear_previous_outputs(out: Path) -> None:
+    """Remove what an earlier harness run left in ``out`` (only files we write).
+
+    Matters with ``--force``: a stale manifest must not survive a failed run, and
+    traces of ranks the new run does not have must not mix with the new ones.
+    """
+    for pattern in OUR_OUTPUTS:
+        for path in out.glob(pattern):
+            if path.is_file():
+                path.unlink()
+
+
 def run_profile(config: ProfileConfig) -> dict:
     """Validate ``config``, run it on ``config.stages`` local processes, return the manifest.
 
@@ -135,6 +151,7 @@ def run_profile(config: ProfileConfig) -> dict:
     check_backend(config)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
+    clear_previous_outputs(out)
     status_dir = tempfile.mkdtemp(prefix="pipeaudit-harness-")
     try:
         return _run(config, out, status_dir)

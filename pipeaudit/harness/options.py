@@ -21,7 +21,7 @@ _OPTIONS = [
                  help="Number of ranks P (one process each). [default: 2; under torchrun WORLD_SIZE]"),
     click.option("--microbatches", "-M", type=int, default=4, show_default=True,
                  help="Microbatches per step M."),
-    click.option("--chunks", "-v", type=int, default=None,
+    click.option("--chunks", type=int, default=None,
                  help="Stages per rank v (default: 1, or 2 for multi-chunk schedules)."),
     click.option("--steps", type=int, default=2, show_default=True, help="Profiled steps."),
     click.option("--warmup-steps", type=int, default=1, show_default=True,

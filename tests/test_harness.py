@@ -219,10 +219,11 @@ def test_imbalance_factor_is_real(tmp_path):
 
     The harness's PP: spans of 1F1B/GPipe hold only the stage's forward/backward
     (no recv wait). The op count is exact; the timing uses the fastest instance of
-    each kind (shared CI machines only ever add time) with wide bounds.
+    each kind (contention only ever adds time), with tight bounds only when the
+    machine is not overloaded.
     """
     cfg = ProfileConfig(out=str(tmp_path / "imb"), schedule="gpipe", stages=2, microbatches=4,
-                        model=ModelConfig(layers=2, hidden=128, seq_len=32),
+                        model=ModelConfig(layers=2, hidden=256, seq_len=32),
                         imbalance={1: 3}, steps=2, warmup_steps=1)
     man = run_profile(cfg)
     assert man["imbalance"] == {"1": 3}
@@ -238,7 +239,10 @@ def test_imbalance_factor_is_real(tmp_path):
     for kind in "FB":
         assert matmuls[(1, kind)] == 3 * matmuls[(0, kind)] > 0, matmuls
     ratio = (fastest[(1, "F")] + fastest[(1, "B")]) / (fastest[(0, "F")] + fastest[(0, "B")])
-    assert 1.5 < ratio < 8, (ratio, fastest)
+    if os.getloadavg()[0] <= (os.cpu_count() or 1):
+        assert 2.0 < ratio < 4.5, (ratio, fastest)
+    else:  # an overloaded machine (shared CI) stretches spans at random: sanity only
+        assert ratio > 1.5, (ratio, fastest)
 
 
 # -------------------------------------------------------------------- faults
@@ -391,8 +395,7 @@ def test_launcher_interrupted_leaves_no_workers(tmp_path, sig):
         deadline = time.monotonic() + 60
         workers: list[int] = []
         while time.monotonic() < deadline:
-            workers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-                       and _ppid(int(p.name)) == proc.pid]
+            workers = _worker_sessions(proc.pid)
             if len(workers) == 2:
                 break
             time.sleep(0.2)
@@ -410,10 +413,27 @@ def test_launcher_interrupted_leaves_no_workers(tmp_path, sig):
     assert not _stray(workers)
 
 
-def _ppid(pid: int) -> int:
+def _stat(pid: int) -> list[str] | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return -1
-    return int(stat[stat.rindex(")") + 2:].split()[1])
+        return None
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def _worker_sessions(root: int) -> list[int]:
+    """Descendants of ``root`` that lead their own session: the rank processes
+    (they are forked by the launcher's forkserver and call setsid)."""
+    parent = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None:
+            parent[int(entry.name)] = (int(st[1]), int(st[3]))
+    out = []
+    for pid, (_, session) in parent.items():
+        p = pid
+        while p in parent and p != root:
+            p = parent[p][0]
+        if p == root and pid != root and session == pid:
+            out.append(pid)
+    return sorted(out)
 

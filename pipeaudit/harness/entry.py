@@ -1,28 +1,28 @@
-"""Entry point of a launcher-spawned worker: ``python -m pipeaudit.harness.entry CONFIG.json``.
+"""Entry point of a launcher-started worker process (``forked_main``). Torch-free.
 
-Torch-free on purpose: the first thing a worker does is tie its life to the
-launcher's (so a SIGKILLed launcher leaves nothing behind, even while a worker
-is still importing torch, which takes seconds); only then does it import the
-torch worker. Environment: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, the status directory and
-the launcher's pid (set by ``pipeaudit.harness.launcher``).
+The launcher starts workers with multiprocessing: by default from a forkserver
+that has already imported torch and the worker (importing
+``torch.distributed.pipelining`` costs ~4 s of CPU per process; a forkserver
+pays it once per launcher process, which matters for P ranks on few cores, for
+test suites and for sweeps). The environment each worker needs (``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
+``MASTER_PORT``, the status directory, any fault injection) is passed
+explicitly, since the forkserver's own environment is that of its first use.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from pathlib import Path
 
-ENV_LAUNCHER_PID = "PIPEAUDIT_HARNESS_LAUNCHER_PID"
 _COMM_MARKERS = ("gloo", "nccl", "connection", "broken pipe", "timed out", "timeout",
                  "peer", "socket", "distbackenderror", "closed")
 
 
 def exit_with_parent(parent: int) -> None:
-    """Die with the launcher: if it is SIGKILLed, orphaned workers must not linger.
+    """Die with the parent (the forkserver, which dies with the launcher, or the
+    launcher itself): if the launcher is SIGKILLed, workers must not linger.
 
     On Linux the kernel does it (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), which works
     even while the main thread blocks in gloo holding the GIL; elsewhere a daemon
@@ -35,7 +35,7 @@ def exit_with_parent(parent: int) -> None:
 
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0:  # 1 == PR_SET_PDEATHSIG
-            if os.getppid() != parent:  # the launcher died before prctl took effect
+            if os.getppid() != parent:  # the parent died before prctl took effect
                 os._exit(3)
             return
     except (OSError, AttributeError):
@@ -70,19 +70,56 @@ def describe_error(exc: BaseException) -> dict:
             "traceback": "".join(traceback.format_exception(exc))[-4000:]}
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if ENV_LAUNCHER_PID in os.environ:
-        exit_with_parent(int(os.environ[ENV_LAUNCHER_PID]))
+def release_forkserver() -> None:
+    """Drop this process's reference to the forkserver's "alive" pipe.
+
+    multiprocessing hands every forkserver child the write end of that pipe (so
+    children could start processes themselves); the forkserver only exits once
+    every write end is closed. A worker holding it would keep the forkserver
+    alive after the launcher died, and the forkserver would keep the worker
+    alive (PDEATHSIG): release it.
+    """
+    try:
+        from multiprocessing import forkserver
+
+        server = forkserver._forkserver
+        fd = getattr(server, "_forkserver_alive_fd", None)
+        if fd is not None:
+            os.close(fd)
+            server._forkserver_alive_fd = None
+    except (ImportError, AttributeError, OSError):  # pragma: no cover - other Pythons
+        pass
+
+
+def forked_main(config_dict: dict, env: dict[str, str], log_path: str) -> None:
+    """Body of one worker process (multiprocessing target, forkserver or spawn).
+
+    Order matters: own session (the launcher kills the whole group), die with
+    the parent, send output to the log file, take the launcher's environment,
+    and only then import the torch worker (already imported when forked from the
+    preloaded forkserver).
+    """
+    os.setsid()
+    release_forkserver()
+    exit_with_parent(os.getppid())
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    os.environ.clear()
+    os.environ.update(env)
+
     from pipeaudit.harness.config import ProfileConfig
     from pipeaudit.harness.status import ENV_STATUS_DIR, Reporter
 
-    config = ProfileConfig.from_dict(json.loads(Path(argv[0]).read_text()))
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    status_dir = os.environ.get(ENV_STATUS_DIR)
+    config = ProfileConfig.from_dict(config_dict)
+    rank = int(env["RANK"])
+    world = int(env["WORLD_SIZE"])
+    local_rank = int(env.get("LOCAL_RANK", rank))
+    local_world = int(env.get("LOCAL_WORLD_SIZE", world))
+    status_dir = env.get(ENV_STATUS_DIR)
     rep = Reporter(status_dir, rank)
     try:
         rep.phase("import")
@@ -99,7 +136,3 @@ def main(argv: list[str] | None = None) -> None:
     sys.stderr.flush()
     # os._exit: skip interpreter teardown, where gloo/profiler threads can hang.
     os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

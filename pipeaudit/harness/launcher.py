@@ -1,8 +1,10 @@
 """Start P local worker processes, watch them, fail cleanly. Torch-free.
 
-Each rank is ``python -m pipeaudit.harness.entry CONFIG.json`` in its own
-session (process group), with MASTER_ADDR=127.0.0.1 and a free port. The
-launcher polls the processes and their status files:
+Each rank is a multiprocessing process (``pipeaudit.harness.entry.forked_main``)
+forked from a forkserver that has imported torch once (see ``entry``), in its
+own session (process group), with MASTER_ADDR=127.0.0.1 and a free port. The
+launcher itself never imports torch. It polls the processes and their status
+files:
 
 * all exit 0 -> the manifest rank 0 wrote is read back and returned;
 * one exits non-zero or is killed -> after a short grace period (to let the
@@ -18,23 +20,25 @@ Worker output goes to log files; on failure they are copied to
 
 from __future__ import annotations
 
-import json
 import os
+import contextlib
+import multiprocessing
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
+import sys
 import time
+import types
 from pathlib import Path
 
 from pipeaudit.errors import ConfigError, PipeauditError
 from pipeaudit.harness.config import ProfileConfig
-from pipeaudit.harness.entry import ENV_LAUNCHER_PID
+from pipeaudit.harness.entry import forked_main
 from pipeaudit.harness.manifest import read_manifest
 from pipeaudit.harness.status import ENV_STATUS_DIR, RankStatus
 
+ENV_START = "PIPEAUDIT_HARNESS_START"
 POLL_S = 0.05
 GRACE_S = 1.5  # after the first failure, how long the others may take to report
 TERM_S = 3.0  # SIGTERM -> SIGKILL
@@ -64,38 +68,68 @@ def _worker_env(rank: int, world: int, port: int, status_dir: str) -> dict[str, 
         PYTHONUNBUFFERED="1",
     )
     env[ENV_STATUS_DIR] = status_dir
-    env[ENV_LAUNCHER_PID] = str(os.getpid())
-    # Make sure the children import this very copy of pipeaudit.
-    pkg_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(
-        [pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    )
     return env
 
 
-def _kill_group(proc: subprocess.Popen, sig: int) -> None:
-    """Signal the session the launcher created for this worker (pgid == its pid)."""
+def _mp_context():
+    """A forkserver that has imported torch and the worker (POSIX), else spawn.
+
+    ``PIPEAUDIT_HARNESS_START=spawn`` forces a fresh interpreter per worker.
+    """
+    method = os.environ.get(ENV_START, "forkserver")
+    if method not in multiprocessing.get_all_start_methods():
+        method = "spawn"
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["pipeaudit.harness.worker"])
+    return ctx
+
+
+@contextlib.contextmanager
+def _main_not_reimported():
+    """Keep multiprocessing from re-running the caller's ``__main__`` in workers.
+
+    multiprocessing re-imports a script ``__main__`` in every spawned/forkserver
+    child, which would re-run any script (or notebook-launched file) that calls
+    ``run_profile`` without an ``if __name__ == "__main__"`` guard. Workers need
+    nothing from ``__main__``, so hide it while the process is being started.
+    """
+    real = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if real is not None:
+            sys.modules["__main__"] = real
+
+
+def _kill_group(proc, sig: int) -> None:
+    """Signal the worker's session (it calls setsid first thing: pgid == its pid)."""
+    if proc.pid is None:
+        return
     try:
         os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:
+        try:  # not yet its own group leader
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+    except PermissionError:  # pragma: no cover
         pass
 
 
-def _stop_all(procs: list[subprocess.Popen]) -> None:
-    alive = [p for p in procs if p.poll() is None]
+def _stop_all(procs: list) -> None:
+    alive = [p for p in procs if p.exitcode is None]
     for p in alive:
         _kill_group(p, signal.SIGTERM)
     deadline = time.monotonic() + TERM_S
-    while any(p.poll() is None for p in alive) and time.monotonic() < deadline:
+    while any(p.exitcode is None for p in alive) and time.monotonic() < deadline:
         time.sleep(POLL_S)
     for p in procs:
         # SIGKILL the whole group even if the leader is gone: nothing it started may survive.
         _kill_group(p, signal.SIGKILL)
     for p in procs:
-        try:
-            p.wait(timeout=TERM_S)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL'd
-            pass
+        p.join(timeout=TERM_S)
 
 
 def _exit_text(code: int) -> str:
@@ -162,11 +196,9 @@ def run_profile(config: ProfileConfig) -> dict:
 def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
     from pipeaudit.harness.progress import Progress
 
-    cfg_path = Path(status_dir) / "config.json"
-    cfg_path.write_text(json.dumps(config.to_dict()))
     world = config.stages
     port = free_port()
-    procs: list[subprocess.Popen] = []
+    procs: list = []
     logs: list[Path] = []
     statuses = [RankStatus(r) for r in range(world)]
     total_steps = config.warmup_steps + config.steps
@@ -174,23 +206,26 @@ def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
     started = time.monotonic()
     deadline = started + config.timeout
     try:
+        ctx = _mp_context()
+        cfg = config.to_dict()
         for r in range(world):
             log = Path(status_dir) / f"rank{r}.log"
+            log.touch()
             logs.append(log)
-            with open(log, "wb") as fh:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "pipeaudit.harness.entry", str(cfg_path)],
-                    env=_worker_env(r, world, port, status_dir),
-                    stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                ))
+            proc = ctx.Process(
+                target=forked_main, name=f"pipeaudit-rank{r}",
+                args=(cfg, _worker_env(r, world, port, status_dir), str(log)),
+            )
+            with _main_not_reimported():
+                proc.start()
+            procs.append(proc)
         first_fail: dict[int, float] = {}
         while True:
             now = time.monotonic()
             for st in statuses:
                 st.refresh(status_dir)
             progress.update(min(st.steps_done for st in statuses))
-            codes = [p.poll() for p in procs]
+            codes = [p.exitcode for p in procs]
             for r, c in enumerate(codes):
                 if c not in (None, 0) and r not in first_fail:
                     first_fail[r] = now
@@ -208,7 +243,7 @@ def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
         _stop_all(procs)
         raise
     progress.close()
-    codes = [p.poll() for p in procs]
+    codes = [p.exitcode for p in procs]
     _stop_all(procs)
     for st in statuses:
         st.refresh(status_dir)

@@ -20,14 +20,14 @@ Worker output goes to log files; on failure they are copied to
 
 from __future__ import annotations
 
-import os
 import contextlib
 import multiprocessing
+import os
 import shutil
 import signal
 import socket
-import tempfile
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path

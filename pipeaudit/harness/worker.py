@@ -1,13 +1,11 @@
 """One rank of a harness run: train under torch.profiler, write the trace (imports torch).
 
-Run by the launcher through ``python -m pipeaudit.harness.entry CONFIG.json``
-(torch-free until it has tied the process's life to the launcher's), or
-in-process by ``python -m pipeaudit.harness`` under torchrun.
+Called in a launcher-started process by ``pipeaudit.harness.entry.forked_main``,
+or in-process by ``python -m pipeaudit.harness`` under torchrun.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from datetime import timedelta

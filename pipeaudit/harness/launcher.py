@@ -110,10 +110,13 @@ def _kill_group(proc, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
-        try:  # not yet its own group leader
-            os.kill(proc.pid, sig)
-        except ProcessLookupError:
-            pass
+        # Still running but not yet its own group leader. (Never os.kill a worker
+        # that has exited: its pid may already belong to someone else.)
+        if proc.exitcode is None:
+            try:
+                os.kill(proc.pid, sig)
+            except ProcessLookupError:
+                pass
     except PermissionError:  # pragma: no cover
         pass
 

@@ -13,7 +13,7 @@ from pipeaudit.sweep.results import SweepResult
 _STATUS_STYLE = {"ok": "green", "skipped": "dim", "failed": "bold red"}
 
 
-def render_text(result: SweepResult, *, color: bool = False, width: int = 140) -> str:
+def render_text(result: SweepResult, *, color: bool = False, width: int = 160) -> str:
     """The sweep table (rich) followed by the skip/fail reasons, as text."""
     buf = io.StringIO()
     con = Console(file=buf, force_terminal=color, no_color=not color, width=width, highlight=False,
@@ -28,7 +28,8 @@ def render_text(result: SweepResult, *, color: bool = False, width: int = 140) -
     for c in ("run", "status", "P", "M", "v", "measured", "theory", "replay ideal", "step ms",
               "samples/s", "peak MiB", "in-flight", "findings"):
         t.add_column(c, justify="left" if c in ("run", "status", "findings") else "right",
-                     no_wrap=c != "findings")
+                     no_wrap=c != "findings", min_width=26 if c == "findings" else None,
+                     overflow="fold")
     for r in result.records:
         inflight = "-" if r.peak_inflight is None else (
             f"{r.peak_inflight}/{r.expected_peak_inflight}" if r.expected_peak_inflight is not None

@@ -85,6 +85,7 @@ def load(
     action_pattern: str | None = None,
     num_microbatches: int | None = None,
     jobs: int | None = None,
+    allow_missing: bool = False,
 ) -> Run:
     """Load a run's traces (files, directories or globs) for analysis."""
     from pipeaudit.timeline.build import build_timeline
@@ -92,5 +93,6 @@ def load(
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     tl = build_timeline([str(p) for p in paths], pattern=action_pattern,
-                        num_microbatches=num_microbatches, jobs=jobs)
+                        num_microbatches=num_microbatches, jobs=jobs,
+                        allow_missing=allow_missing)
     return Run(tl, schedule=schedule)

@@ -23,6 +23,9 @@ class TraceError(PipeauditError):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}" if self.path else problem)
 
+    def __reduce__(self):  # picklable across worker processes
+        return (type(self), (self.path, self.problem))
+
 
 class ScheduleError(PipeauditError):
     """A schedule cannot be built or replayed (invalid P/M/v, unknown name, deadlock)."""

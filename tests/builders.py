@@ -105,14 +105,18 @@ def _place(orders, placement, dur, latency, host_delay):
 
 def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1, annotate=True,
               host_delay=None, gzip_files=False, step_gap=500, memory=False, world_size=None,
-              with_profiler_steps=True, name="built") -> BuiltRun:
+              with_profiler_steps=True, gpu=False, name="built", step_dur=None) -> BuiltRun:
     """Write one Kineto trace per rank for ``orders`` (per rank lists of (stage, kind, mb)).
 
     ``dur(stage, kind, mb)`` gives integer µs durations (default F=1000, B=2000, I=W=1000);
     ``latency`` µs separate an action from its consumer on another rank;
     ``host_delay(rank)`` µs pass before each of the rank's actions can start.
+    ``step_dur(step, stage, kind, mb)``, when given, replaces ``dur`` so that
+    durations can vary from step to step.
     A span whose input comes from another rank opens as soon as its rank is
     free, so the recv wait lies inside the span with no event (not compute).
+    With ``gpu=True`` compute is a kernel on stream 7 launched (``cudaLaunchKernel``,
+    same correlation id) when the span opens, and transfers are NCCL kernels on stream 20.
     """
     P = len(orders)
     placement = placement or list(range(P))
@@ -125,7 +129,8 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
     compute: dict[int, dict[int, list[tuple[int, int]]]] = {}
     t0 = 1000
     for step in range(steps):
-        placed = _place(orders, placement, dur, latency, host_delay)
+        step_d = dur if step_dur is None else (lambda s, k, m, _st=step: step_dur(_st, s, k, m))
+        placed = _place(orders, placement, step_d, latency, host_delay)
         hi = max(e for _, e in placed.values())
         compute[step] = {r: [] for r in range(P)}
         for r in range(P):
@@ -147,10 +152,27 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
                     (k in "BI" and s > 0 and placement[s - 1] != r)
                 c1 = b - 1 if cross_out else b  # the send takes the action's last µs
                 name_ = "autograd::engine::evaluate_function: MmBackward0" if k != "F" else "aten::mm"
-                ev.append(_x(name_, "cpu_op", t0 + a, c1 - a, r))
-                ev.append(_x("aten::t", "cpu_op", t0 + a + 1, max(1, (c1 - a) // 10), r))
+                if gpu:
+                    corr = len(ev) + 1
+                    ev.append(_x(name_, "cpu_op", t0 + span_start, 3, r))
+                    ev.append(dict(_x("cudaLaunchKernel", "cuda_runtime", t0 + span_start + 1, 1, r),
+                                   args={"correlation": corr}))
+                    ev.append({"ph": "X", "name": "sm90_gemm_kernel", "cat": "kernel", "ts": t0 + a,
+                               "dur": c1 - a, "pid": 0, "tid": 7,
+                               "args": {"correlation": corr, "stream": 7, "device": 0}})
+                    if cross_in and a > span_start:
+                        ev.append({"ph": "X", "name": "ncclDevKernel_SendRecv", "cat": "kernel",
+                                   "ts": t0 + span_start, "dur": a - span_start, "pid": 0, "tid": 20,
+                                   "args": {"stream": 20, "device": 0}})
+                else:
+                    ev.append(_x(name_, "cpu_op", t0 + a, c1 - a, r))
+                    ev.append(_x("aten::t", "cpu_op", t0 + a + 1, max(1, (c1 - a) // 10), r))
                 compute[step][r].append((t0 + a, t0 + c1))
-                if cross_out:
+                if cross_out and gpu:
+                    ev.append({"ph": "X", "name": "ncclDevKernel_SendRecv", "cat": "kernel",
+                               "ts": t0 + c1, "dur": max(latency, 1), "pid": 0, "tid": 20,
+                               "args": {"stream": 20, "device": 0}})
+                elif cross_out:
                     # the send op ends the action; the gloo lifetime span outlives it
                     ev.append(_x("c10d::send", "cpu_op", t0 + c1, 1, r))
                     ev.append(_x("gloo:send", "user_annotation", t0 + c1, max(latency, 1), r))
@@ -165,6 +187,7 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
     for r in range(P):
         doc = {
             "schemaVersion": 1,
+            **({"deviceProperties": [{"id": 0, "name": "NVIDIA H100"}]} if gpu else {}),
             "distributedInfo": {"backend": "gloo", "rank": r, "world_size": world_size or P},
             "baseTimeNanoseconds": BASE_NS,
             "traceEvents": events[r],

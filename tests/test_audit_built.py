@@ -111,3 +111,18 @@ def test_memory_peak(tmp_path):
     built = build_run(tmp_path, gpipe_orders(2, 4), memory=True)
     result = pipeaudit.load(built.directory).audit()
     assert [r.peak_allocated_bytes for r in result.ranks] == [1_000_000 + 7000, 2_000_000 + 7000]
+
+
+def test_gpu_trace_compute_is_kernels_attributed_by_launch(tmp_path):
+    P, M = 4, 8
+    built = build_run(tmp_path, one_f_one_b_orders(P, M), latency=300, gpu=True, steps=2)
+    run = pipeaudit.load(built.directory)
+    result = _check_bubble(run, built)
+    assert result.device_type == "cuda" and result.schedule == "1f1b"
+    acts = run.actions()
+    # every action got exactly its kernel: compute equals the kernel time
+    assert (acts["compute_ns"] > 0).all()
+    assert result.bubble.measured > result.bubble.replay_ideal + 0.02  # NCCL latency is overhead
+    for r in result.ranks:
+        assert r.comm_us > 0 and 0.0 <= r.overlap <= 1.0
+        assert r.idle_fraction < r.bubble  # a rank waiting in a recv kernel is busy, yet in bubble

@@ -118,6 +118,16 @@ def test_zb_h1_is_torch_interleaved_zb_with_one_chunk():
     assert compared > 40
 
 
+def test_torch_interleaved_with_one_chunk_is_eager_1f1b():
+    for P in range(1, 6):
+        for M in range(P, 3 * P):
+            try:
+                inter = build_schedule("interleaved-1f1b", P, M, 1)
+            except ScheduleError:
+                continue
+            assert inter.orders == build_schedule("eager-1f1b", P, M).orders
+
+
 @pytest.mark.parametrize("alias,canon", [
     ("interleaved", "interleaved-1f1b"), ("Interleaved1F1B", "interleaved-1f1b"),
     ("zb-v", "zbv"), ("ZBVZeroBubble", "zbv"), ("zb1p", "interleaved-zb"),

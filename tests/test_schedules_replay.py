@@ -250,7 +250,8 @@ def test_deadlock_on_self_order():
      "rank 1: action 1F0 belongs to stage 1, which is placed on rank 0"),
     ([[Action(2, "F", 0)]], [0, 0], "names stage 2, but there are 2 stages"),
     ([[Action(0, "F", 0), Action(0, "F", 0)]], [0], "appears more than once"),
-    ([[Action(0, "F", 0), Action(0, "B", 0), Action(0, "I", 0)]], [0], "appears more than once"),
+    ([[Action(0, "F", 0), Action(0, "B", 0), Action(0, "I", 0)]], [0],
+     "0B0 and 0I0 both compute stage 0's input gradient for microbatch 0"),
     ([[Action(0, "F", 0)]], [1], "placement names ranks outside"),
 ])
 def test_invalid_orders(orders, placement, fragment):
@@ -267,4 +268,4 @@ def test_replay_is_fast_on_large_schedules():
     r = replay(s.orders, s.placement, lambda rank, a: 1.0 + (a.microbatch % 3) * 0.1)
     elapsed = time.perf_counter() - t
     assert len(r.actions) == s.num_actions == 2 * 16 * 4 * 256
-    assert elapsed < 2.0, elapsed
+    assert elapsed < 5.0, elapsed  # linear: ~1 s on a loaded 2-core box; quadratic would be minutes

@@ -177,9 +177,10 @@ def _theory(name, sched, P, M, v, kind_means, notes):
         sim = replay(sched.orders, sched.placement, {(st, k): means[k]
                                                      for st in range(sched.num_stages) for k in means})
         notes.append(f"theory: {th.notes}")
-        th = replace(th, bubble=sim.bubble,
-                     formula=f"replay of the {sched.name} order with mean measured T_F/T_B/T_I/T_W "
-                             "(its closed form does not hold for these durations)")
+        notes.append(f"theory: the closed form {th.formula} does not hold for the measured "
+                     f"durations; the theory figure replays the catalogue {sched.name} order with "
+                     "each kind's mean measured duration and free communication")
+        th = replace(th, bubble=sim.bubble, formula=f"replay({sched.name}, mean T)")
     return th
 
 

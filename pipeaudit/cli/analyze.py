@@ -19,20 +19,23 @@ from pipeaudit.cli.output import write_output
 @click.option("--microbatches", type=int, default=None,
               help="Microbatches per step (for un-annotated traces without ProfilerStep spans).")
 @click.option("--jobs", type=int, default=None, help="Ranks decoded in parallel (default: cores).")
+@click.option("--allow-missing", is_flag=True,
+              help="Analyse a set of ranks with gaps (missing ranks are named in the notes).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @click.option("--with-hta", is_flag=True,
               help="Also run Holistic Trace Analysis (pipeaudit[hta]) on GPU traces and show its "
                    "idle and comm/comp overlap next to pipeaudit's per-rank figures.")
-def command(paths, fmt, schedule, action_pattern, microbatches, jobs, output, force,
-            with_hta) -> None:
+def command(paths, fmt, schedule, action_pattern, microbatches, jobs, allow_missing, output,
+            force, with_hta) -> None:
     """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
     import pipeaudit
     from pipeaudit.report.step_view import step_timeline_text
 
     run = pipeaudit.load(paths, schedule=schedule, action_pattern=action_pattern,
-                         num_microbatches=microbatches, jobs=jobs)
+                         num_microbatches=microbatches, jobs=jobs,
+                         allow_missing=allow_missing)
     result = run.audit()
     hta = None
     if with_hta:

@@ -18,15 +18,32 @@ def median_step(result: AuditResult) -> int | None:
 
 
 def step_items(tl: Timeline, step: int) -> list[Item]:
-    """One item per action of ``step``: from its first to its last compute, labelled F3 or 2F3."""
-    multi = any(r.actions["stage"].n_unique() > 1 for r in tl.ranks if r.actions.height)
+    """One item per action of ``step``: from its first to its last compute.
+
+    Labelled ``F3`` for the rank's first stage and ``f3`` for its later stages
+    (interleaved and V schedules hold several stages per rank).
+    """
+    first_stage = {r.rank: int(r.actions["stage"].min()) for r in tl.ranks if r.actions.height}
     a = tl.actions.filter(pl.col("step") == step)
     items = []
     for rank, stage, kind, mb, cs, ce in a.select(
             "rank", "stage", "kind", "microbatch", "compute_start", "compute_end").iter_rows():
-        label = f"{stage}{kind}{mb}" if multi else f"{kind}{mb}"
-        items.append(Item(int(rank), float(cs), float(max(ce, cs)), label))
+        if ce <= cs:
+            continue  # nothing computed (e.g. torch's I on stage 0: the input needs no gradient)
+        k = kind if stage == first_stage[rank] else kind.lower()
+        items.append(Item(int(rank), float(cs), float(max(ce, cs)), f"{k}{mb}"))
     return items
+
+
+def legend(tl: Timeline) -> str:
+    """How to read the timeline's labels."""
+    multi = {r.rank: sorted(set(r.actions["stage"].to_list())) for r in tl.ranks
+             if r.actions.height and r.actions["stage"].n_unique() > 1}
+    text = "letters = compute of F/B/I/W with microbatch, '-' = the same action, '.' = no compute"
+    if multi:
+        text += "; UPPER = rank's first stage, lower = its other stage(s): " + ", ".join(
+            f"rank {r} {s[0]}/{','.join(map(str, s[1:]))}" for r, s in multi.items())
+    return text
 
 
 def step_timeline_text(tl: Timeline, result: AuditResult, width: int = 96) -> tuple[int | None, str]:
@@ -36,4 +53,4 @@ def step_timeline_text(tl: Timeline, result: AuditResult, width: int = 96) -> tu
         return None, ""
     items = step_items(tl, k)
     rows = sorted({r.rank for r in tl.ranks if r.actions.height})
-    return k, render(items, rows, width=width, unit="ms", scale=1e-6)
+    return k, legend(tl) + "\n" + render(items, rows, width=width, unit="ms", scale=1e-6)

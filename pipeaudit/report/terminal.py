@@ -25,8 +25,7 @@ def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = ""
         _stages(con, result)
     _ranks(con, result)
     if timeline_text:
-        con.print(f"\n[bold]Timeline of step {timeline_step}[/] (median step; letters = compute "
-                  "of F/B/I/W with microbatch, '.' = no compute)")
+        con.print(f"\n[bold]Timeline of step {timeline_step}[/] (the median step)")
         con.print(timeline_text, markup=False)
     _findings(con, result)
     for n in result.notes:
@@ -81,6 +80,18 @@ def _stages(con: Console, r: AuditResult) -> None:
 
 
 def _ranks(con: Console, r: AuditResult) -> None:
+    if not r.pipeline_found:
+        t = Table(title="Ranks (whole trace; times in ms; busy = compute or communication running)",
+                  title_justify="left")
+        for c in ("rank", "device", "span", "busy", "idle", "comm", "exposed comm", "overlap",
+                  "peak MiB"):
+            t.add_column(c, justify="right")
+        for x in r.ranks:
+            t.add_row(str(x.rank), x.device_type, ms(x.span_us), ms(x.busy_us), pct(x.idle_fraction),
+                      ms(x.comm_us), ms(x.exposed_comm_us), pct(x.overlap),
+                      mib(x.peak_allocated_bytes))
+        con.print(t)
+        return
     t = Table(title="Ranks (times in ms; compute/window over audited steps, comm/idle over the "
                     "whole trace)", title_justify="left")
     for c in ("rank", "stages", "bubble", "replay", "idle", "compute", "window", "comm",

@@ -69,6 +69,8 @@ def greedy_zb_orders(num_ranks: int, num_microbatches: int, limits: tuple[int, .
             remaining -= 1
             heapq.heappush(events, t + 1)
         if not events and remaining:  # nobody busy: wake at the next integer step
+            if t > 3 * P * M + 4 * P + 8:  # cannot happen for valid limits; never spin forever
+                raise RuntimeError(f"greedy schedule stalled at t={t} (P={P}, M={M}, limits={limits})")
             heapq.heappush(events, t + 1)
     return tuple(tuple(o) for o in orders)
 

@@ -107,7 +107,7 @@ def _validate(orders: Sequence[Sequence[Action]], placement: Sequence[int]) -> N
         raise ScheduleError(
             f"placement names ranks outside 0..{len(orders) - 1}: {list(placement)}"
         )
-    seen: dict[tuple[int, str, int], int] = {}
+    seen: dict[tuple[int, str, int], Action] = {}
     for rank, order in enumerate(orders):
         for a in order:
             if a.kind not in KINDS:
@@ -126,12 +126,15 @@ def _validate(orders: Sequence[Sequence[Action]], placement: Sequence[int]) -> N
                 raise ScheduleError(f"rank {rank}: negative microbatch in {a}")
             # B and I both produce the input gradient: at most one of them per (s, m)
             key = (a.stage, "G" if a.kind in ("B", "I") else a.kind, a.microbatch)
-            if key in seen:
+            prev = seen.get(key)
+            if prev is not None:
+                if prev == a:
+                    raise ScheduleError(f"rank {rank}: {a} appears more than once")
                 raise ScheduleError(
-                    f"rank {rank}: {a} appears more than once (a stage runs each of F, "
-                    f"B-or-I, W at most once per microbatch)"
+                    f"rank {rank}: {prev} and {a} both compute stage {a.stage}'s input "
+                    f"gradient for microbatch {a.microbatch} (use B, or I followed by W)"
                 )
-            seen[key] = rank
+            seen[key] = a
 
 
 def replay(
@@ -158,71 +161,82 @@ def replay(
         comm = None
     num_ranks = len(orders)
     last_stage = len(placement) - 1
-    # produced key -> (end time, rank, action). Keys: ("F", s, m), ("G", s, m) for the input
-    # gradient made by B or I, ("I", s, m) for W.
-    done: dict[tuple[str, int, int], tuple[float, int, Action]] = {}
-    waiting: dict[tuple[str, int, int], list[int]] = defaultdict(list)
+    # Produced keys are ints: (stage * mb_stride + microbatch) * 3 + channel, channel 0 = F
+    # done, 1 = input gradient done (by B or I), 2 = I done (what W needs).
+    stride = 1 + max((a.microbatch for o in orders for a in o), default=0)
+    end_of: dict[int, float] = {}
+    rank_of: dict[int, int] = {}
+    action_of: dict[int, Action] = {}
+    waiting: dict[int, list[int]] = defaultdict(list)
     ptr = [0] * num_ranks
     free = [0.0] * num_ranks
     busy = [0.0] * num_ranks
     per_rank: list[list[ReplayedAction]] = [[] for _ in range(num_ranks)]
-    blocked_on: dict[int, tuple[str, int, int]] = {}
+    blocked_on: dict[int, int] = {}
     stack = list(range(num_ranks - 1, -1, -1))
     while stack:
         r = stack.pop()
         order = orders[r]
+        n = len(order)
+        i = ptr[r]
+        t_free = free[r]
+        out = per_rank[r]
         blocked_on.pop(r, None)
-        while ptr[r] < len(order):
-            a = order[ptr[r]]
-            s, k, m = a.stage, a.kind, a.microbatch
+        while i < n:
+            a = order[i]
+            k = a.kind
+            base = (a.stage * stride + a.microbatch) * 3
             if k == "F":
-                deps = (("F", s - 1, m),) if s > 0 else ()
+                deps: tuple[int, ...] = (base - 3 * stride,) if a.stage > 0 else ()
             elif k == "W":
-                deps = (("I", s, m),)
-            elif s < last_stage:
-                deps = (("F", s, m), ("G", s + 1, m))
+                deps = (base + 2,)
+            elif a.stage < last_stage:
+                deps = (base, base + 3 * stride + 1)
             else:
-                deps = (("F", s, m),)
-            start = free[r]
-            missing = None
+                deps = (base,)
+            start = t_free
+            missing = -1
             for key in deps:
-                got = done.get(key)
-                if got is None:
+                t = end_of.get(key)
+                if t is None:
                     missing = key
                     break
-                t, src_rank, src = got
-                if src_rank != r:
-                    t += comm(src, a) if comm is not None else latency
+                if rank_of[key] != r:
+                    t += comm(action_of[key], a) if comm is not None else latency
                 if t > start:
                     start = t
-            if missing is not None:
+            if missing >= 0:
                 waiting[missing].append(r)
                 blocked_on[r] = missing
                 break
             d = float(dur(r, a))
             if d < 0:
                 raise ScheduleError(f"negative duration {d} for {a} on rank {r}")
-            end = start + d
-            per_rank[r].append(ReplayedAction(r, a, start, end))
-            free[r] = end
+            t_free = start + d
+            out.append(ReplayedAction(r, a, start, t_free))
             busy[r] += d
-            ptr[r] += 1
+            i += 1
             if k == "F":
-                produced: tuple[tuple[str, int, int], ...] = (("F", s, m),)
+                produced: tuple[int, ...] = (base,)
             elif k == "B":
-                produced = (("G", s, m),)
+                produced = (base + 1,)
             elif k == "I":
-                produced = (("G", s, m), ("I", s, m))
+                produced = (base + 1, base + 2)
             else:
                 produced = ()
             for key in produced:
-                done[key] = (end, r, a)
+                end_of[key] = t_free
+                rank_of[key] = r
+                if comm is not None:
+                    action_of[key] = a
                 woken = waiting.pop(key, None)
                 if woken:
                     stack.extend(woken)
+        ptr[r] = i
+        free[r] = t_free
     stuck = [r for r in range(num_ranks) if ptr[r] < len(orders[r])]
     if stuck:
-        raise ScheduleError(_deadlock_message(orders, ptr, blocked_on, stuck))
+        raise ScheduleError(_deadlock_message(orders, ptr, blocked_on, stuck, stride))
     actions = tuple(x for lst in per_rank for x in lst)
     if actions:
         t0 = min(x.start for x in actions)
@@ -244,8 +258,10 @@ def replay(
     )
 
 
-def _key_name(key: tuple[str, int, int], present: set[tuple[int, str, int]]) -> str:
-    kind, s, m = key
+def _key_name(key: int, stride: int, present: set[tuple[int, str, int]]) -> str:
+    cell, channel = divmod(key, 3)
+    s, m = divmod(cell, stride)
+    kind = ("F", "G", "I")[channel]
     if kind == "G":
         names = [f"{s}{k}{m}" for k in ("B", "I") if (s, k, m) in present]
         if names:
@@ -258,15 +274,16 @@ def _key_name(key: tuple[str, int, int], present: set[tuple[int, str, int]]) -> 
 def _deadlock_message(
     orders: Sequence[Sequence[Action]],
     ptr: list[int],
-    blocked_on: dict[int, tuple[str, int, int]],
+    blocked_on: dict[int, int],
     stuck: list[int],
+    stride: int,
 ) -> str:
     present = {(a.stage, a.kind, a.microbatch) for o in orders for a in o}
     parts = []
     for r in stuck:
         a = orders[r][ptr[r]]
         key = blocked_on.get(r)
-        need = _key_name(key, present) if key else "?"
+        need = _key_name(key, stride, present) if key is not None else "?"
         parts.append(f"rank {r} waits for {a} (needs {need})")
     return "deadlock: " + ", ".join(parts)
 

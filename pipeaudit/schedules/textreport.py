@@ -28,7 +28,7 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.6g}"
 
 
-def _render(*tables: Table, width: int = 160) -> str:
+def _render(*tables: Table, width: int = 1000) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, force_terminal=False,
                       highlight=False, soft_wrap=False, emoji=False)
@@ -94,7 +94,7 @@ def render_simulation(sim: Simulation, max_cells: int = 160) -> str:
                       str(th.peak_inflight.get(st)) if th else "-")
     parts.append(_render(ranks, overall, peaks))
     if th:
-        parts.append(f"theory assumes: {th.notes}")
+        parts.append(f"theory notes: {th.notes}")
     if sim.durations.comm:
         parts.append("note: the closed forms assume zero communication; the simulation adds "
                      f"{sim.durations.comm:g} per cross-rank dependency")
@@ -140,4 +140,4 @@ def render_sweep(rows: Sequence[SweepRow], num_ranks: int) -> str:
                   _pct(th.bubble if th else None), _formula(th),
                   str(max(sim.result.peak_inflight.values())),
                   str(max(th.peak_inflight.values())) if th else "-", _num(sim.result.makespan))
-    return _render(t, width=200)
+    return _render(t)

@@ -37,11 +37,12 @@ def build_timeline(
     pattern: str | None = None,
     num_microbatches: int | None = None,
     jobs: int | None = None,
+    allow_missing: bool = False,
 ) -> Timeline:
     """Decode, validate and reduce every rank's trace into one timeline."""
     from pipeaudit.trace import load_traces
 
-    ts = load_traces(list(paths), jobs=jobs)
+    ts = load_traces(list(paths), jobs=jobs, allow_missing=allow_missing)
     hints = stage_hints(ts.manifest)
     m = num_microbatches or (ts.manifest or {}).get("num_microbatches")
     ranks = []

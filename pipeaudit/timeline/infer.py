@@ -15,7 +15,8 @@ and other ops.
   ``aten::detach_`` after a backward;
 - microbatches are numbered by execution order within the step.
 
-This works for one stage per rank. Multi-stage schedules in torch are always
+Ranks without any point-to-point op (send/recv) are not pipeline stages and
+get no inferred actions. This works for one stage per rank. Multi-stage schedules in torch are always
 annotated (``PP:`` spans), and other frameworks can use ``--action-pattern``.
 """
 
@@ -42,7 +43,8 @@ def main_thread(ops: RankOps) -> str | None:
 def infer_spans(ops: RankOps, stage: int, windows: list[tuple[int, int]]) -> pl.DataFrame:
     """F/B action spans of one rank, inferred from its ops within each step window."""
     tid = main_thread(ops)
-    if tid is None:
+    if tid is None or not bool(ops.cpu_ops["p2p"].any()):
+        # no point-to-point traffic: data-parallel or single-process training, not a pipeline
         return pl.DataFrame(schema=SPAN_SCHEMA)
     seq = ops.cpu_ops.filter(pl.col("tid") == tid).sort("start")
     starts = seq["start"].to_numpy()

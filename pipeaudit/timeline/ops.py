@@ -24,6 +24,7 @@ from pipeaudit.timeline import intervals as iv
 COMM_OP_RE = r"^(c10d::|gloo:|nccl:|record_param_comms|ProcessGroup|c10d_functional::|_c10d_functional::)"
 COMM_KERNEL_RE = r"(?i)(nccl|rccl|sendrecv|allreduce|all_reduce|allgather|reducescatter|broadcast)"
 SEND_OP_RE = r"^c10d::(send|isend)|^gloo:send|^nccl:send"
+P2P_OP_RE = r"^c10d::(send|isend|recv_|irecv|recv_any_source_)|^(gloo|nccl):(send|recv)"
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
 GPU_ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
@@ -74,6 +75,7 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
         comm=pl.col("name").str.contains(COMM_OP_RE),
         backward=pl.col("name").str.starts_with(BACKWARD_OP_PREFIX),
         send=pl.col("name").str.contains(SEND_OP_RE),
+        p2p=pl.col("name").str.contains(P2P_OP_RE),
     )
     lifetimes = x.filter(
         pl.col("cat").is_in(list(ANNOTATION_CATS)) & pl.col("name").str.contains(r"^(gloo|nccl):")

@@ -116,7 +116,7 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
         peaks = {int(d): int(v) for d, v in memory.group_by("device_id").agg(
             pl.col("total_allocated").max()).iter_rows()}
 
-    warnings = list(getattr(trace, "warnings", []))
+    warnings: list[str] = []  # the trace's own warnings travel in TraceSet.warnings
     if outside:
         warnings.append(f"rank {trace.rank}: {outside} actions outside every ProfilerStep span were ignored")
     return RankTimeline(

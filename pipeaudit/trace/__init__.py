@@ -10,6 +10,8 @@ Modules, one job each:
 * :mod:`~pipeaudit.trace.validate`   do the ranks form one run?
 * :mod:`~pipeaudit.trace.clock`      one absolute ns axis for all ranks
 * :mod:`~pipeaudit.trace.load`       many files, in parallel -> :class:`TraceSet`
+* :mod:`~pipeaudit.trace.naming`     rank from a file name, natural sort
+* :mod:`~pipeaudit.trace.synth`      tiny Kineto-like traces built in code (tests, examples)
 """
 
 from pipeaudit.trace.decode import DROPPED_CATEGORIES, read_trace

@@ -18,8 +18,8 @@ What pipeaudit does
       skew is estimated or corrected (a trace holds no reliable synchronisation event); when
       the ranks name more than one ``host_name``, the trace set says so in a warning.
     * A rank whose times do not fall between the years 2000 and 2100 is not on the wall
-      clock (a trace written with a monotonic clock and no base): a warning says that its
-      times are only comparable with ranks of the same host and process start.
+      clock (a trace written with a monotonic clock and no base): in a set of several ranks a
+      warning says that its times are only comparable with ranks of the same host.
     * :attr:`TraceSet.origin_ns` (earliest event of any rank) is the common zero for display.
 """
 
@@ -52,7 +52,7 @@ def format_duration(ns: int) -> str:
     s = ns / 1e9
     if s < 120:
         return f"{s:.1f} s"
-    if s < 7200:
+    if s < 5400:
         return f"{s / 60:.1f} min"
     if s < 2 * 86400:
         return f"{s / 3600:.1f} h"
@@ -62,6 +62,8 @@ def format_duration(ns: int) -> str:
 def clock_warnings(ranks: Sequence[RankTrace]) -> list[str]:
     """Warnings about clocks that make cross-rank times less trustworthy."""
     out: list[str] = []
+    if len(ranks) < 2:
+        return out  # one rank: nothing to compare across
     not_wall = [rt for rt in ranks if is_wall_clock(rt) is False]
     for rt in not_wall:
         out.append(

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from pipeaudit.errors import TraceError
-from pipeaudit.trace.naming import has_trace_suffix, natural_key
+from pipeaudit.trace.naming import NOT_TRACES, has_trace_suffix, natural_key
 from pipeaudit.trace.source import GZIP_MAGIC, os_problem
 
 MAX_DEPTH = 4
@@ -74,7 +74,7 @@ def _stat_or_raise(path: Path) -> os.stat_result:
 def _list_dir(d: Path) -> list[os.DirEntry]:
     try:
         with os.scandir(d) as it:
-            return list(it)
+            return sorted(it, key=lambda e: natural_key(e.name))
     except OSError as exc:
         raise TraceError(d, os_problem(exc)) from None
 
@@ -146,8 +146,10 @@ def _expand(arg: str | os.PathLike[str]) -> Iterable[Path]:
             mp = Path(m)
             if mp.is_dir():
                 out.extend(_scan_dir(mp))
-            elif os.path.basename(m) not in ("manifest.json",):
+            elif mp.name not in NOT_TRACES:
                 out.append(mp)
+        if not out:
+            raise TraceError(text, "no trace files match this pattern")
         return out
     path = Path(os.path.expanduser(text))
     st = _stat_or_raise(path)

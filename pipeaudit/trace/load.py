@@ -3,9 +3,9 @@
 Ranks are decoded in parallel in a process pool (``spawn`` start method: forking a process
 that already runs polars threads is unsafe) when there is more than one file and
 ``jobs`` > 1. ``jobs=None`` means min(files, CPUs), and then the pool is used only when the
-files total at least :data:`POOL_MIN_BYTES` on disk (below that, starting workers costs
-more than it saves); an explicit ``jobs`` > 1 always uses it. Results are identical either
-way.
+files hold about :data:`POOL_MIN_JSON_BYTES` of JSON or more (below that, starting workers
+costs more than it saves); an explicit ``jobs`` > 1 always uses it. Results are identical
+either way.
 
 ``TraceSet.warnings`` holds the set-level warnings (missing ranks, clocks, disagreements)
 followed by each rank's own warnings, prefixed with ``rank N (file name):``.
@@ -27,9 +27,27 @@ from pipeaudit.trace.clock import clock_warnings
 from pipeaudit.trace.decode import read_trace
 from pipeaudit.trace.discover import discover
 from pipeaudit.trace.model import RankTrace, TraceSet
+from pipeaudit.trace.source import GZIP_MAGIC
 from pipeaudit.trace.validate import validate_set
 
-POOL_MIN_BYTES = 8 * 1024 * 1024
+#: With ``jobs=None`` the pool is used only for at least this much JSON (gzip files count
+#: 10x their size on disk, a typical Kineto compression ratio): a spawned worker needs
+#: 0.5-1 s to start (importing polars), about what decoding 50 MB takes in-process.
+POOL_MIN_JSON_BYTES = 128 * 1024 * 1024
+GZIP_RATIO_GUESS = 10
+
+
+def _estimated_json_bytes(files: Sequence[Path]) -> int:
+    total = 0
+    for f in files:
+        try:
+            size = os.path.getsize(f)
+            with open(f, "rb") as fh:
+                gz = fh.read(2) == GZIP_MAGIC
+        except OSError:
+            continue
+        total += size * (GZIP_RATIO_GUESS if gz else 1)
+    return total
 MANIFEST_NAME = "manifest.json"
 
 
@@ -54,11 +72,7 @@ def _decode_all(files: list[Path], jobs: int | None) -> list[RankTrace]:
     n = len(files)
     if jobs is None:
         workers = min(n, os.cpu_count() or 1)
-        try:
-            total = sum(os.path.getsize(f) for f in files)
-        except OSError:
-            total = 0
-        use_pool = workers > 1 and total >= POOL_MIN_BYTES
+        use_pool = workers > 1 and _estimated_json_bytes(files) >= POOL_MIN_JSON_BYTES
     else:
         if jobs < 1:
             raise ValueError(f"jobs must be >= 1, got {jobs}")

@@ -35,9 +35,6 @@ def raw_to_ns(raws: Sequence[msgspec.Raw]) -> tuple[pl.Series, pl.Series]:
         .cast(pl.Int64, strict=False)
         .alias("ns")
     )
-    # JSON strings never contain a raw newline, so the split cannot misalign; check anyway.
-    if len(ns) != len(raws):  # pragma: no cover - defensive
-        raise AssertionError("timestamp split misaligned")
     out_of_range = (ns.abs() >= LIMIT_NS).fill_null(False)
     if out_of_range.any():
         ns = pl.select(pl.when(out_of_range).then(None).otherwise(ns).alias("ns")).to_series()
@@ -54,8 +51,16 @@ def us_text_to_ns(text: str) -> int:
 
 
 def _join_split(raws: Sequence[msgspec.Raw]) -> pl.Series:
+    """Utf8 column of the raw JSON texts: joined and split in one go (JSON numbers and
+    strings never contain a raw newline; other values may, and then each is converted
+    on its own)."""
     joined = b"\n".join(raws).decode("utf-8", errors="replace")
-    return pl.Series("text", [joined]).str.split("\n").explode()
+    text = pl.Series("text", [joined]).str.split("\n").explode()
+    if len(text) != len(raws):
+        text = pl.Series(
+            "text", [bytes(r).decode("utf-8", errors="replace").replace("\n", " ") for r in raws], dtype=pl.Utf8
+        )
+    return text
 
 
 def raw_to_text(raws: Sequence[msgspec.Raw]) -> pl.Series:

@@ -11,12 +11,12 @@ Rules (messages verbatim, ``{...}`` filled in):
 * Different runs: error ``traces come from different runs: world_size {w1} in {a}, {w2} in
   {b}`` (likewise ``backend``); and, on wall-clock traces, ranks whose time spans do not
   overlap and lie more than max(60 s, 10 × the longest span) apart: ``traces come from
-  different runs or profiling windows: ranks {..} cover {t0} to {t1}, ranks {..} cover {t2}
-  to {t3} ({gap} apart)``. Different ``pg_count`` / ``nccl_version``: a warning.
+  different runs or profiling windows: ranks {..} ({t0} to {t1}) and rank {r} ({t2} to {t3})
+  are {gap} apart``. Different ``pg_count`` / ``nccl_version``: a warning.
 * A rank that is not below the world size: error ``rank {r} ({file}) is not below
   world_size {w}``.
 * Missing ranks. With world size W (from distributedInfo, else the manifest's
-  ``world_size``) and the given ranks G:
+  ``world_size`` or ``num_ranks``) and the given ranks G:
 
   - holes *between* given ranks (e.g. 0 and 2 of 4 given): an error unless
     ``allow_missing``: ``world_size is 4 but only ranks 0, 2 were given; missing ranks 1, 3
@@ -124,9 +124,9 @@ def _check_same_run(ranks: Sequence[RankTrace], warnings: list[str]) -> None:
                 raise TraceError(
                     None,
                     "traces come from different runs or profiling windows: "
-                    f"{_label(r0)} cover {format_ns(s0)} to {format_ns(e0)}, "
-                    f"{_label(r1)} cover {format_ns(s1)} to {format_ns(e1)} "
-                    f"({format_duration(gap)} apart)",
+                    f"{_label(r0)} ({format_ns(s0)} to {format_ns(e0)}) and "
+                    f"{_label(r1)} ({format_ns(s1)} to {format_ns(e1)}) are "
+                    f"{format_duration(gap)} apart",
                 )
 
 
@@ -180,7 +180,7 @@ def validate_set(
     _check_same_run(ranks, warnings)
     world_size = next((rt.world_size for rt in ranks if rt.world_size is not None), None)
     if world_size is None and manifest is not None:
-        ws = manifest.get("world_size")
+        ws = manifest.get("world_size", manifest.get("num_ranks"))
         if isinstance(ws, int) and not isinstance(ws, bool) and ws >= 1:
             world_size = ws
     _check_missing(ranks, world_size, allow_missing, warnings)

@@ -88,7 +88,8 @@ def run_hta(files: dict[int, str], timeout: float = HTA_TIMEOUT_S) -> dict[int, 
                                     "result": str(result)}))
         env = dict(os.environ)
         pkg_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join([pkg_root, *extra])
         try:
             proc = subprocess.run([sys.executable, "-m", "pipeaudit.integrations.hta", str(spec)],
                                   capture_output=True, text=True, timeout=timeout, env=env,

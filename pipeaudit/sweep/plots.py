@@ -81,8 +81,8 @@ def plot_sweep(result: SweepResult, out_dir: str | Path) -> list[Path]:
             c = colors[label]
             ax.plot(ms, [r.measured_bubble for r in rs], "o-", color=c, label=f"{label} measured")
             if any(r.theory_bubble is not None for r in rs):
-                ax.plot(ms, [r.theory_bubble for r in rs], "--", color=c, alpha=0.8,
-                        label=f"{label} theory")
+                ax.plot(ms, [r.theory_bubble for r in rs], "--", marker="_", markersize=12,
+                        color=c, alpha=0.8, label=f"{label} theory")
             if any(r.replay_ideal is not None for r in rs):
                 ax.plot(ms, [r.replay_ideal for r in rs], ":", marker="x", color=c, alpha=0.8,
                         label=f"{label} replay ideal")

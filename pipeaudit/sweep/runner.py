@@ -173,7 +173,8 @@ def _first_line(text: str) -> str:
     return lines[0].strip() if lines else ""
 
 
-def run_point(cfg: SweepConfig, p: GridPoint, out: Path, runner: Callable[[ProfileConfig], Any]) -> SweepRecord:
+def run_point(cfg: SweepConfig, p: GridPoint, out: Path,
+              runner: Callable[[ProfileConfig], Any]) -> SweepRecord:
     """Profile one point into ``out/runs/<key>`` and audit it; never raises for a failed run."""
     run_dir = out / RUNS_DIR / p.key
     rel = f"{RUNS_DIR}/{p.key}"

@@ -26,8 +26,11 @@ from pipeaudit.cli.output import write_output
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML report (charts, no network needed) to this file.")
 @click.option("--force", is_flag=True, help="Overwrite --output / --html if they exist.")
+@click.option("--with-hta", is_flag=True,
+              help="Also run Holistic Trace Analysis (pipeaudit[hta]) on GPU traces and show its "
+                   "idle and comm/comp overlap next to pipeaudit's per-rank figures.")
 def command(paths, fmt, schedule, action_pattern, microbatches, jobs, allow_missing, output,
-            html_path, force) -> None:
+            html_path, force, with_hta) -> None:
     """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
     import pipeaudit
     from pipeaudit.report.step_view import step_timeline_text
@@ -45,10 +48,18 @@ def command(paths, fmt, schedule, action_pattern, microbatches, jobs, allow_miss
 
         write_html(run.timeline, result, html_path, force=force)
         click.echo(f"wrote {html_path}", err=True)
+    hta = None
+    if with_hta:
+        from pipeaudit.integrations.hta import compare_with_hta
+
+        hta = compare_with_hta(run)
     if fmt == "json":
         from pipeaudit.report.json_doc import to_json
 
-        text = to_json(result) + "\n"
+        doc = result.to_dict()
+        if hta is not None:
+            doc["hta"] = hta.to_dict()
+        text = to_json(doc) + "\n"
     else:
         step, tl_text = step_timeline_text(run.timeline, result) if result.pipeline_found else (None, "")
         if fmt == "markdown":
@@ -64,4 +75,9 @@ def command(paths, fmt, schedule, action_pattern, microbatches, jobs, allow_miss
             color = sys.stdout.isatty() and output is None
             render_terminal(result, buf, timeline_text=tl_text, timeline_step=step, color=color)
             text = buf.getvalue()
+        if hta is not None:
+            from pipeaudit.integrations.hta import render_text
+
+            text += ("\n## HTA alongside\n\n```\n" + render_text(hta) + "```\n"
+                     if fmt == "markdown" else "\n" + render_text(hta))
     write_output(text, output, force=force)

@@ -47,8 +47,10 @@ def command(paths, fmt, step, top, width, action_pattern, microbatches, jobs, ou
             raise ConfigError(f"--step {step}: the run's steps are "
                               f"{', '.join(str(p.step) for p in result.steps)}")
     from pipeaudit.report.critical_timeline import LEGEND, critical_timeline
+    from pipeaudit.report.step_view import legend
 
-    tl_text = critical_timeline(run.timeline, shown, width=width) + "\n" + LEGEND if shown else ""
+    tl_text = "\n".join([legend(run.timeline), critical_timeline(run.timeline, shown, width=width),
+                         LEGEND]) if shown else ""
     if fmt == "markdown":
         from pipeaudit.report.explain_markdown import render_explain_markdown
 

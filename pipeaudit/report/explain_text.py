@@ -101,8 +101,7 @@ def render_explain_text(e: Explanation, *, step: CriticalPath | None = None,
                 "step):"]
     out += cause_lines(e, top)
     if timeline_text:
-        out += ["", f"Timeline of step {p.step} (letters: compute of F/B/I/W + microbatch; "
-                    "'.' no compute)", timeline_text]
+        out += ["", f"Timeline of step {p.step}", timeline_text]
     out += [f"note: {n}" for n in e.notes]
     return "\n".join(out) + "\n"
 

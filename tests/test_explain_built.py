@@ -18,17 +18,23 @@ def slow_stage(s_slow: int, factor: int = 3):
     return lambda s, k, m: (factor if s == s_slow else 1) * (1000 if k == "F" else 2000)
 
 
+@pytest.fixture(scope="module", params=[False, True], ids=["cpu", "gpu"])
+def gpu(request):
+    """CPU traces (compute = top-level ops) and GPU traces (compute = kernels)."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def slow_run(tmp_path_factory):
+def slow_run(tmp_path_factory, gpu):
     built = build_run(tmp_path_factory.mktemp("slow"), one_f_one_b_orders(P, M),
-                      dur=slow_stage(2), latency=100, steps=2)
+                      dur=slow_stage(2), latency=100, steps=2, gpu=gpu)
     return pipeaudit.load(built.directory)
 
 
 @pytest.fixture(scope="module")
-def balanced_run(tmp_path_factory):
+def balanced_run(tmp_path_factory, gpu):
     built = build_run(tmp_path_factory.mktemp("bal"), one_f_one_b_orders(P, M), latency=100,
-                      steps=2)
+                      steps=2, gpu=gpu)
     return pipeaudit.load(built.directory)
 
 

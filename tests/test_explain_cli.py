@@ -39,7 +39,8 @@ def test_explain_json_has_the_documented_fields(slow_stage_run):
         assert {"step", "step_time_us", "critical_path", "compute_share", "comm_share",
                 "other_share", "slack"} <= set(s)
         for item in s["critical_path"]:
-            assert {"rank", "stage", "kind", "microbatch", "start_us", "end_us", "what"} <= set(item)
+            assert {"rank", "stage", "kind", "microbatch", "start_us", "end_us",
+                    "what"} <= set(item)
         assert s["compute_share"] + s["comm_share"] + s["other_share"] == pytest.approx(1.0)
         assert len(s["slack"]) == 64
     top = d["top_causes"]
@@ -89,6 +90,7 @@ def test_whatif_json_and_text(slow_stage_run):
     (["whatif", P2, "--scale", "7=0.5"], "stages 0..1"),
     (["whatif", P2, "--scale", "1:Q=0.5"], "kind must be"),
     (["whatif", P2, "--scale", "1=0"], "> 0"),
+    (["whatif", P2, "--scale", "1:W=0.5"], "runs no W actions (it runs B, F)"),
     (["whatif", P2, "--schedule", "nosuch"], "unknown schedule"),
     (["whatif", P2, "--schedule", "zbv", "--chunks", "3"], "exactly 2"),
     (["whatif", P2, "--comm-latency", "-5"], ">= 0"),
@@ -100,6 +102,19 @@ def test_bad_input_is_one_line_exit_2(args, msg):
     assert res.exit_code == 2, res.output
     assert msg in res.output
     assert "Traceback" not in res.output
+
+
+def test_trace_without_pipeline_is_named(tmp_path):
+    trace = tmp_path / "rank0.json"
+    trace.write_text(json.dumps({
+        "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 1},
+        "traceEvents": [{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 10, "dur": 50,
+                         "pid": 1, "tid": 1}]}))
+    for cmd in ("explain", "whatif"):
+        res = CliRunner().invoke(cli, [cmd, str(trace)])
+        assert res.exit_code == 2, res.output
+        assert str(trace) in res.output and "no pipeline actions" in res.output
+        assert len(res.output.strip().splitlines()) == 1
 
 
 def test_output_file_not_overwritten(tmp_path):

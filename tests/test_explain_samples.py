@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,16 @@ RUNS = sorted(p for p in SAMPLES.iterdir() if (p / "manifest.json").exists())
 P2 = [p for p in RUNS if "_p2_" in p.name]
 
 
+@lru_cache(maxsize=None)
+def loaded(run_dir: Path):
+    """(run, audit) of a sample, loaded once for this module's tests."""
+    run = pipeaudit.load(run_dir)
+    return run, run.audit()
+
+
 @pytest.mark.parametrize("run_dir", RUNS, ids=[p.name for p in RUNS])
 def test_path_tiles_the_step_and_replay_reproduces_it(run_dir):
-    run = pipeaudit.load(run_dir)
-    res = run.audit()
+    run, res = loaded(run_dir)
     ex = explain(run.timeline)
     assert [p.step for p in ex.steps] == [s.step for s in res.steps]
     for p, s in zip(ex.steps, res.steps):
@@ -48,7 +55,7 @@ def test_path_tiles_the_step_and_replay_reproduces_it(run_dir):
 
 def test_heavy_stage_is_the_top_cause():
     """sample_traces/1f1b_p4_m8_imb_s1x3: the harness made stage 1 three times heavier."""
-    run = pipeaudit.load(SAMPLES / "1f1b_p4_m8_imb_s1x3")
+    run, _ = loaded(SAMPLES / "1f1b_p4_m8_imb_s1x3")
     ex = explain(run.timeline)
     assert ex.top_causes[0].stage == 1 and ex.top_causes[1].stage == 1
     for p in ex.steps:
@@ -62,8 +69,7 @@ def test_heavy_stage_is_the_top_cause():
 def test_typical_model_is_calibrated(run_dir):
     """The typical-value model replayed on the unchanged order lands near the measured step
     (two ranks on two cores; the four-rank samples share the cores and are noisier)."""
-    run = pipeaudit.load(run_dir)
-    res = run.audit()
+    run, res = loaded(run_dir)
     pred = whatif(run.timeline, Changes(microbatches=res.num_microbatches), res)
     assert pred.model == "typical values"
     assert abs(pred.calibration["error"]) < 0.10, pred.calibration
@@ -72,6 +78,8 @@ def test_typical_model_is_calibrated(run_dir):
 
 
 def test_findings_point_to_explain():
-    res = pipeaudit.load(SAMPLES / "1f1b_p4_m8_imb_s1x3").audit()
+    _, res = loaded(SAMPLES / "1f1b_p4_m8_imb_s1x3")
     f = next(f for f in res.findings if f.code == "BUBBLE_ABOVE_THEORY")
     assert "pipeaudit explain" in f.message
+    imb = next(f for f in res.findings if f.code == "STAGE_IMBALANCE")
+    assert f"pipeaudit whatif --scale {imb.stage}=" in imb.message

@@ -25,7 +25,6 @@ docs/explain.md lists the errors achieved.
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -81,7 +80,8 @@ def steadiness(runs) -> tuple[float, float]:
     return b.step_time_us / a.step_time_us - 1, work_per_step(rb) / work_per_step(ra) - 1
 
 
-@pytest.mark.parametrize("src,dst,changes", PREDICTIONS, ids=[f"{s}->{d}" for s, d, _ in PREDICTIONS])
+@pytest.mark.parametrize("src,dst,changes", PREDICTIONS,
+                         ids=[f"{s}->{d}" for s, d, _ in PREDICTIONS])
 def test_prediction_matches_the_measured_run(runs, src, dst, changes):
     run, res = runs[src]
     target_run, target = runs[dst]
@@ -94,9 +94,10 @@ def test_prediction_matches_the_measured_run(runs, src, dst, changes):
     d_bubble = pred.predicted_bubble - target.bubble.measured
     step_noise, work_noise = steadiness(runs)
     report = (f"{src} -> {dst}: predicted {pred.predicted_step_time_us / 1e3:.1f} ms, measured "
-              f"{target.step_time_us / 1e3:.1f} ms (raw {raw:+.1%}; speed ratio k={k:.2f}, scaled "
-              f"{scaled:+.1%}); bubble {pred.predicted_bubble:.3f} vs {target.bubble.measured:.3f}; "
-              f"identical runs differ by {step_noise:+.1%} in step time, {work_noise:+.1%} in work")
+              f"{target.step_time_us / 1e3:.1f} ms (raw {raw:+.1%}; speed ratio k={k:.2f}, "
+              f"scaled {scaled:+.1%}); bubble {pred.predicted_bubble:.3f} vs "
+              f"{target.bubble.measured:.3f}; identical runs differ by {step_noise:+.1%} in step "
+              f"time, {work_noise:+.1%} in work")
     print(report)
     assert abs(scaled) <= SCALED_TOL, report
     assert abs(d_bubble) <= UNSTEADY_BUBBLE_TOL, report

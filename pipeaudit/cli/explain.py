@@ -18,14 +18,16 @@ from pipeaudit.cli.output import check_writable, write_output
 @click.option("--width", type=click.IntRange(20), default=96, show_default=True,
               help="Timeline width in characters.")
 @click.option("--action-pattern", default=None, metavar="REGEX",
-              help="Regex with named groups kind, mb and optionally stage, for other frameworks' spans.")
+              help="Regex with named groups kind, mb and optionally stage, for other "
+                   "frameworks' spans.")
 @click.option("--microbatches", type=int, default=None,
               help="Microbatches per step (for un-annotated traces without ProfilerStep spans).")
 @click.option("--jobs", type=int, default=None, help="Ranks decoded in parallel (default: cores).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-def command(paths, fmt, step, top, width, action_pattern, microbatches, jobs, output, force) -> None:
+def command(paths, fmt, step, top, width, action_pattern, microbatches, jobs, output,
+            force) -> None:
     """Critical path, slack and top causes of each step: PATHS are one run's traces."""
     import pipeaudit
     from pipeaudit.errors import ConfigError

@@ -29,7 +29,8 @@ from pipeaudit.cli.output import check_writable, write_output
               help="Microbatches per step of the traces (un-annotated traces without "
                    "ProfilerStep spans).")
 @click.option("--action-pattern", default=None, metavar="REGEX",
-              help="Regex with named groups kind, mb and optionally stage, for other frameworks' spans.")
+              help="Regex with named groups kind, mb and optionally stage, for other "
+                   "frameworks' spans.")
 @click.option("--jobs", type=int, default=None, help="Ranks decoded in parallel (default: cores).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from pipeaudit import SCHEMA_VERSION
-from pipeaudit.errors import ScheduleError
+from pipeaudit.errors import ScheduleError, TraceError
 from pipeaudit.explain.calibrate import Calibration, calibrate, fill_delays
 from pipeaudit.explain.causes import Cause, rank_causes
 from pipeaudit.explain.critical import COMPUTE, CriticalPath, path_of
-from pipeaudit.explain.graph import StepGraph, build_graphs
+from pipeaudit.explain.graph import StepGraph, build_graphs, pipeline_layout
 from pipeaudit.timeline.model import Timeline
 
 
@@ -47,8 +48,23 @@ class Explanation:
         }
 
 
+def _where(tl: Timeline) -> str | None:
+    if not tl.inputs:
+        return None
+    if len(tl.inputs) == 1:
+        return tl.inputs[0]
+    try:
+        return os.path.commonpath(tl.inputs) or tl.inputs[0]
+    except ValueError:
+        return tl.inputs[0]
+
+
 def prepared_graphs(tl: Timeline) -> tuple[list[StepGraph], Calibration, list[str]]:
     """Every step's graph with modelled delays, and the run's calibration."""
+    try:
+        pipeline_layout(tl)
+    except ScheduleError as exc:
+        raise TraceError(_where(tl), str(exc)) from None
     graphs, notes = build_graphs(tl)
     if not graphs:
         raise ScheduleError("no step of the run could be turned into a dependency graph"

@@ -109,7 +109,8 @@ def pipeline_layout(tl: Timeline) -> tuple[list[int], list[int]]:
     placement = tl.placement
     S = len(placement)
     if not S:
-        raise ScheduleError("no pipeline actions in the traces: nothing to explain")
+        raise ScheduleError("no pipeline actions (PP:, Forward/Backward, or inferable F/B) in "
+                            "the traces: no critical path to find")
     if sorted(placement) != list(range(S)):
         raise ScheduleError(f"stages {sorted(placement)} are not 0..{S - 1}: cannot build the "
                             "dependency graph")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.actions import KINDS
-from pipeaudit.errors import ConfigError, ScheduleError
+from pipeaudit.errors import ConfigError
 from pipeaudit.explain.calibrate import Calibration
 from pipeaudit.explain.explain import prepared_graphs
 from pipeaudit.explain.graph import StepGraph
@@ -131,13 +131,15 @@ def whatif(tl: Timeline, changes: Changes, result: AuditResult | None = None) ->
         from pipeaudit.audit.run import audit
 
         result = audit(tl)
-    if not result.pipeline_found or result.step_time_us is None:
-        raise ScheduleError("no pipeline actions in the traces: nothing to replay")
     graphs, cal, notes = prepared_graphs(tl)
     S = len(graphs[0].placement)
-    for s, _, _ in changes.scale:
+    present = {(n.action.stage, n.action.kind) for g in graphs for n in g.nodes}
+    for s, k, _ in changes.scale:
         if not 0 <= s < S:
             raise ConfigError(f"--scale names stage {s}; the run has stages 0..{S - 1}")
+        if k is not None and (s, k) not in present:
+            kinds = ", ".join(sorted(kk for ss, kk in present if ss == s))
+            raise ConfigError(f"--scale {s}:{k}: stage {s} runs no {k} actions (it runs {kinds})")
     if changes.comm_latency_us is not None and changes.comm_latency_us < 0:
         raise ConfigError("--comm-latency must be >= 0 us")
     if changes.microbatches is not None and changes.microbatches < 1:

@@ -43,10 +43,11 @@ def chain_lines(p: CriticalPath, max_labels: int = 12) -> list[str]:
         if len(labels) > max_labels:
             labels = labels[: max_labels // 2] + ["…"] + labels[-max_labels // 2:]
         comp = sum(i.duration_us for i in acts)
-        lines.append(f"  rank {items[0].rank}  {ms(items[0].start_us):>9} - {ms(items[-1].end_us):>9} ms  "
-                     f"{' '.join(labels)}  ({len(acts)} action{'s' if len(acts) != 1 else ''}: "
-                     f"compute {ms(comp)} ms" + (f", host/launch gaps {ms(gaps)} ms" if gaps else "")
-                     + ")")
+        plural = "s" if len(acts) != 1 else ""
+        host = f", host/launch gaps {ms(gaps)} ms" if gaps else ""
+        lines.append(f"  rank {items[0].rank}  {ms(items[0].start_us):>9} - "
+                     f"{ms(items[-1].end_us):>9} ms  {' '.join(labels)}  ({len(acts)} "
+                     f"action{plural}: compute {ms(comp)} ms{host})")
     return lines
 
 
@@ -118,8 +119,8 @@ def render_whatif_text(p: Prediction) -> str:
            f"M={a['num_microbatches']} v={a.get('num_chunks')}  (model: {p.model})",
            "",
            f"               {'measured':>12}  {'predicted':>12}  change",
-           f"  step time    {ms(p.measured_step_time_us):>9} ms  {ms(p.predicted_step_time_us):>9} ms"
-           f"  {p.change:+.1%}",
+           f"  step time    {ms(p.measured_step_time_us):>9} ms  "
+           f"{ms(p.predicted_step_time_us):>9} ms  {p.change:+.1%}",
            f"  bubble       {pct(p.measured_bubble):>12}  {pct(p.predicted_bubble):>12}"]
     c = p.calibration
     if c:

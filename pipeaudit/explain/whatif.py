@@ -127,23 +127,17 @@ def whatif(tl: Timeline, changes: Changes, result: AuditResult | None = None) ->
     ``result`` is the run's audit (computed when not given): it supplies the measured step
     time, bubble and the schedule that ran.
     """
+    if changes.comm_latency_us is not None and changes.comm_latency_us < 0:
+        raise ConfigError("--comm-latency must be >= 0 us")
+    if changes.microbatches is not None and changes.microbatches < 1:
+        raise ConfigError("--microbatches must be >= 1")
     if result is None:
         from pipeaudit.audit.run import audit
 
         result = audit(tl)
     graphs, cal, notes = prepared_graphs(tl)
     S = len(graphs[0].placement)
-    present = {(n.action.stage, n.action.kind) for g in graphs for n in g.nodes}
-    for s, k, _ in changes.scale:
-        if not 0 <= s < S:
-            raise ConfigError(f"--scale names stage {s}; the run has stages 0..{S - 1}")
-        if k is not None and (s, k) not in present:
-            kinds = ", ".join(sorted(kk for ss, kk in present if ss == s))
-            raise ConfigError(f"--scale {s}:{k}: stage {s} runs no {k} actions (it runs {kinds})")
-    if changes.comm_latency_us is not None and changes.comm_latency_us < 0:
-        raise ConfigError("--comm-latency must be >= 0 us")
-    if changes.microbatches is not None and changes.microbatches < 1:
-        raise ConfigError("--microbatches must be >= 1")
+    _check_scales(changes, graphs, S)
     P = len(graphs[0].ranks)
     before = {"schedule": result.schedule, "num_ranks": P, "num_microbatches":
               result.num_microbatches, "num_chunks": S // P if S % P == 0 else None}
@@ -152,6 +146,16 @@ def whatif(tl: Timeline, changes: Changes, result: AuditResult | None = None) ->
     if not changes.reorders:
         return _same_order(graphs, changes, common)
     return _new_order(graphs, cal, changes, result.schedule, common)
+
+
+def _check_scales(changes: Changes, graphs: list[StepGraph], S: int) -> None:
+    present = {(n.action.stage, n.action.kind) for g in graphs for n in g.nodes}
+    for s, k, _ in changes.scale:
+        if not 0 <= s < S:
+            raise ConfigError(f"--scale names stage {s}; the run has stages 0..{S - 1}")
+        if k is not None and (s, k) not in present:
+            kinds = ", ".join(sorted(kk for ss, kk in present if ss == s))
+            raise ConfigError(f"--scale {s}:{k}: stage {s} runs no {k} actions (it runs {kinds})")
 
 
 def _same_order(graphs: list[StepGraph], changes: Changes, common: dict) -> Prediction:
@@ -211,6 +215,23 @@ def _stage_tables(cal: Calibration, changes: Changes, S: int
     return dur, comp, notes
 
 
+def _rederive(dur: dict, comp: dict, old_place: list[int], new_place: tuple[int, ...],
+              mb: float) -> tuple[dict, dict, bool]:
+    """Per new (stage, kind) durations: the old ones when the stages are the same, else each
+    rank's total per kind split evenly over its new stages; all times ``mb``."""
+    if tuple(new_place) == tuple(old_place):
+        return ({k: v * mb for k, v in dur.items()}, {k: v * mb for k, v in comp.items()}, False)
+    new_dur, new_comp = {}, {}
+    for r in set(new_place):
+        old = [s for s, x in enumerate(old_place) if x == r]
+        new = [s for s, x in enumerate(new_place) if x == r]
+        for k in KINDS:
+            for s in new:
+                new_dur[(s, k)] = sum(dur[(o, k)] for o in old) / len(new) * mb
+                new_comp[(s, k)] = sum(comp[(o, k)] for o in old) / len(new) * mb
+    return new_dur, new_comp, True
+
+
 def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran: str | None,
                common: dict) -> Prediction:
     g0 = graphs[0]
@@ -232,19 +253,8 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
     latency = None if changes.comm_latency_us is None else changes.comm_latency_us * US
     mb = M_old / M_new
 
-    same_stages = tuple(sched.placement) == tuple(g0.placement)
-    if same_stages:
-        new_dur = {k: v * mb for k, v in dur.items()}
-        new_comp = {k: v * mb for k, v in comp.items()}
-    else:
-        new_dur, new_comp = {}, {}
-        for r in range(P):
-            old = [s for s in range(S) if g0.placement[s] == r]
-            new = [s for s in range(sched.num_stages) if sched.placement[s] == r]
-            for k in KINDS:
-                for s in new:
-                    new_dur[(s, k)] = sum(dur[(o, k)] for o in old) / len(new) * mb
-                    new_comp[(s, k)] = sum(comp[(o, k)] for o in old) / len(new) * mb
+    new_dur, new_comp, moved = _rederive(dur, comp, g0.placement, sched.placement, mb)
+    if moved:
         assumptions.append(
             f"stages re-derived: each rank's measured compute per kind is split evenly over its "
             f"{sched.chunks} new stage(s) ({len(g0.placement)} -> {sched.num_stages} stages); a "

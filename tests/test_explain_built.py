@@ -163,3 +163,23 @@ def test_whatif_new_order_on_uniform_built_runs(tmp_path, M_new, sched):
     assert abs(pred.calibration["error"]) < 0.01
     assert pred.predicted_step_time_us == pytest.approx(truth.step_time_us, rel=0.01)
     assert pred.predicted_bubble == pytest.approx(truth.bubble.measured, abs=0.01)
+
+
+def test_replay_gap_is_added_after_the_rank_is_free():
+    """The additive ``gap`` keyword of pipeaudit.schedules.replay (host/launch overhead)."""
+    from pipeaudit.actions import Action
+    from pipeaudit.schedules import replay
+
+    orders = [[Action(0, "F", 0), Action(0, "F", 1), Action(0, "B", 0)],
+              [Action(1, "F", 0), Action(1, "B", 0)]]
+    plain = replay(orders, [0, 1], {(0, "F"): 1.0, (0, "B"): 2.0, (1, "F"): 1.0, (1, "B"): 2.0},
+                   0.5)
+    gapped = replay(orders, [0, 1], {(0, "F"): 1.0, (0, "B"): 2.0, (1, "F"): 1.0, (1, "B"): 2.0},
+                    0.5, gap=lambda r, a: 0.25 if r == 0 else 0.0)
+    start = {(x.rank, str(x.action)): x.start for x in gapped.actions}
+    assert start[(0, "0F0")] == 0.25 and start[(0, "0F1")] == 1.5
+    assert start[(1, "1F0")] == 1.75  # 0F0 ends at 1.25, + 0.5 latency
+    # 0B0 waits for 1B0 (ends 4.75) + 0.5: the gap after 0F1 (ends 2.5) does not bind
+    assert start[(0, "0B0")] == 5.25
+    # the step window starts at the first action: everything moved by the first gap
+    assert gapped.window_start + gapped.makespan == plain.window_start + plain.makespan + 0.25

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = ["--layers", "2", "--hidden", "256", "--seq-len", "64"]
+MODEL = ["--layers", "2", "--hidden", "256", "--seq-len", "256"]  # compute per action well above host overhead
 GRID = ["--schedules", "naive,gpipe,1f1b", "--stages", "2", "--microbatches", "1,2,4",
         "--steps", "4", "--warmup-steps", "1", "--timeout", "300"]
 # Bubble between neighbouring M may not rise by more than this: the runs share 2 cores with

@@ -382,9 +382,9 @@ class _StreamDecoder:
         for attempt, cut in enumerate(self._cuts(start)):
             if attempt == MAX_CUT_TRIES:
                 break
-            piece = buf.data[start:cut + 1]
+            piece = memoryview(buf.data)[start:cut + 1]
             try:
-                events = _BATCH_DECODER.decode(b"[" + piece + b"]")
+                events = _BATCH_DECODER.decode(b"".join((b"[", piece, b"]")))
             except msgspec.ValidationError as exc:
                 raise _validation_error(self.path, str(exc), self.index) from None
             except msgspec.DecodeError as exc:
@@ -395,7 +395,7 @@ class _StreamDecoder:
                 if "truncated" in msg or (at is not None and at >= len(piece) + 1):
                     continue  # not an event boundary: try the previous candidate
                 raise _decode_error(self.path, msg, buf.offset + start - 1) from None
-            del piece
+            piece.release()
             self._add(events)
             del events
             buf.drop_to(buf.data.index(b"{", cut + 1))

@@ -86,13 +86,22 @@ def load(
     num_microbatches: int | None = None,
     jobs: int | None = None,
     allow_missing: bool = False,
+    executor: str | None = None,
+    max_memory: int | str | None = None,
 ) -> Run:
-    """Load a run's traces (files, directories or globs) for analysis."""
+    """Load a run's traces (files, directories or globs) for analysis.
+
+    ``jobs``: ranks decoded at once on this machine (default: the cores); ``executor``:
+    ``"local"`` (default), ``"processes"`` or ``"dask://host:port"``; ``max_memory``: the
+    decode's memory budget (bytes or text such as ``"4G"``; default half the available
+    memory). See docs/performance.md.
+    """
     from pipeaudit.timeline.build import build_timeline
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     tl = build_timeline([str(p) for p in paths], pattern=action_pattern,
                         num_microbatches=num_microbatches, jobs=jobs,
-                        allow_missing=allow_missing)
+                        allow_missing=allow_missing, executor=executor,
+                        max_memory=max_memory)
     return Run(tl, schedule=schedule)

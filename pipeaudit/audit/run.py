@@ -325,14 +325,18 @@ def _completeness(tl: Timeline, stages, wb) -> list[Finding]:
 def _stragglers(tl: Timeline, wb, S: int) -> list[Finding]:
     """Per rank, time its actions started after their inputs and the rank were ready."""
     delays: dict[int, float] = defaultdict(float)
+    cols = ["stage", "kind", "microbatch", "compute_start", "compute_end"]
+    by_step = [
+        {key: rows for key, rows in rt.actions.sort(["compute_start", "start"], maintain_order=True)
+         .select("step", *cols).rows_by_key("step", include_key=False).items()}
+        if rt.actions.height else {} for rt in tl.ranks
+    ]
     for k in wb:
         ends: dict[Action, int] = {}
         rows = []
-        for rt in tl.ranks:
-            a = rt.actions.filter(pl.col("step") == k).sort(["compute_start", "start"])
+        for rt, steps in zip(tl.ranks, by_step):
             prev_end = None
-            for s, kind, m, cs, ce in a.select("stage", "kind", "microbatch", "compute_start",
-                                                "compute_end").iter_rows():
+            for s, kind, m, cs, ce in steps.get(k, []):
                 act = Action(int(s), str(kind), int(m))
                 ends[act] = int(ce)
                 rows.append((rt.rank, act, int(cs), prev_end))

@@ -18,7 +18,14 @@ from pipeaudit.cli.output import write_output
               help="Regex with named groups kind, mb and optionally stage, for other frameworks' spans.")
 @click.option("--microbatches", type=int, default=None,
               help="Microbatches per step (for un-annotated traces without ProfilerStep spans).")
-@click.option("--jobs", type=int, default=None, help="Ranks decoded in parallel (default: cores).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Ranks decoded in parallel (default: cores).")
+@click.option("--executor", default="local", show_default=True, metavar="local|processes|dask://HOST:PORT",
+              help="Where ranks are decoded and reduced: this machine (a process pool when it "
+                   "pays), always a process pool, or a Dask cluster (pip install 'pipeaudit[dask]').")
+@click.option("--max-memory", default=None, metavar="SIZE",
+              help="Memory budget of the decode, e.g. 4G (default: half the available memory); "
+                   "bigger files are decoded as a stream.")
 @click.option("--allow-missing", is_flag=True,
               help="Analyse a set of ranks with gaps (missing ranks are named in the notes).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
@@ -29,19 +36,26 @@ from pipeaudit.cli.output import write_output
 @click.option("--with-hta", is_flag=True,
               help="Also run Holistic Trace Analysis (pipeaudit[hta]) on GPU traces and show its "
                    "idle and comm/comp overlap next to pipeaudit's per-rank figures.")
-def command(paths, fmt, schedule, action_pattern, microbatches, jobs, allow_missing, output,
-            html_path, force, with_hta) -> None:
+def command(paths, fmt, schedule, action_pattern, microbatches, jobs, executor, max_memory,
+            allow_missing, output, html_path, force, with_hta) -> None:
     """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
     import pipeaudit
     from pipeaudit.report.step_view import step_timeline_text
+
+    from pipeaudit.trace.load import parse_size
 
     if html_path:
         from pipeaudit.cli.output import check_writable
 
         check_writable(html_path, force=force)
+    if max_memory is not None:
+        try:
+            max_memory = parse_size(max_memory)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--max-memory") from None
     run = pipeaudit.load(paths, schedule=schedule, action_pattern=action_pattern,
-                         num_microbatches=microbatches, jobs=jobs,
-                         allow_missing=allow_missing)
+                         num_microbatches=microbatches, jobs=jobs, executor=executor,
+                         max_memory=max_memory, allow_missing=allow_missing)
     result = run.audit()
     if html_path:
         from pipeaudit.report.html import write_html

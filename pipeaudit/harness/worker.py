@@ -115,9 +115,11 @@ def run_rank(
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
 
+    warmup_wall: list[float] = []
     for i in range(config.warmup_steps):
         rep.phase("warmup", step=i)
         wall = train_step(i)
+        warmup_wall.append(wall)
         rep.step_done(i, False, wall)
 
     activities = [ProfilerActivity.CPU]
@@ -162,6 +164,7 @@ def run_rank(
             host=socket.gethostname(),
             launcher=launcher,
             step_wall_s=step_wall,
+            warmup_step_wall_s=warmup_wall,
             rank_actions=plan_rank_actions(
                 config.schedule, pipe.schedule, config.stages, config.microbatches),
             annotation_source=source,

@@ -1,13 +1,24 @@
-"""Build a :class:`Timeline` from trace files."""
+"""Build a :class:`Timeline` from trace files.
+
+Each rank is decoded and reduced to its :class:`RankTimeline` in one task
+(:func:`reduce_trace`), where the executor says (in-process, a local process pool, a Dask
+cluster: see :mod:`pipeaudit.trace.executor`); only the small reduced timelines travel
+back, so memory is bounded by the ranks being worked on, not by the whole run. The decode
+builds only the event columns the reduction reads (:data:`REDUCE_COLUMNS`).
+"""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Sequence
 
 import polars as pl
 
 from pipeaudit.timeline.model import Timeline
 from pipeaudit.timeline.rank import RankTimeline, reduce_rank
+
+#: Event columns :func:`reduce_rank` reads besides name, cat, ph, ts and dur.
+REDUCE_COLUMNS = ("tid", "correlation")
 
 
 def stage_hints(manifest: dict[str, Any] | None) -> dict[int, int]:
@@ -31,6 +42,11 @@ def renumber_inferred(rt: RankTimeline, num_microbatches: int | None) -> RankTim
     return rt
 
 
+def reduce_trace(trace, *, hints: dict[int, int], pattern: str | None) -> RankTimeline:
+    """The per-rank task: a decoded trace -> its reduced timeline (runs in a worker)."""
+    return reduce_rank(trace, stage_hint=hints.get(trace.rank), pattern=pattern)
+
+
 def build_timeline(
     paths: Sequence[str],
     *,
@@ -38,19 +54,28 @@ def build_timeline(
     num_microbatches: int | None = None,
     jobs: int | None = None,
     allow_missing: bool = False,
+    executor: str | None = None,
+    max_memory: int | str | None = None,
 ) -> Timeline:
-    """Decode, validate and reduce every rank's trace into one timeline."""
-    from pipeaudit.trace import load_traces
+    """Decode, validate and reduce every rank's trace into one timeline.
 
-    ts = load_traces(list(paths), jobs=jobs, allow_missing=allow_missing)
-    hints = stage_hints(ts.manifest)
-    m = num_microbatches or (ts.manifest or {}).get("num_microbatches")
-    ranks = []
-    for t in ts.ranks:
-        rt = reduce_rank(t, stage_hint=hints.get(t.rank), pattern=pattern)
-        ranks.append(renumber_inferred(rt, m))
-    warnings = list(ts.warnings)
+    ``jobs``: ranks worked on at once on this machine (default: the cores);
+    ``executor``: ``local`` (default), ``processes`` or ``dask://host:port``;
+    ``max_memory``: memory budget in bytes or text (``"4G"``) for the decode, default half
+    of the available memory (files too big for a worker's share are streamed).
+    """
+    from pipeaudit.trace.load import map_ranks
+
+    res = map_ranks(
+        list(paths), jobs=jobs, allow_missing=allow_missing, executor=executor,
+        columns=REDUCE_COLUMNS, max_memory=max_memory,
+        job_for_rank=lambda manifest: partial(reduce_trace, hints=stage_hints(manifest),
+                                              pattern=pattern),
+    )
+    m = num_microbatches or (res.manifest or {}).get("num_microbatches")
+    ranks = [renumber_inferred(rt, m) for rt in res.values]
+    warnings = list(res.warnings)
     for rt in ranks:
         warnings.extend(w for w in rt.warnings if w not in warnings)
-    return Timeline(ranks=ranks, manifest=ts.manifest, inputs=[str(t.path) for t in ts.ranks],
+    return Timeline(ranks=ranks, manifest=res.manifest, inputs=[str(i.path) for i in res.infos],
                     warnings=warnings)

@@ -45,11 +45,24 @@ class Timeline:
 
     def orders(self, step: int) -> dict[int, list[Action]]:
         """Per rank, the actions of ``step`` in execution order (by compute start)."""
-        out: dict[int, list[Action]] = {}
+        by_step = self._orders_by_step()
+        return {r.rank: list(by_step[i].get(step, [])) for i, r in enumerate(self.ranks)}
+
+    def _orders_by_step(self) -> list[dict[int, list[Action]]]:
+        """Every step's order per rank, computed in one pass (kept while the action tables
+        stay the same objects)."""
+        key = [id(r.actions) for r in self.ranks]
+        cached = self.__dict__.get("_orders_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        out: list[dict[int, list[Action]]] = []
         for r in self.ranks:
-            a = r.actions.filter(pl.col("step") == step).sort(["compute_start", "start"])
-            out[r.rank] = [Action(int(s), str(k), int(m)) for s, k, m in
-                           a.select("stage", "kind", "microbatch").iter_rows()]
+            steps: dict[int, list[Action]] = {}
+            a = r.actions.sort(["compute_start", "start"], maintain_order=True)
+            for k, s, kind, m in a.select("step", "stage", "kind", "microbatch").iter_rows():
+                steps.setdefault(k, []).append(Action(int(s), str(kind), int(m)))
+            out.append(steps)
+        self.__dict__["_orders_cache"] = (key, out)
         return out
 
     @property

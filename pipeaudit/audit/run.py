@@ -116,11 +116,11 @@ def _profiler_step(tl: Timeline, k: int) -> int | None:
 def _replay_step(tl: Timeline, k: int, pranks: list[int], place: list[int]):
     durations: dict[tuple[int, Action], float] = {}
     orders: list[list[Action]] = []
+    by_step = tl.step_rows(("stage", "kind", "microbatch", "compute_ns"))
+    index = {x.rank: i for i, x in enumerate(tl.ranks)}
     for r in pranks:
-        rt = next(x for x in tl.ranks if x.rank == r)
-        a = rt.actions.filter(pl.col("step") == k).sort(["compute_start", "start"])
         order = []
-        for s, kind, m, c in a.select("stage", "kind", "microbatch", "compute_ns").iter_rows():
+        for s, kind, m, c in by_step[index[r]].get(k, []):
             act = Action(int(s), str(kind), int(m))
             order.append(act)
             durations[(len(orders), act)] = float(c)
@@ -303,9 +303,11 @@ def _completeness(tl: Timeline, stages, wb) -> list[Finding]:
     for st in stages:
         a = acts.filter(pl.col("stage") == st.stage)
         has_w = st.actions["W"] > 0
+        per_step: dict[int, list[tuple]] = {}
+        for k, kind, m in a.select("step", "kind", "microbatch").iter_rows():
+            per_step.setdefault(k, []).append((kind, int(m)))
         for k in sorted(wb):
-            c = Counter((kind, int(m)) for kind, m in
-                        a.filter(pl.col("step") == k).select("kind", "microbatch").iter_rows())
+            c = Counter(per_step.get(k, []))
             missing, dups = [], []
             for m in range(M):
                 if c[("F", m)] == 0:
@@ -325,12 +327,7 @@ def _completeness(tl: Timeline, stages, wb) -> list[Finding]:
 def _stragglers(tl: Timeline, wb, S: int) -> list[Finding]:
     """Per rank, time its actions started after their inputs and the rank were ready."""
     delays: dict[int, float] = defaultdict(float)
-    cols = ["stage", "kind", "microbatch", "compute_start", "compute_end"]
-    by_step = [
-        {key: rows for key, rows in rt.actions.sort(["compute_start", "start"], maintain_order=True)
-         .select("step", *cols).rows_by_key("step", include_key=False).items()}
-        if rt.actions.height else {} for rt in tl.ranks
-    ]
+    by_step = tl.step_rows(("stage", "kind", "microbatch", "compute_start", "compute_end"))
     for k in wb:
         ends: dict[Action, int] = {}
         rows = []

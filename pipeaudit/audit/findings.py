@@ -111,3 +111,21 @@ def duplicated_actions(stage: int, rank: int, step: int, dups: list[str]) -> Fin
     return Finding("DUPLICATED_ACTIONS", "error", rank, stage, len(dups), 0,
                    f"Step {step} of stage {stage} runs {shown} more than once: traces from two runs, or "
                    f"steps not separated by ProfilerStep spans.")
+
+
+def truncated_trace(report) -> Finding:
+    """A damaged trace read with ``--salvage``: what was recovered and what was excluded."""
+    return Finding("TRUNCATED_TRACE", "warning", report.rank, None, float(report.events_recovered),
+                   None, f"The trace of rank {report.rank} ({report.file_name}) is damaged: "
+                         f"{report.describe()}.")
+
+
+def missing_ranks(given: list[int], world_size: int) -> Finding:
+    """Ranks of the run whose traces were not given: the figures cover the others only."""
+    from pipeaudit.trace.validate import format_gaps, format_ranks, missing_gaps
+
+    missing = format_gaps(missing_gaps(given, 0, world_size - 1))
+    return Finding("MISSING_RANKS", "warning", None, None, len(given), world_size,
+                   f"Only {len(given)} of {world_size} ranks are in the traces (missing "
+                   f"{missing}): the figures cover ranks {format_ranks(given)} only; "
+                   "the stages on the missing ranks are not audited.")

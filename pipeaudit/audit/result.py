@@ -116,6 +116,8 @@ class AuditResult:
     inputs: list[str]
     notes: list[str] = field(default_factory=list)
     manifest: dict[str, Any] | None = None
+    #: damaged traces read with ``--salvage``: SalvageReport.to_dict() of each (empty otherwise)
+    salvage: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document of this result."""

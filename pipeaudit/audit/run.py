@@ -57,15 +57,24 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
     else:
         notes.append(f"stages {sorted(placement)} are not 0..{S - 1}: no replay")
 
-    # which schedule ran
-    name, source, detected, sched = _schedule(tl, schedule, P, M, v, pranks, placement, notes)
+    # which schedule ran (not with sparse microbatch numbers such as 0, 1, 9000: the
+    # catalogue schedules of M=9001 would take long to build and mean nothing)
+    n_mb = first["microbatch"].n_unique()
+    sparse = M > 2 * n_mb + 8
+    if sparse:
+        notes.append(f"microbatch numbers are sparse (up to {M - 1}, {n_mb} distinct in the first "
+                     "step): the schedule is not checked, detected or compared with theory")
+        name, source, detected, sched = (schedule, "declared", [], None) if schedule else \
+            (None, "unknown", [], None)
+    else:
+        name, source, detected, sched = _schedule(tl, schedule, P, M, v, pranks, placement, notes)
     findings: list[Finding] = []
     if sched is not None and source in ("declared", "manifest"):
         findings += _order_violations(tl, sched, pranks, steps)
 
     kind_means = {k: float(acts.filter(pl.col("kind") == k)["compute_ns"].mean() or 0.0) / US
                   for k in ("F", "B", "I", "W")}
-    th = _theory(name, sched, P, M, v, kind_means, notes) if name is not None else None
+    th = _theory(name, sched, P, M, v, kind_means, notes) if name is not None and not sparse else None
     ranks = [_rank_metrics(rt, wb, replays, rank_index) for rt in tl.ranks]
     pipeline_ranks = [r for r in ranks if r.bubble is not None]
     measured = mean(r.bubble for r in pipeline_ranks)
@@ -89,6 +98,8 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
         ratio=th.ratio if th else None, ratio_formula=th.ratio_formula if th else None,
     )
     findings += _findings(tl, ranks, stages, summary, wb, S)
+    findings += [F.truncated_trace(rep) for rep in tl.salvage]
+    findings += _missing_ranks(tl)
     sev = {"error": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: (sev.get(f.severity, 3), f.code, f.rank or 0, f.stage or 0))
     return AuditResult(
@@ -97,7 +108,20 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
         actions_inferred=tl.action_source in ("inferred", "mixed"), action_source=tl.action_source,
         pipeline_found=True, device_type=_device(tl), ranks=ranks, stages=stages, steps=step_rows,
         bubble=summary, findings=findings, inputs=tl.inputs, notes=notes, manifest=tl.manifest,
+        salvage=[rep.to_dict() for rep in tl.salvage],
     )
+
+
+def _missing_ranks(tl: Timeline) -> list[Finding]:
+    """MISSING_RANKS when the run's world size (traces, else manifest) exceeds the ranks given."""
+    world = next((r.world_size for r in tl.ranks if r.world_size is not None), None)
+    if world is None and tl.manifest:
+        ws = tl.manifest.get("world_size", tl.manifest.get("num_ranks"))
+        world = ws if isinstance(ws, int) and not isinstance(ws, bool) and ws >= 1 else None
+    given = sorted(r.rank for r in tl.ranks)
+    if world is None or len(set(given)) >= world:
+        return []
+    return [F.missing_ranks(given, world)]
 
 
 def _device(tl: Timeline) -> str:
@@ -364,8 +388,10 @@ def _no_pipeline(tl: Timeline, notes: list[str]) -> AuditResult:
         num_stages=0, num_microbatches=0, num_chunks=0, num_steps=0, actions_inferred=False,
         action_source="none", pipeline_found=False, device_type=_device(tl), ranks=ranks,
         stages=[], steps=[], bubble=BubbleSummary(None, None, None, None, None, None, None),
-        findings=[Finding("NO_PIPELINE", "info", None, None, None, None,
-                          "No pipeline actions (PP:, Forward/Backward, or inferable F/B) were found: "
-                          "the figures are per-rank busy, idle and communication time only.")],
+        findings=[F.truncated_trace(rep) for rep in tl.salvage] + [
+            Finding("NO_PIPELINE", "info", None, None, None, None,
+                    "No pipeline actions (PP:, Forward/Backward, or inferable F/B) were found: "
+                    "the figures are per-rank busy, idle and communication time only.")],
         inputs=tl.inputs, notes=notes, manifest=tl.manifest,
+        salvage=[rep.to_dict() for rep in tl.salvage],
     )

@@ -28,6 +28,9 @@ from pipeaudit.cli.output import write_output
                    "bigger files are decoded as a stream.")
 @click.option("--allow-missing", is_flag=True,
               help="Analyse a set of ranks with gaps (missing ranks are named in the notes).")
+@click.option("--salvage", is_flag=True,
+              help="Analyse truncated or corrupt traces (a killed job): keep the complete events "
+                   "before the damage, exclude the steps it cut, and say what was lost.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
@@ -37,25 +40,28 @@ from pipeaudit.cli.output import write_output
               help="Also run Holistic Trace Analysis (pipeaudit[hta]) on GPU traces and show its "
                    "idle and comm/comp overlap next to pipeaudit's per-rank figures.")
 def command(paths, fmt, schedule, action_pattern, microbatches, jobs, executor, max_memory,
-            allow_missing, output, html_path, force, with_hta) -> None:
+            allow_missing, salvage, output, html_path, force, with_hta) -> None:
     """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
     import pipeaudit
     from pipeaudit.report.step_view import step_timeline_text
 
+    from pipeaudit.cli.output import check_writable
+    from pipeaudit.errors import TraceError
     from pipeaudit.trace.load import parse_size
 
-    if html_path:
-        from pipeaudit.cli.output import check_writable
-
-        check_writable(html_path, force=force)
+    check_writable(output, force=force)  # before the (possibly long) analysis
+    check_writable(html_path, force=force)
     if max_memory is not None:
         try:
             max_memory = parse_size(max_memory)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--max-memory") from None
-    run = pipeaudit.load(paths, schedule=schedule, action_pattern=action_pattern,
-                         num_microbatches=microbatches, jobs=jobs, executor=executor,
-                         max_memory=max_memory, allow_missing=allow_missing)
+    try:
+        run = pipeaudit.load(paths, schedule=schedule, action_pattern=action_pattern,
+                             num_microbatches=microbatches, jobs=jobs, executor=executor,
+                             max_memory=max_memory, allow_missing=allow_missing, salvage=salvage)
+    except TraceError as exc:
+        raise cli_trace_error(exc, paths, salvage) from None
     result = run.audit()
     if html_path:
         from pipeaudit.report.html import write_html
@@ -95,3 +101,17 @@ def command(paths, fmt, schedule, action_pattern, microbatches, jobs, executor, 
             text += ("\n## HTA alongside\n\n```\n" + render_text(hta) + "```\n"
                      if fmt == "markdown" else "\n" + render_text(hta))
     write_output(text, output, force=force)
+
+
+def cli_trace_error(exc, paths, salvage: bool):
+    """The TraceError as the CLI reports it: a set-level problem names the inputs, and
+    damage that ``--salvage`` can repair says so when it was not given."""
+    from pipeaudit.errors import TraceError
+    from pipeaudit.trace.salvage import SALVAGE_HINT, is_salvageable
+
+    path, problem = exc.path, exc.problem
+    if path is None and paths:
+        path = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    if not salvage and is_salvageable(problem):
+        problem = f"{problem}; {SALVAGE_HINT}"
+    return TraceError(path, problem)

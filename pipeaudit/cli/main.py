@@ -3,13 +3,16 @@
 Each subcommand lives in its own module ``pipeaudit.cli.<name>`` exposing a click
 command called ``command``; modules are imported only when their command runs, so
 ``pipeaudit analyze`` never imports torch. A :class:`PipeauditError` escaping a
-command becomes one line on stderr and exit code 2.
+command becomes one line on stderr and exit code 2. Any other exception is a bug: it
+also becomes one line (``pipeaudit: internal error: ...``, exit code 3) unless
+``PIPEAUDIT_DEBUG=1`` asks for the traceback; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 
 import click
@@ -60,6 +63,33 @@ class LazyGroup(click.Group):
             ctx.exit(exc.exit_code)
         except BrokenPipeError:
             ctx.exit(0)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("pipeaudit: interrupted", err=True)
+            ctx.exit(130)
+        except Exception as exc:  # a bug: still one line, unless asked for the traceback
+            if os.environ.get("PIPEAUDIT_DEBUG"):
+                raise
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            click.echo(f"pipeaudit: internal error: {type(exc).__name__}: {first}{_where(exc)} "
+                       "(a bug in pipeaudit; PIPEAUDIT_DEBUG=1 shows the traceback)", err=True)
+            ctx.exit(INTERNAL_ERROR)
+
+
+#: Exit code of an unexpected exception (a bug), distinct from 1 (gate failed) and 2 (bad input).
+INTERNAL_ERROR = 3
+
+
+def _where(exc: BaseException) -> str:
+    """`` at file.py:123`` of the innermost pipeaudit frame, for the bug report."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "pipeaudit" in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" at {os.path.basename(f.filename)}:{f.lineno}"
 
 
 def _module_exists(module: str) -> bool:

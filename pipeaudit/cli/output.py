@@ -22,6 +22,13 @@ def write_output(text: str, path: str | None, *, force: bool = False) -> None:
         return
     check_writable(path, force=force)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        from pipeaudit.trace.source import os_problem
+
+        raise ConfigError(f"{path}: cannot write the report: {os_problem(exc)}") from None

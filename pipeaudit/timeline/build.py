@@ -27,7 +27,9 @@ def stage_hints(manifest: dict[str, Any] | None) -> dict[int, int]:
         return {}
     by_rank: dict[int, list[int]] = {}
     for stage, rank in enumerate(manifest["stage_to_rank"]):
-        by_rank.setdefault(int(rank), []).append(stage)
+        if not isinstance(rank, int) or isinstance(rank, bool):
+            return {}  # not a harness manifest we understand: no hints
+        by_rank.setdefault(rank, []).append(stage)
     return {r: s[0] for r, s in by_rank.items() if len(s) == 1}
 
 
@@ -56,6 +58,7 @@ def build_timeline(
     allow_missing: bool = False,
     executor: str | None = None,
     max_memory: int | str | None = None,
+    salvage: bool = False,
 ) -> Timeline:
     """Decode, validate and reduce every rank's trace into one timeline.
 
@@ -63,19 +66,39 @@ def build_timeline(
     ``executor``: ``local`` (default), ``processes`` or ``dask://host:port``;
     ``max_memory``: memory budget in bytes or text (``"4G"``) for the decode, default half
     of the available memory (files too big for a worker's share are streamed).
+    ``salvage``: recover what damaged files hold; the steps the damage cut are excluded on
+    every rank, which needs all ranks' events at once, so this path decodes the whole run
+    before reducing it (a recovery path, not a fast one).
     """
-    from pipeaudit.trace.load import map_ranks
+    from pipeaudit.errors import ConfigError
+    from pipeaudit.trace.load import load_traces, map_ranks
 
-    res = map_ranks(
-        list(paths), jobs=jobs, allow_missing=allow_missing, executor=executor,
-        columns=REDUCE_COLUMNS, max_memory=max_memory,
-        job_for_rank=lambda manifest: partial(reduce_trace, hints=stage_hints(manifest),
-                                              pattern=pattern),
-    )
-    m = num_microbatches or (res.manifest or {}).get("num_microbatches")
-    ranks = [renumber_inferred(rt, m) for rt in res.values]
-    warnings = list(res.warnings)
+    if num_microbatches is not None and not (
+            isinstance(num_microbatches, int) and num_microbatches >= 1):
+        raise ConfigError(f"--microbatches must be an integer >= 1, got {num_microbatches!r}")
+    salvaged: list[Any] = []
+    if salvage:
+        ts = load_traces(list(paths), jobs=jobs, allow_missing=allow_missing, executor=executor,
+                         max_memory=max_memory, salvage=True)
+        hints = stage_hints(ts.manifest)
+        values = [reduce_trace(t, hints=hints, pattern=pattern) for t in ts.ranks]
+        manifest, inputs, set_warnings = ts.manifest, [str(t.path) for t in ts.ranks], ts.warnings
+        salvaged = ts.salvaged
+    else:
+        res = map_ranks(
+            list(paths), jobs=jobs, allow_missing=allow_missing, executor=executor,
+            columns=REDUCE_COLUMNS, max_memory=max_memory,
+            job_for_rank=lambda manifest: partial(reduce_trace, hints=stage_hints(manifest),
+                                                  pattern=pattern),
+        )
+        values, manifest, set_warnings = res.values, res.manifest, res.warnings
+        inputs = [str(i.path) for i in res.infos]
+    m = num_microbatches or (manifest or {}).get("num_microbatches")
+    if not (isinstance(m, int) and not isinstance(m, bool) and m >= 1):
+        m = None  # a manifest value we cannot use
+    ranks = [renumber_inferred(rt, m) for rt in values]
+    warnings = list(set_warnings)
     for rt in ranks:
         warnings.extend(w for w in rt.warnings if w not in warnings)
-    return Timeline(ranks=ranks, manifest=res.manifest, inputs=[str(i.path) for i in res.infos],
-                    warnings=warnings)
+    return Timeline(ranks=ranks, manifest=manifest, inputs=inputs, warnings=warnings,
+                    salvage=salvaged)

@@ -19,6 +19,8 @@ class Timeline:
     manifest: dict[str, Any] | None = None
     inputs: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: SalvageReports of damaged ranks read with ``salvage=True`` (empty otherwise)
+    salvage: list[Any] = field(default_factory=list)
 
     @property
     def actions(self) -> pl.DataFrame:

@@ -114,7 +114,7 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
             pl.col("device_id").cast(pl.Int64).fill_null(-1),
         )
         peaks = {int(d): int(v) for d, v in memory.group_by("device_id").agg(
-            pl.col("total_allocated").max()).iter_rows()}
+            pl.col("total_allocated").max()).iter_rows() if v is not None}  # no usable sample: no peak
 
     warnings: list[str] = []  # the trace's own warnings travel in TraceSet.warnings
     if outside:

@@ -28,6 +28,11 @@ PP_ACTION_RE = r"^PP:(\d+)([FBIW])(\d+)$"
 PP_OVERLAP_RE = r"^PP:\((.*)\)OVERLAP_F_B$"
 GPIPE_RE = r"^(Forward|Backward) (\d+)$"
 
+#: Stage and microbatch numbers at or above this are not pipeline actions (a name such as
+#: ``PP:99999999999999999999F0`` is garbage, and a huge microbatch number would make the
+#: audit build schedules of that many microbatches).
+MAX_INDEX = 10_000
+
 SPAN_SCHEMA = {
     "stage": pl.Int64,
     "kind": pl.Utf8,
@@ -65,11 +70,11 @@ def torch_runtime_spans(ops: RankOps) -> pl.DataFrame:
     """Action spans from ``PP:`` annotations, OVERLAP_F_B split into sub-actions."""
     s = ops.spans
     plain = s.filter(pl.col("name").str.contains(PP_ACTION_RE)).select(
-        stage=pl.col("name").str.extract(PP_ACTION_RE, 1).cast(pl.Int64),
+        stage=pl.col("name").str.extract(PP_ACTION_RE, 1).cast(pl.Int64, strict=False),
         kind=pl.col("name").str.extract(PP_ACTION_RE, 2),
-        microbatch=pl.col("name").str.extract(PP_ACTION_RE, 3).cast(pl.Int64),
+        microbatch=pl.col("name").str.extract(PP_ACTION_RE, 3).cast(pl.Int64, strict=False),
         tid="tid", start="start", end="end", source=pl.lit("annotation"),
-    )
+    ).filter(_valid_indices())
     overlap = s.filter(pl.col("name").str.contains(PP_OVERLAP_RE))
     parts = [plain]
     if overlap.height:
@@ -91,7 +96,7 @@ def _split_overlap(overlap: pl.DataFrame, ops: RankOps) -> pl.DataFrame:
         acts = []
         for sub in subs:
             m = re.match(r"^(\d+)([FBIW])(\d+)$", sub.strip())
-            if m:
+            if m and int(m.group(1)) < MAX_INDEX and int(m.group(3)) < MAX_INDEX:
                 acts.append((int(m.group(1)), m.group(2), int(m.group(3))))
         if not acts:
             continue
@@ -131,11 +136,14 @@ def pattern_spans(ops: RankOps, pattern: str, default_stage: int) -> pl.DataFram
         m = rx.search(name)
         if m is None:
             continue
-        kind = _KIND_WORDS.get(m.group("kind").lower())
+        kind = _KIND_WORDS.get((m.group("kind") or "").lower())
         if kind is None:
             continue
-        stage = int(m.group("stage")) if "stage" in groups and m.group("stage") else default_stage
-        rows.append((stage, kind, int(m.group(mb_group)), tid, start, end, "pattern"))
+        stage_text = m.group("stage") if "stage" in groups else None
+        stage = _pattern_int(pattern, "stage", stage_text, name) if stage_text else default_stage
+        mb = _pattern_int(pattern, mb_group, m.group(mb_group), name)
+        if stage < MAX_INDEX and mb < MAX_INDEX:
+            rows.append((stage, kind, mb, tid, start, end, "pattern"))
     spans = pl.DataFrame(rows, schema=SPAN_SCHEMA, orient="row")
     return _drop_nested_duplicates(spans).sort("start")
 
@@ -146,10 +154,31 @@ def gpipe_spans(ops: RankOps, default_stage: int) -> pl.DataFrame:
     spans = s.select(
         stage=pl.lit(default_stage, dtype=pl.Int64),
         kind=pl.col("name").str.extract(GPIPE_RE, 1).str.slice(0, 1),
-        microbatch=pl.col("name").str.extract(GPIPE_RE, 2).cast(pl.Int64),
+        microbatch=pl.col("name").str.extract(GPIPE_RE, 2).cast(pl.Int64, strict=False),
         tid="tid", start="start", end="end", source=pl.lit("annotation"),
-    )
+    ).filter(_valid_indices())
     return _drop_nested_duplicates(spans).sort("start")
+
+
+def _valid_indices() -> pl.Expr:
+    """Stage and microbatch parsed (they fit Int64) and below :data:`MAX_INDEX`."""
+    return (pl.col("stage").is_not_null() & pl.col("microbatch").is_not_null()
+            & (pl.col("stage") < MAX_INDEX) & (pl.col("microbatch") < MAX_INDEX))
+
+
+def _pattern_int(pattern: str, group: str, text: str | None, name: str) -> int:
+    """The integer a ``--action-pattern`` group matched; ConfigError when it is not one."""
+    try:
+        value = int(text or "")
+    except ValueError:
+        raise ConfigError(
+            f"--action-pattern {pattern!r}: group {group} matched {text!r} in the span {name[:60]!r}, "
+            "which is not an integer; make the group match digits only, e.g. (?P<mb>\\d+)"
+        ) from None
+    if value < 0:
+        raise ConfigError(f"--action-pattern {pattern!r}: group {group} matched a negative number "
+                          f"{text!r} in the span {name[:60]!r}")
+    return value
 
 
 def is_backward_op(name: str) -> bool:

@@ -18,10 +18,10 @@ PROFILER_STEP_RE = r"^ProfilerStep#(\d+)$"
 def profiler_steps(spans: pl.DataFrame) -> pl.DataFrame:
     """``ProfilerStep#N`` spans of a rank: columns ``profiler_step``, ``start``, ``end``."""
     steps = spans.filter(pl.col("name").str.contains(PROFILER_STEP_RE)).select(
-        profiler_step=pl.col("name").str.extract(PROFILER_STEP_RE, 1).cast(pl.Int64),
+        profiler_step=pl.col("name").str.extract(PROFILER_STEP_RE, 1).cast(pl.Int64, strict=False),
         start="start",
         end="end",
-    )
+    ).drop_nulls("profiler_step")  # ProfilerStep#<too many digits> is not a step
     return steps.sort("start").unique("profiler_step", keep="first", maintain_order=True)
 
 

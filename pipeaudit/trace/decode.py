@@ -59,13 +59,23 @@ _BYTE_RE = re.compile(r"\(byte (\d+)\)")
 # --------------------------------------------------------------------------- parsing
 
 
-def _parse(path: Path, data: bytes) -> TraceFile:
+def _parse(path: Path, data: bytes, notes: list[str] | None = None) -> TraceFile:
     try:
         return TRACE_DECODER.decode(data)
     except msgspec.ValidationError as exc:
         raise TraceError(path, _validation_problem(str(exc))) from None
     except msgspec.DecodeError as exc:
-        raise TraceError(path, _decode_problem(str(exc))) from None
+        from pipeaudit.trace.diagnose import explain_decode_error
+
+        raise TraceError(path, explain_decode_error(data, str(exc)) or _decode_problem(str(exc))) from None
+    except UnicodeDecodeError:
+        # a name with bytes that are not UTF-8: keep the trace, mark the bad bytes
+        from pipeaudit.trace.diagnose import repair_utf8
+
+        fixed, count = repair_utf8(data)
+        if notes is not None:
+            notes.append(f"{count} invalid UTF-8 byte sequences in strings replaced by U+FFFD")
+        return _parse(path, fixed, None)
     except MemoryError:
         raise TraceError(path, "out of memory while parsing the JSON") from None
     except RecursionError:  # pragma: no cover - msgspec limits depth itself
@@ -469,6 +479,7 @@ def read_trace(
     rank_hint: int | None = None,
     columns: Iterable[str] | None = None,
     max_memory: int | None = None,
+    salvage: bool = False,
 ) -> RankTrace:
     """Decode one Kineto / Chrome-trace JSON file (plain or gzip) into a :class:`RankTrace`.
 
@@ -481,24 +492,39 @@ def read_trace(
     ``max_memory`` (bytes): a file whose whole-file decode would need more than this (or
     that holds more than 64 MB of JSON) is decoded in a stream of batches instead (see
     :mod:`pipeaudit.trace.stream`): same result, bounded memory. ``None``: whole file.
+    ``salvage=True``: a truncated or corrupt file yields the complete events before the damage
+    and ``RankTrace.salvage`` says what was lost (see :mod:`pipeaudit.trace.salvage`); the
+    salvage path always decodes the whole file.
     """
     path = Path(path)
     if rank_hint is not None and not (_is_int(rank_hint) and rank_hint >= 0):
         raise ValueError(f"rank_hint must be an integer >= 0, got {rank_hint!r}")
     cols = check_columns(columns)
-    if max_memory is not None:
-        from pipeaudit.trace import stream
+    report = None
+    parse_notes: list[str] = []
+    if salvage:
+        from pipeaudit.trace.salvage import read_salvaged
 
-        if stream.needs_streaming(path, max_memory):
-            return stream.read_trace_streaming(path, rank_hint=rank_hint, columns=cols,
-                                               max_memory=max_memory)
-    data, size, _gz = read_bytes(path)
-    tf = _parse(path, data)
-    del data  # the Raw ts/dur values keep views of it alive until the columns are built
-    warnings: list[str] = []
+        tf, size, report = read_salvaged(path, parse_notes)
+    else:
+        if max_memory is not None:
+            from pipeaudit.trace import stream
+
+            if stream.needs_streaming(path, max_memory):
+                return stream.read_trace_streaming(path, rank_hint=rank_hint, columns=cols,
+                                                   max_memory=max_memory)
+        data, size, _gz = read_bytes(path)
+        tf = _parse(path, data, parse_notes)
+        del data  # the Raw ts/dur values keep views of it alive until the columns are built
+    warnings: list[str] = parse_notes
     events, memory = _tables(path, tf.traceEvents, check_base_ns(path, tf), warnings, cols)
-    return finish_trace(path, tf, events, memory, size, rank_hint, warnings,
-                        n_events=len(tf.traceEvents))
+    rt = finish_trace(path, tf, events, memory, size, rank_hint, warnings,
+                      n_events=len(tf.traceEvents))
+    if report is not None:
+        from pipeaudit.trace.salvage import apply_cut
+
+        apply_cut(rt, report)
+    return rt
 
 
 def check_base_ns(path: Path, tf: TraceFile) -> int:

@@ -114,6 +114,7 @@ class RankTask:
     job: Callable[[RankTrace], Any] | None = None
     columns: tuple[str, ...] | None = None
     max_memory: int | None = None
+    salvage: bool = False
 
 
 @dataclass
@@ -130,7 +131,8 @@ class RankOutcome:
 def run_rank_task(task: RankTask) -> RankOutcome:
     """Worker entry point (module level, picklable)."""
     try:
-        rt = read_trace(Path(task.path), columns=task.columns, max_memory=task.max_memory)
+        rt = read_trace(Path(task.path), columns=task.columns, max_memory=task.max_memory,
+                        salvage=task.salvage)
     except PipeauditError as exc:
         return RankOutcome(decode_error=exc)
     info = rt.info()
@@ -163,6 +165,7 @@ def map_ranks(
     columns: Iterable[str] | None = None,
     max_memory: int | str | None = None,
     job_for_rank: Callable[[dict | None], Callable[[RankTrace], Any] | None] | None = None,
+    salvage: bool = False,
 ) -> RankResults:
     """Decode every rank, apply ``job`` to it where ``executor`` says, validate the set.
 
@@ -171,6 +174,7 @@ def map_ranks(
     is known. ``columns``: the event columns the job reads (see :func:`read_trace`).
     ``max_memory``: the memory budget in bytes (or text like ``"4G"``) for the whole
     decode; each worker gets its share, and a file too big for it is decoded as a stream.
+    ``salvage``: read damaged files with :mod:`pipeaudit.trace.salvage` (see :func:`read_trace`).
     Raises :class:`TraceError` (and the job's own :class:`PipeauditError`).
     """
     exe = parse_executor(executor)
@@ -185,7 +189,7 @@ def map_ranks(
     budget = default_max_memory() if max_memory is None else parse_size(max_memory)
     per_task = budget if exe.kind == "dask" else max(1, budget // (workers if pool else 1))
     cols = tuple(columns) if columns is not None else None
-    tasks = [RankTask(str(f), job, cols, per_task) for f in files]
+    tasks = [RankTask(str(f), job, cols, per_task, salvage) for f in files]
     outcomes: list[RankOutcome] = run_tasks(run_rank_task, tasks, executor=exe, workers=workers,
                                             pool=pool)
     for o in outcomes:
@@ -237,6 +241,7 @@ def load_traces(
     allow_missing: bool = False,
     executor: str | Executor | None = None,
     max_memory: int | str | None = None,
+    salvage: bool = False,
 ) -> TraceSet:
     """Discover, decode (in parallel) and validate the traces of one run.
 
@@ -245,7 +250,15 @@ def load_traces(
     :mod:`pipeaudit.trace.validate` for the rules and messages). Every rank's tables are
     kept: to analyse big runs in bounded memory, reduce each rank where it is decoded with
     :func:`map_ranks` (as ``pipeaudit.load`` does).
+
+    ``salvage=True`` recovers the complete events of truncated or corrupt files and excludes,
+    on every rank, the steps the damage cut (see :mod:`pipeaudit.trace.salvage`).
     """
     res = map_ranks(paths, None, jobs=jobs, allow_missing=allow_missing, executor=executor,
-                    max_memory=max_memory)
-    return TraceSet(ranks=res.values, manifest=res.manifest, warnings=res.warnings)
+                    max_memory=max_memory, salvage=salvage)
+    warnings = list(res.warnings)
+    if salvage:
+        from pipeaudit.trace.salvage import align_steps
+
+        warnings = align_steps(res.values) + warnings
+    return TraceSet(ranks=res.values, manifest=res.manifest, warnings=warnings)

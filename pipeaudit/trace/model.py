@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -69,6 +70,8 @@ class RankTrace:
     header: dict
     size_bytes: int
     warnings: list[str] = field(default_factory=list)
+    #: set when the file was damaged and read with ``salvage=True`` (a SalvageReport)
+    salvage: Any = None
 
     @property
     def start_ns(self) -> int | None:
@@ -163,6 +166,11 @@ class TraceSet:
             if rt.world_size is not None:
                 return rt.world_size
         return None
+
+    @property
+    def salvaged(self) -> list:
+        """SalvageReports of the ranks read with ``salvage=True`` that were damaged."""
+        return [rt.salvage for rt in self.ranks if rt.salvage is not None]
 
     @property
     def origin_ns(self) -> int | None:

@@ -57,6 +57,28 @@ def format_ranks(ranks: Sequence[int]) -> str:
     return ", ".join(parts)
 
 
+def missing_gaps(given: Sequence[int], lo: int, hi: int) -> list[tuple[int, int]]:
+    """Inclusive ranges of the integers in [lo, hi] that are not in ``given``."""
+    out: list[tuple[int, int]] = []
+    prev = lo - 1
+    for g in sorted(set(given)) + [hi + 1]:
+        if g > prev + 1:
+            out.append((prev + 1, min(g - 1, hi)))
+        prev = max(prev, g)
+    return [(a, b) for a, b in out if a <= b]
+
+
+def format_gaps(gaps: Sequence[tuple[int, int]]) -> str:
+    """Ranges as :func:`format_ranks` writes them: ``[(1, 1), (3, 9)]`` -> ``"1, 3-9"``."""
+    parts: list[str] = []
+    for a, b in gaps:
+        if b - a >= 2:
+            parts.append(f"{a}-{b}")
+        else:
+            parts.extend(str(r) for r in range(a, b + 1))
+    return ", ".join(parts)
+
+
 def _label(ranks: Sequence[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
 
@@ -144,25 +166,28 @@ def _check_missing(
         for rt in ranks:
             if rt.rank >= world_size:
                 raise TraceError(None, f"rank {rt.rank} ({rt.path}) is not below world_size {world_size}")
-        missing = sorted(set(range(world_size)) - set(given))
+        gaps = missing_gaps(given, 0, world_size - 1)
     else:
-        missing = sorted(set(range(given[0], given[-1] + 1)) - set(given))
-    if not missing:
+        gaps = missing_gaps(given, given[0], given[-1])
+    if not gaps:
         return
-    holes = [r for r in missing if given[0] < r < given[-1]]
+    # (as ranges: a world_size of 2**40 must not become a list of 2**40 ranks)
+    holes = any(given[0] < a <= b < given[-1] for a, b in gaps)
+    n_missing = sum(b - a + 1 for a, b in gaps)
+    missing_word = "rank" if n_missing == 1 else "ranks"
     if world_size is not None:
         if len(given) == 1:
             text = f"only 1 of {world_size} ranks given (rank {given[0]})"
         else:
             text = (
                 f"world_size is {world_size} but only {_rank_word(given)} {format_ranks(given)} "
-                f"{'was' if len(given) == 1 else 'were'} given; missing {_rank_word(missing)} "
-                f"{format_ranks(missing)}"
+                f"{'was' if len(given) == 1 else 'were'} given; missing {missing_word} "
+                f"{format_gaps(gaps)}"
             )
     else:
         text = (
             f"{_rank_word(given)} {format_ranks(given)} were given but not "
-            f"{_rank_word(missing)} {format_ranks(missing)} (the traces do not say their world_size)"
+            f"{missing_word} {format_gaps(gaps)} (the traces do not say their world_size)"
         )
     if holes and not allow_missing:
         raise TraceError(

@@ -1,0 +1,135 @@
+"""Every case of the bad-input corpus through the real CLI: exact exit code, one clear line.
+
+The corpus lives in tests/data/bad/ (made by make_corpus.py, committed); expected.json says
+for each case whether it is an error (exit 2, one line on stderr naming the file and the
+problem, nothing on stdout, never a traceback) or a readable-but-incomplete trace (exit 0,
+the finding codes in ``--format json`` and the notes). A few cases also run through a real
+subprocess, where stderr must be exactly one line.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pipeaudit.cli.main import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+BAD = Path(__file__).resolve().parent / "data" / "bad"
+EXPECTED: dict[str, dict] = json.loads((BAD / "expected.json").read_text())
+
+sys.path.insert(0, str(BAD))
+import make_corpus  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A copy of the committed corpus (inputs are never touched) plus the dynamic cases."""
+    root = tmp_path_factory.mktemp("bad") / "cases"
+    shutil.copytree(BAD / "cases", root, symlinks=True)
+    make_corpus.make_dynamic(root)
+    return root
+
+
+def _deny(monkeypatch, path: Path) -> None:
+    """Simulate a file the user may not read (chmod 000 does not stop root)."""
+    source = importlib.import_module("pipeaudit.trace.source")
+    real_open = open
+
+    def guarded(file, *args, **kwargs):
+        if os.fspath(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(source, "open", guarded, raising=False)
+
+
+def _invoke(corpus: Path, spec: dict, fmt: str = "json"):
+    target = corpus / spec["path"]
+    return CliRunner().invoke(cli, ["analyze", str(target), "--format", fmt, *spec["args"]]), target
+
+
+def test_corpus_is_big_enough_and_small():
+    assert len(EXPECTED) >= 30
+    size = sum(p.stat().st_size for p in (BAD / "cases").rglob("*") if p.is_file() and not p.is_symlink())
+    assert size < 1_000_000, size
+    kinds = {spec["exit"] for spec in EXPECTED.values()}
+    assert kinds == {0, 2}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED), ids=lambda n: n.replace(" ", "_"))
+def test_case(corpus, monkeypatch, name):
+    spec = EXPECTED[name]
+    if "deny" in spec:
+        _deny(monkeypatch, corpus / spec["deny"])
+    res, target = _invoke(corpus, spec)
+    assert "Traceback" not in res.output, res.output
+    assert res.exit_code == spec["exit"], (res.exit_code, res.stderr, res.stdout[-500:])
+    if spec["exit"] == 2:
+        assert res.stdout == ""
+        lines = res.stderr.splitlines()
+        assert len(lines) == 1 and res.stderr.endswith("\n"), res.stderr
+        line = lines[0]
+        assert line.startswith("pipeaudit: error: ")
+        assert str(target) in line or str(target.parent) in line, line  # names the file
+        for text in spec["stderr"]:
+            assert text in line, (text, line)
+        assert len(line) < 400
+        # the same line whatever the report format
+        again, _ = _invoke(corpus, spec, fmt="text")
+        assert again.exit_code == 2 and again.stderr == res.stderr
+    else:
+        assert res.stderr == ""
+        doc = json.loads(res.stdout)
+        codes = [f["code"] for f in doc["findings"]]
+        for code in spec["findings"]:
+            assert code in codes, (code, codes)
+        if not spec["findings"]:
+            assert not {"MISSING_ACTIONS", "DUPLICATED_ACTIONS", "NO_PIPELINE"} & set(codes), codes
+        for text in spec["notes"]:
+            assert any(text in n for n in doc["notes"]), (text, doc["notes"])
+
+
+SUBPROCESS_CASES = ["empty file", "truncated gzip", "NaN dur", "the same rank twice", "a symlink loop",
+                    "gzip-compressed twice", "a killed job with --salvage", "missing ranks (a hole)"]
+
+
+@pytest.mark.parametrize("name", SUBPROCESS_CASES, ids=lambda n: n.replace(" ", "_"))
+def test_case_through_a_real_process(corpus, name):
+    spec = EXPECTED[name]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "pipeaudit", "analyze", str(corpus / spec["path"]),
+                           "--format", "json", *spec["args"]],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == spec["exit"], proc.stderr
+    assert "Traceback" not in proc.stderr
+    if spec["exit"] == 2:
+        assert proc.stdout == "" and proc.stderr.count("\n") == 1 and proc.stderr.endswith("\n")
+        assert proc.stderr.startswith("pipeaudit: error: " + str(corpus / spec["path"]))
+    else:
+        assert proc.stderr == ""
+        assert set(spec["findings"]) <= {f["code"] for f in json.loads(proc.stdout)["findings"]}
+
+
+def test_committed_corpus_matches_the_generator(tmp_path):
+    """make_corpus.py regenerates exactly the committed files (rerun it after changing it)."""
+    make_corpus.main(tmp_path)
+    assert json.loads((tmp_path / "expected.json").read_text()) == EXPECTED
+    committed = sorted(p.relative_to(BAD / "cases") for p in (BAD / "cases").rglob("*"))
+    fresh = sorted(p.relative_to(tmp_path / "cases") for p in (tmp_path / "cases").rglob("*"))
+    assert committed == fresh
+    for rel in committed:
+        a, b = BAD / "cases" / rel, tmp_path / "cases" / rel
+        if a.is_symlink():
+            assert os.readlink(a) == os.readlink(b)
+        elif a.is_file():
+            assert filecmp.cmp(a, b, shallow=False), f"{rel} differs: run tests/data/bad/make_corpus.py"

@@ -133,3 +133,29 @@ def test_committed_corpus_matches_the_generator(tmp_path):
             assert os.readlink(a) == os.readlink(b)
         elif a.is_file():
             assert filecmp.cmp(a, b, shallow=False), f"{rel} differs: run tests/data/bad/make_corpus.py"
+
+
+def test_every_case_is_documented():
+    """docs/robustness.md states the policy for every case of the corpus."""
+    doc = (ROOT / "docs" / "robustness.md").read_text()
+    rows = {line.split("|")[1].strip() for line in doc.splitlines() if line.startswith("| ")}
+    assert set(EXPECTED) <= rows, sorted(set(EXPECTED) - rows)
+
+
+def test_an_internal_error_is_one_line_exit_3(monkeypatch, corpus):
+    """A bug (any exception that is not a PipeauditError) never shows a traceback to users."""
+    import pipeaudit.timeline.build
+
+    def bug(*args, **kwargs):
+        raise ZeroDivisionError("division by zero\nsecond line")
+
+    monkeypatch.setattr(pipeaudit.timeline.build, "reduce_rank", bug)
+    target = str(corpus / "pipeline_ok")
+    res = CliRunner().invoke(cli, ["analyze", target])
+    assert res.exit_code == 3 and res.stdout == ""
+    assert res.stderr.count("\n") == 1
+    assert res.stderr.startswith("pipeaudit: internal error: ZeroDivisionError: division by zero at build.py:")
+    assert res.stderr.endswith("(a bug in pipeaudit; PIPEAUDIT_DEBUG=1 shows the traceback)\n")
+    monkeypatch.setenv("PIPEAUDIT_DEBUG", "1")
+    res = CliRunner().invoke(cli, ["analyze", target])
+    assert isinstance(res.exception, ZeroDivisionError)

@@ -79,7 +79,7 @@ def test_cut_rank_keeps_complete_steps_exactly(tmp_path, intact, how, frac):
     assert rep["rank"] == 2 and rep["excluded_steps"] == [1] and rep["last_complete_step"] == 0
     assert 0 < rep["events_recovered"] < 2853 and rep["end_ns"] > rep["start_ns"]
     assert rep["bytes_read"] <= rep["size_bytes"] and rep["json_bytes"] > 0
-    assert any("excluded on every rank" in n and "rank 2" in n for n in res.notes)
+    assert any("excluded on every rank: the trace of rank 2 (" in n and "is damaged" in n for n in res.notes)
 
 
 def test_damage_only_in_the_trailer_keeps_every_step(tmp_path, intact):

@@ -114,7 +114,11 @@ def duplicated_actions(stage: int, rank: int, step: int, dups: list[str]) -> Fin
 
 
 def truncated_trace(report) -> Finding:
-    """A damaged trace read with ``--salvage``: what was recovered and what was excluded."""
+    """A damaged trace read with ``--salvage`` (TRUNCATED_TRACE), or a failed harness rank's
+    partial trace (PARTIAL_TRACE): what was recovered and which steps were excluded."""
+    if report.kind == "partial":
+        return Finding("PARTIAL_TRACE", "warning", report.rank, None, float(report.events_recovered),
+                       None, f"The trace of rank {report.rank} ({report.file_name}) is {report.describe()}.")
     return Finding("TRUNCATED_TRACE", "warning", report.rank, None, float(report.events_recovered),
                    None, f"The trace of rank {report.rank} ({report.file_name}) is damaged: "
                          f"{report.describe()}.")

@@ -85,7 +85,8 @@ def _where(exc: BaseException) -> str:
     """`` at file.py:123`` of the innermost pipeaudit frame, for the bug report."""
     import traceback
 
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "pipeaudit" in f.filename]
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(package)]
     if not frames:
         return ""
     f = frames[-1]

@@ -41,7 +41,7 @@ from pipeaudit.harness.status import ENV_STATUS_DIR, RankStatus
 ENV_START = "PIPEAUDIT_HARNESS_START"
 POLL_S = 0.05
 GRACE_S = 1.5  # after the first failure, how long the others may take to report
-TERM_S = 3.0  # SIGTERM -> SIGKILL
+TERM_S = 10.0  # SIGTERM -> SIGKILL: time for stopped ranks to write their partial traces
 
 
 class HarnessError(PipeauditError):

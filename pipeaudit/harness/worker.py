@@ -6,7 +6,11 @@ or in-process by ``python -m pipeaudit.harness`` under torchrun.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import signal
 import socket
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +28,11 @@ from pipeaudit.harness.model import make_batch
 from pipeaudit.harness.status import Reporter
 
 PARTIAL_PREFIX = "partial-"
+#: Header key of a partial trace: the ProfilerStep number during which the rank stopped
+#: (pipeaudit.trace.salvage.PARTIAL_KEY; the analysis excludes that step and later ones).
+INCOMPLETE_STEP_KEY = "pipeaudit_incomplete_step"
+_COMM_MARKERS = ("gloo", "nccl", "connection", "broken pipe", "timed out", "timeout",
+                 "peer", "socket", "distbackenderror", "closed")
 
 
 def resolve_backend(requested: str, local_world_size: int) -> tuple[str, str]:
@@ -51,15 +60,55 @@ class _Run:
         self.reporter = reporter
         self.step = -1
         self.failed = False
+        self.profiled_done = 0  #: profiled steps finished (set before the prof.step() closing one)
         self.trace_written: str | None = None
 
     def on_trace_ready(self, prof) -> None:
         out = Path(self.config.out)
         name = trace_name(self.rank)
-        if self.failed:
+        if self.failed or self.profiled_done < self.config.steps:
             name = PARTIAL_PREFIX + name
-        prof.export_chrome_trace(str(out / name))
+        with sigterm_deferred():  # a stop request must not cut the trace being written
+            prof.export_chrome_trace(str(out / name))
         self.trace_written = name
+
+
+class Stopped(BaseException):
+    """Raised in a worker by SIGTERM (the launcher stopping a failed or timed-out run, or
+    torchrun): the profiled steps unwind, so the trace of the finished steps is written."""
+
+
+@contextlib.contextmanager
+def sigterm_deferred():
+    """Ignore SIGTERM inside the block (the launcher SIGKILLs after its grace period)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def stop_on_sigterm(run: "_Run"):
+    """SIGTERM raises :class:`Stopped` inside the block (main thread only), unless the rank is
+    already unwinding (``run.failed``): the handler of a signal that arrived while gloo blocked
+    runs late, and must not interrupt the profiler writing the partial trace."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame) -> None:
+        if not run.failed:
+            raise Stopped("stopped by SIGTERM (the run failed or timed out elsewhere)")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_rank(
@@ -126,7 +175,7 @@ def run_rank(
     if device_type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     step_wall: list[float] = []
-    with profile(
+    with stop_on_sigterm(run), profile(
         activities=activities,
         schedule=schedule(wait=0, warmup=0, active=config.steps, repeat=1),
         on_trace_ready=run.on_trace_ready,
@@ -137,9 +186,15 @@ def run_rank(
             for i in range(config.steps):
                 step = config.warmup_steps + i
                 rep.phase("profile", step=step)
+                # Said *before* the step runs: however the rank stops (exception, SIGTERM),
+                # its partial trace names the step that was cut; cleared once all are done.
+                prof.add_metadata_json(INCOMPLETE_STEP_KEY, json.dumps(i))
                 wall = train_step(step)
                 step_wall.append(wall)
                 rep.step_done(step, True, wall)
+                run.profiled_done = i + 1
+                if run.profiled_done == config.steps:
+                    prof.add_metadata_json(INCOMPLETE_STEP_KEY, "null")
                 prof.step()  # closes ProfilerStep#i; after the last one the trace is exported
         except BaseException:
             run.failed = True

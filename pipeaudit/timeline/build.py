@@ -68,31 +68,37 @@ def build_timeline(
     of the available memory (files too big for a worker's share are streamed).
     ``salvage``: recover what damaged files hold; the steps the damage cut are excluded on
     every rank, which needs all ranks' events at once, so this path decodes the whole run
-    before reducing it (a recovery path, not a fast one).
+    before reducing it (a recovery path, not a fast one). Partial traces of a failed harness
+    run (header ``pipeaudit_incomplete_step``) take the same path.
     """
     from pipeaudit.errors import ConfigError
     from pipeaudit.trace.load import load_traces, map_ranks
+    from pipeaudit.trace.salvage import PARTIAL_KEY
 
     if num_microbatches is not None and not (
             isinstance(num_microbatches, int) and num_microbatches >= 1):
         raise ConfigError(f"--microbatches must be an integer >= 1, got {num_microbatches!r}")
     salvaged: list[Any] = []
-    if salvage:
-        ts = load_traces(list(paths), jobs=jobs, allow_missing=allow_missing, executor=executor,
-                         max_memory=max_memory, salvage=True)
-        hints = stage_hints(ts.manifest)
-        values = [reduce_trace(t, hints=hints, pattern=pattern) for t in ts.ranks]
-        manifest, inputs, set_warnings = ts.manifest, [str(t.path) for t in ts.ranks], ts.warnings
-        salvaged = ts.salvaged
-    else:
+    full_decode = salvage
+    if not salvage:
         res = map_ranks(
             list(paths), jobs=jobs, allow_missing=allow_missing, executor=executor,
             columns=REDUCE_COLUMNS, max_memory=max_memory,
             job_for_rank=lambda manifest: partial(reduce_trace, hints=stage_hints(manifest),
                                                   pattern=pattern),
         )
-        values, manifest, set_warnings = res.values, res.manifest, res.warnings
-        inputs = [str(i.path) for i in res.infos]
+        # partial traces of a failed harness run: the cut steps must be aligned across ranks
+        full_decode = any(i.header.get(PARTIAL_KEY) is not None for i in res.infos)
+        if not full_decode:
+            values, manifest, set_warnings = res.values, res.manifest, res.warnings
+            inputs = [str(i.path) for i in res.infos]
+    if full_decode:
+        ts = load_traces(list(paths), jobs=jobs, allow_missing=allow_missing, executor=executor,
+                         max_memory=max_memory, salvage=salvage)
+        hints = stage_hints(ts.manifest)
+        values = [reduce_trace(t, hints=hints, pattern=pattern) for t in ts.ranks]
+        manifest, inputs, set_warnings = ts.manifest, [str(t.path) for t in ts.ranks], ts.warnings
+        salvaged = ts.salvaged
     m = num_microbatches or (manifest or {}).get("num_microbatches")
     if not (isinstance(m, int) and not isinstance(m, bool) and m >= 1):
         m = None  # a manifest value we cannot use

@@ -12,6 +12,8 @@ Modules, one job each:
 * :mod:`~pipeaudit.trace.load`       many files, in parallel -> :class:`TraceSet`
 * :mod:`~pipeaudit.trace.naming`     rank from a file name, natural sort
 * :mod:`~pipeaudit.trace.synth`      tiny Kineto-like traces built in code (tests, examples)
+* :mod:`~pipeaudit.trace.salvage`    complete events of a truncated file; partial harness traces
+* :mod:`~pipeaudit.trace.diagnose`   precise messages for files that do not parse
 """
 
 from pipeaudit.trace.decode import DROPPED_CATEGORIES, read_trace

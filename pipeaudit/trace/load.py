@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeaudit.errors import PipeauditError, TraceError
+from pipeaudit.errors import PipeauditError
 from pipeaudit.trace.clock import clock_warnings
 from pipeaudit.trace.decode import read_trace
 from pipeaudit.trace.discover import discover
 from pipeaudit.trace.executor import Executor, cpu_count, parse_executor, run_tasks
 from pipeaudit.trace.model import RankInfo, RankTrace, TraceSet
+from pipeaudit.trace.salvage import align_steps
 from pipeaudit.trace.source import estimated_json_bytes
 from pipeaudit.trace.validate import validate_set
 
@@ -256,9 +257,6 @@ def load_traces(
     """
     res = map_ranks(paths, None, jobs=jobs, allow_missing=allow_missing, executor=executor,
                     max_memory=max_memory, salvage=salvage)
-    warnings = list(res.warnings)
-    if salvage:
-        from pipeaudit.trace.salvage import align_steps
-
-        warnings = align_steps(res.values) + warnings
+    # steps cut by damage (salvage) or by a failed harness run (partial traces) are excluded
+    warnings = align_steps(res.values) + list(res.warnings)
     return TraceSet(ranks=res.values, manifest=res.manifest, warnings=warnings)

@@ -58,6 +58,9 @@ SALVAGEABLE_PREFIXES: tuple[str, ...] = (
 #: The hint added to a salvageable error when salvage was not asked for.
 SALVAGE_HINT = "pass --salvage to analyse the complete events before the damage"
 
+#: Header key of the partial traces the harness writes for failed ranks (the step that failed).
+PARTIAL_KEY = "pipeaudit_incomplete_step"
+
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: gzip damage after complete members (which passed their checksum): safe to salvage.
 GARBAGE_AFTER = "corrupt gzip data (garbage after the compressed stream)"
@@ -93,6 +96,7 @@ class SalvageReport:
     last_complete_step: int | None = None  #: last ProfilerStep kept (None: trace has no steps)
     excluded_steps: list[int] = field(default_factory=list)  #: ProfilerStep numbers excluded
     all_events: bool = False  #: the traceEvents array was complete (damage after it only)
+    kind: str = "damaged"  #: "damaged" (read with salvage) or "partial" (a failed harness rank)
 
     @property
     def file_name(self) -> str:
@@ -103,8 +107,11 @@ class SalvageReport:
         read = (f"read {self.bytes_read:,} of {self.size_bytes:,} bytes ({self.json_bytes:,} bytes of JSON)"
                 if self.bytes_read != self.json_bytes
                 else f"read {self.json_bytes:,} of {self.size_bytes:,} bytes")
-        text = (f"{self.damage}; --salvage {read} and recovered "
-                f"{self.events_recovered:,} complete events")
+        if self.kind == "partial":
+            text = f"{self.damage}; {self.events_recovered:,} complete events"
+        else:
+            text = (f"{self.damage}; --salvage {read} and recovered "
+                    f"{self.events_recovered:,} complete events")
         if self.events_cut:
             text += f" ({self.events_cut:,} spans cut by the damage dropped)"
         if self.end_ns is not None:
@@ -557,30 +564,58 @@ def align_steps(ranks: Sequence["RankTrace"]) -> list[str]:
 
     Returns set-level warnings. Ranks are matched by ProfilerStep number (the harness and
     torch.profiler number steps alike on every rank)."""
+    for rt in ranks:
+        if rt.salvage is None and rt.header.get(PARTIAL_KEY) is not None:
+            mark_partial(rt)
     salvaged = [rt for rt in ranks if getattr(rt, "salvage", None) is not None]
     lasts = [(rt.salvage.last_complete_step, rt) for rt in salvaged
              if rt.salvage.last_complete_step is not None]
     if not lasts:
         return []
     last, limiting = min(lasts, key=lambda x: x[0])
-    out: list[str] = []
-    others: list[int] = []
+    others: list[int] = []  # ranks that held complete steps after ``last``
     for rt in ranks:
-        gone = exclude_steps_after(rt, last)
+        gone = exclude_steps_after(rt, last)  # a rank's own cut steps are already gone
         if not gone:
             continue
+        others.append(rt.rank)
         if rt.salvage is not None:
             rt.salvage.excluded_steps = sorted(set(rt.salvage.excluded_steps) | set(gone))
             rt.salvage.last_complete_step = last
-        else:
-            others.append(rt.rank)
-    if others or len(salvaged) < len(ranks):
-        from pipeaudit.trace.validate import format_ranks
+    if not others:
+        return []
+    from pipeaudit.trace.validate import format_ranks
 
-        shown = f" (ranks {format_ranks(others)} hold later steps)" if others else ""
-        out.append(f"--salvage: steps after ProfilerStep#{last} are excluded on every rank, because "
-                   f"the trace of rank {limiting.rank} ({limiting.path.name}) ends there{shown}")
-    return out
+    why = "is partial" if limiting.salvage.kind == "partial" else "is damaged"
+    return [f"steps after ProfilerStep#{last} are excluded on every rank: the trace of rank "
+            f"{limiting.rank} ({limiting.path.name}) {why} after it (rank{'s' if len(others) > 1 else ''} "
+            f"{format_ranks(others)} held later steps)"]
+
+
+def mark_partial(rt: "RankTrace") -> None:
+    """A partial trace the pipeaudit harness wrote for a rank that failed (or was stopped)
+    during ``ProfilerStep#k`` (header ``pipeaudit_incomplete_step``): the file is intact, but
+    step k and later are not. Excludes them like a salvaged cut; raises when k is the first."""
+    k = rt.header.get(PARTIAL_KEY)
+    if not (isinstance(k, int) and not isinstance(k, bool) and k >= 0):
+        raise TraceError(rt.path, f"{PARTIAL_KEY} is {k!r}, expected an integer >= 0")
+    steps = _step_table(rt.events)
+    found = sorted(set(steps["n"].to_list()))
+    kept = [n for n in found if n < k]
+    if not kept:
+        raise TraceError(rt.path, f"a partial trace: the harness stopped rank {rt.rank} during "
+                                  f"ProfilerStep#{k}, before any step was complete")
+    report = SalvageReport(
+        path=str(rt.path), damage=f"a partial trace: the harness stopped rank {rt.rank} during "
+                                  f"ProfilerStep#{k} (its run failed)",
+        size_bytes=rt.size_bytes, bytes_read=rt.size_bytes, json_bytes=rt.size_bytes,
+        events_recovered=rt.events.height, rank=rt.rank, kind="partial",
+        start_ns=rt.start_ns, end_ns=rt.end_ns, steps_found=found, last_complete_step=kept[-1],
+        all_events=True,
+    )
+    report.excluded_steps = exclude_steps_after(rt, kept[-1])
+    rt.salvage = report
+    rt.warnings.append(report.describe())
 
 
 def salvage_summary(ranks: Sequence["RankTrace"]) -> list[SalvageReport]:
@@ -589,6 +624,6 @@ def salvage_summary(ranks: Sequence["RankTrace"]) -> list[SalvageReport]:
 
 
 __all__ = [
-    "SALVAGEABLE_PREFIXES", "SALVAGE_HINT", "SalvageReport", "Scan", "align_steps", "apply_cut",
-    "gunzip_partial", "is_salvageable", "read_salvaged", "rebuild", "scan",
+    "PARTIAL_KEY", "SALVAGEABLE_PREFIXES", "SALVAGE_HINT", "SalvageReport", "Scan", "align_steps",
+    "apply_cut", "gunzip_partial", "is_salvageable", "mark_partial", "read_salvaged", "rebuild", "scan",
 ]

@@ -72,6 +72,7 @@ HEADER_KEYS: tuple[str, ...] = (
     "cuda_runtime_version",
     "cuda_driver_version",
     "hip_runtime_version",
+    "pipeaudit_incomplete_step",  # written by the pipeaudit harness into a failed rank's partial trace
 )
 
 
@@ -95,6 +96,7 @@ class TraceFile(msgspec.Struct, gc=False):
     cuda_runtime_version: Any = None
     cuda_driver_version: Any = None
     hip_runtime_version: Any = None
+    pipeaudit_incomplete_step: Any = None
 
 
 TRACE_DECODER = msgspec.json.Decoder(TraceFile)

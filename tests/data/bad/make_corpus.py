@@ -55,17 +55,22 @@ def doc(events, rank=0, world=1, **header):
     return d
 
 
-def pipeline_rank(rank: int, world: int, order: list[str], t0: int = T0) -> dict:
-    """A rank of a tiny annotated pipeline: one ProfilerStep holding PP: spans with compute."""
-    events = [x("ProfilerStep#0", t0, 100 * len(order) + 50, cat="user_annotation")]
-    t = t0 + 10
-    for a in order:
-        events.append(x(f"PP:{a}", t, 80, cat="user_annotation"))
-        op = "aten::mm" if "F" in a else "autograd::engine::evaluate_function: MmBackward0"
-        events.append(x(op, t + 5, 60))
-        events.append(x("c10d::send" if rank == 0 and "F" in a else "c10d::recv_", t + 70, 5))
-        t += 100
-    return doc(events, rank=rank, world=world)
+def pipeline_rank(rank: int, world: int, order: list[str], t0: int = T0, steps: int = 1,
+                  **header) -> dict:
+    """A rank of a tiny annotated pipeline: ProfilerStep spans holding PP: spans with compute."""
+    events = []
+    t = t0
+    for k in range(steps):
+        events.append(x(f"ProfilerStep#{k}", t, 100 * len(order) + 50, cat="user_annotation"))
+        t += 10
+        for a in order:
+            events.append(x(f"PP:{a}", t, 80, cat="user_annotation"))
+            op = "aten::mm" if "F" in a else "autograd::engine::evaluate_function: MmBackward0"
+            events.append(x(op, t + 5, 60))
+            events.append(x("c10d::send" if rank == 0 and "F" in a else "c10d::recv_", t + 70, 5))
+            t += 100
+        t += 40
+    return doc(events, rank=rank, world=world, **header)
 
 
 ORDERS = {0: ["0F0", "0F1", "0B0", "0B1"], 1: ["1F0", "1B0", "1F1", "1B1"]}
@@ -249,6 +254,21 @@ def build(root: Path) -> None:
     run_dir("duplicated_action", {r: pipeline_rank(r, 2, o) for r, o in dup.items()})
     case("a pipeline running an action twice", "duplicated_action", ok("DUPLICATED_ACTIONS"))
 
+    run_dir("partial_run", {0: pipeline_rank(0, 2, ORDERS[0], steps=2),
+                            1: pipeline_rank(1, 2, ORDERS[1], steps=2, pipeaudit_incomplete_step=1)})
+    case("a failed harness run: one rank's partial trace (cut step marked)", "partial_run",
+         ok("PARTIAL_TRACE", notes=["steps after ProfilerStep#0 are excluded on every rank"]))
+    write(root, "partial_first_step/partial-rank0.json",
+          pipeline_rank(0, 1, ["0F0", "0B0"], pipeaudit_incomplete_step=0))
+    case("a partial trace stopped in its first step", "partial_first_step",
+         err("stopped rank 0 during ProfilerStep#0, before any step was complete"))
+    write(root, "other_framework.json", {"displayTimeUnit": "ns", "traceEvents": [
+        {"ph": "X", "name": "XlaModule:#jit_train_step#", "pid": 7, "tid": 3, "ts": T0, "dur": 900},
+        {"ph": "X", "name": "fusion.12", "pid": 7, "tid": 4, "ts": T0 + 5, "dur": 40},
+        {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "/device:TPU:0"}}]})
+    case("another framework's Chrome trace", "other_framework.json",
+         ok("NO_PIPELINE", notes=["no distributedInfo.rank and no rank in the file name; assuming rank 0"]))
+
     # -- sets of files that do not form one run
     run_dir("duplicate_ranks", {0: pipeline_rank(0, 2, ORDERS[0])})
     write(root, "duplicate_ranks/rank0_again.json", pipeline_rank(0, 2, ORDERS[0]))
@@ -264,7 +284,8 @@ def build(root: Path) -> None:
     run_dir("world_larger", {r: pipeline_rank(r, 4, ORDERS[r]) for r in (0, 1)})
     case("world size larger than the files given", "world_larger",
          ok("MISSING_RANKS", notes=["world_size is 4 but only ranks 0, 1 were given; missing ranks 2, 3"]))
-    run_dir("missing_ranks", {r: pipeline_rank(r, 4, ORDERS[r % 2]) for r in (0, 2)})
+    run_dir("missing_ranks", {0: pipeline_rank(0, 4, ORDERS[0]),
+                              2: pipeline_rank(2, 4, ["2F0", "2B0", "2F1", "2B1"])})
     case("missing ranks (a hole)", "missing_ranks",
          err("missing ranks 1, 3", "--allow-missing"))
     case("missing ranks with --allow-missing", "missing_ranks",

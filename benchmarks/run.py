@@ -8,7 +8,9 @@
 Every measurement runs in a fresh process, watched from outside: wall time, CPU time and
 memory of the whole process tree (the analysis, its forkserver and pool workers, HTA's
 pool) are sampled from /proc every 20 ms. "peak RSS" is the largest single process;
-"peak sum" the largest total of the tree at one moment (what the machine must hold). CPU
+"RSS sum" the largest total of the tree at one moment, which counts shared pages (the
+polars library, the forkserver's preloaded modules) once per process; "PSS sum" counts
+them once in all (proportional set size): what the machine must really hold. CPU
 time sums every process of the tree (the last < 20 ms of a worker may be missed).
 ``ru_maxrss`` of RUSAGE_CHILDREN is printed too: it sees the direct children only (not the
 workers of a forkserver, which are its grandchildren).
@@ -127,8 +129,21 @@ def _tree(root: int) -> list[int]:
     return out
 
 
-def _sample(pid: int) -> tuple[int, float] | None:
-    """(RSS bytes, CPU seconds) of one process."""
+def _pss(pid: int) -> int:
+    """Proportional set size (bytes): shared pages (libpolars, the forkserver's preloaded
+    modules) counted once across the processes that share them."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _sample(pid: int) -> tuple[int, float, int] | None:
+    """(RSS bytes, CPU seconds, PSS bytes) of one process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
@@ -137,7 +152,7 @@ def _sample(pid: int) -> tuple[int, float] | None:
     except OSError:
         return None
     fields = stat[stat.rindex(b")") + 2:].split()
-    return rss, (int(fields[11]) + int(fields[12])) / TICK
+    return rss, (int(fields[11]) + int(fields[12])) / TICK, _pss(pid)
 
 
 def measure(cmd: list[str]) -> dict:
@@ -147,21 +162,23 @@ def measure(cmd: list[str]) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
     cpu: dict[int, float] = {}
-    peak_one = peak_sum = 0
+    peak_one = peak_sum = peak_pss = 0
     stop = threading.Event()
 
     def watch() -> None:
-        nonlocal peak_one, peak_sum
+        nonlocal peak_one, peak_sum, peak_pss
         while not stop.is_set():
-            total = 0
+            total = pss = 0
             for pid in _tree(proc.pid):
                 s = _sample(pid)
                 if s is None:
                     continue
                 total += s[0]
+                pss += s[2]
                 peak_one = max(peak_one, s[0])
                 cpu[pid] = max(cpu.get(pid, 0.0), s[1])
             peak_sum = max(peak_sum, total)
+            peak_pss = max(peak_pss, pss)
             stop.wait(0.02)
 
     th = threading.Thread(target=watch, daemon=True)
@@ -174,7 +191,7 @@ def measure(cmd: list[str]) -> dict:
     children_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {
         "rc": proc.returncode, "wall_s": wall, "cpu_s": max(sum(cpu.values()), children_cpu),
-        "peak_rss_mb": peak_one / 1e6, "peak_sum_mb": peak_sum / 1e6,
+        "peak_rss_mb": peak_one / 1e6, "peak_sum_mb": peak_sum / 1e6, "peak_pss_mb": peak_pss / 1e6,
         "ru_maxrss_children_mb": after.ru_maxrss / 1e3, "stdout": out.decode(errors="replace")[-2000:],
         "stderr": err.decode(errors="replace")[-2000:],
     }
@@ -208,6 +225,7 @@ def best_of(method: str, d: Path, repeat: int, hta_python: str | None) -> dict |
     best["cpu_s"] = min(r["cpu_s"] for r in ok)
     best["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ok)
     best["peak_sum_mb"] = max(r["peak_sum_mb"] for r in ok)
+    best["peak_pss_mb"] = max(r["peak_pss_mb"] for r in ok)
     return best
 
 
@@ -239,15 +257,16 @@ def machine() -> str:
 
 def row(label: str, method: str, r: dict | None, mb: float, largest_mb: float) -> str:
     if r is None:
-        return f"| {label} | {method} | (not run) | | | | | |"
+        return f"| {label} | {method} | (not run) | | | | | | |"
     if "failed" in r:
-        return f"| {label} | {method} | failed: {r['failed']} | | | | | |"
+        return f"| {label} | {method} | failed: {r['failed']} | | | | | | |"
     return (f"| {label} | {method} | {r['wall_s']:.2f} | {mb / r['wall_s']:.0f} | {r['cpu_s']:.2f} | "
-            f"{r['peak_rss_mb']:.0f} | {r['peak_sum_mb']:.0f} | {r['peak_sum_mb'] / largest_mb:.1f} |")
+            f"{r['peak_rss_mb']:.0f} | {r['peak_sum_mb']:.0f} | {r['peak_pss_mb']:.0f} | "
+            f"{r['peak_pss_mb'] / largest_mb:.1f} |")
 
 
-HEADER = ("| set | method | wall s | MB/s | CPU s | peak RSS MB (largest process) | peak sum MB (tree) "
-          "| sum / largest rank JSON |\n|---|---|---:|---:|---:|---:|---:|---:|")
+HEADER = ("| set | method | wall s | MB/s | CPU s | peak RSS MB (largest process) | peak RSS sum MB (tree) "
+          "| peak PSS sum MB (tree) | PSS sum / largest rank JSON |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
 
 
 def main() -> None:
@@ -294,8 +313,9 @@ def main() -> None:
         j1, j2 = results.get("analyze-j1"), results.get("analyze-j2")
         if j1 and j2 and "failed" not in j1 and "failed" not in j2:
             say(f"jobs=1 / jobs=2 wall: {j1['wall_s'] / j2['wall_s']:.2f}x")
-        say(f"RSS budget 200 MB + 3 x largest rank JSON = {200 + 3 * largest / 1e6:.0f} MB; "
-            f"analyze peak sum {a['peak_sum_mb']:.0f} MB, largest process {a['peak_rss_mb']:.0f} MB")
+        say(f"RSS budget 200 MB + 3 x largest rank JSON = {200 + 3 * largest / 1e6:.0f} MB; analyze: "
+            f"peak PSS sum {a['peak_pss_mb']:.0f} MB, RSS sum {a['peak_sum_mb']:.0f} MB, largest "
+            f"process {a['peak_rss_mb']:.0f} MB")
         say()
     if args.quick:
         _write(args.out, lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import replace
+from functools import lru_cache
 from statistics import median
 from typing import Any
 
@@ -348,6 +349,12 @@ def _completeness(tl: Timeline, stages, wb) -> list[Finding]:
     return out
 
 
+@lru_cache(maxsize=65536)
+def _producers(act: Action, S: int) -> tuple[Action, ...]:
+    """:func:`producers`, memoised (an audit asks for the same few actions every step)."""
+    return tuple(producers(act, S))
+
+
 def _stragglers(tl: Timeline, wb, S: int) -> list[Finding]:
     """Per rank, time its actions started after their inputs and the rank were ready."""
     delays: dict[int, float] = defaultdict(float)
@@ -363,7 +370,7 @@ def _stragglers(tl: Timeline, wb, S: int) -> list[Finding]:
                 rows.append((rt.rank, act, int(cs), prev_end))
                 prev_end = int(ce)
         for rank, act, start, prev_end in rows:
-            ready = [e for e in [prev_end] + [ends.get(p) for p in producers(act, S)] if e is not None]
+            ready = [e for e in [prev_end] + [ends.get(p) for p in _producers(act, S)] if e is not None]
             if ready:
                 delays[rank] += max(0, start - max(ready)) / US
     if len(delays) < 3:

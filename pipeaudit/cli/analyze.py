@@ -42,6 +42,9 @@ from pipeaudit.cli.output import write_output
 def command(paths, fmt, schedule, action_pattern, microbatches, jobs, executor, max_memory,
             allow_missing, salvage, output, html_path, force, with_hta) -> None:
     """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
+    from pipeaudit.prestart import maybe_prestart
+
+    maybe_prestart(paths, jobs, executor)  # the worker pool's imports overlap ours
     import pipeaudit
     from pipeaudit.report.step_view import step_timeline_text
 

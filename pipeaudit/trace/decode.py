@@ -490,7 +490,7 @@ def read_trace(
     ``columns``: build only these event columns (``name``, ``cat``, ``ph``, ``ts`` and ``dur``
     always; the analysis asks for ``tid`` and ``correlation`` too), to save time and memory.
     ``max_memory`` (bytes): a file whose whole-file decode would need more than this (or
-    that holds more than 64 MB of JSON) is decoded in a stream of batches instead (see
+    that holds more than 16 MB of JSON) is decoded in a stream of batches instead (see
     :mod:`pipeaudit.trace.stream`): same result, bounded memory. ``None``: whole file.
     ``salvage=True``: a truncated or corrupt file yields the complete events before the damage
     and ``RankTrace.salvage`` says what was lost (see :mod:`pipeaudit.trace.salvage`); the

@@ -37,9 +37,7 @@ from typing import Any
 
 from pipeaudit.errors import ConfigError, TraceError
 
-#: Modules the forkserver imports once for every worker.
-PRELOAD = ["msgspec", "numpy", "polars", "pipeaudit.trace.decode", "pipeaudit.trace.stream",
-           "pipeaudit.timeline.rank"]
+from pipeaudit.prestart import PRELOAD  # modules the forkserver imports once for every worker
 
 _DASK_RE = re.compile(r"^(dask|tcp|tls)://(?P<addr>[^/\s]+)/?$")
 

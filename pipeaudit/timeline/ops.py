@@ -13,7 +13,6 @@ start on CPU, the launch time on GPU), ``tid`` (thread of the anchor),
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np

@@ -86,10 +86,16 @@ def load(
     num_microbatches: int | None = None,
     jobs: int | None = None,
     allow_missing: bool = False,
+    executor: str | None = None,
+    max_memory: int | str | None = None,
     salvage: bool = False,
 ) -> Run:
     """Load a run's traces (files, directories or globs) for analysis.
 
+    ``jobs``: ranks decoded at once on this machine (default: the cores); ``executor``:
+    ``"local"`` (default), ``"processes"`` or ``"dask://host:port"``; ``max_memory``: the
+    decode's memory budget (bytes or text such as ``"4G"``; default half the available
+    memory). See docs/performance.md.
     ``salvage=True``: analyse the complete events of truncated or corrupt trace files; the
     steps the damage cut are excluded and the audit says what was lost (``TRUNCATED_TRACE``).
     """
@@ -99,5 +105,6 @@ def load(
         paths = [paths]
     tl = build_timeline([str(p) for p in paths], pattern=action_pattern,
                         num_microbatches=num_microbatches, jobs=jobs,
-                        allow_missing=allow_missing, salvage=salvage)
+                        allow_missing=allow_missing, executor=executor,
+                        max_memory=max_memory, salvage=salvage)
     return Run(tl, schedule=schedule)

@@ -22,14 +22,13 @@ run 1f1b_p2_m4               --schedule 1f1b             -P 2 -M 4 --layers 2
 run 1f1b_p4_m8               --schedule 1f1b             -P 4 -M 8 --layers 4
 run 1f1b_p2_m4_noannot       --schedule 1f1b             -P 2 -M 4 --layers 2 --no-annotate
 run 1f1b_p4_m8_noannot       --schedule 1f1b             -P 4 -M 8 --layers 4 --no-annotate
+run 1f1b_p2_m4_imb_s1x3      --schedule 1f1b             -P 2 -M 4 --layers 2 --imbalance 1=3
 run 1f1b_p4_m8_imb_s1x3      --schedule 1f1b             -P 4 -M 8 --layers 4 --imbalance 1=3
 run 1f1b_p2_m4_memory        --schedule 1f1b             -P 2 -M 4 --layers 2 --profile-memory
 run interleaved-1f1b_p2_m4_v2 --schedule interleaved-1f1b -P 2 -M 4 --layers 4
 run interleaved-1f1b_p4_m8_v2 --schedule interleaved-1f1b -P 4 -M 8 --layers 8
 run looped-bfs_p2_m4_v2      --schedule looped-bfs       -P 2 -M 4 --layers 4
-run looped-bfs_p4_m8_v2      --schedule looped-bfs       -P 4 -M 8 --layers 8
 run interleaved-zb_p2_m4_v2  --schedule interleaved-zb   -P 2 -M 4 --layers 4
-run interleaved-zb_p4_m8_v2  --schedule interleaved-zb   -P 4 -M 8 --layers 8
 run zbv_p2_m4                --schedule zbv              -P 2 -M 4 --layers 4
 run zbv_p4_m8                --schedule zbv              -P 4 -M 8 --layers 8
 run dualpipev_p2_m4          --schedule dualpipev        -P 2 -M 4 --layers 4

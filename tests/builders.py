@@ -105,12 +105,14 @@ def _place(orders, placement, dur, latency, host_delay):
 
 def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1, annotate=True,
               host_delay=None, gzip_files=False, step_gap=500, memory=False, world_size=None,
-              with_profiler_steps=True, gpu=False, name="built") -> BuiltRun:
+              with_profiler_steps=True, gpu=False, name="built", step_dur=None) -> BuiltRun:
     """Write one Kineto trace per rank for ``orders`` (per rank lists of (stage, kind, mb)).
 
     ``dur(stage, kind, mb)`` gives integer µs durations (default F=1000, B=2000, I=W=1000);
     ``latency`` µs separate an action from its consumer on another rank;
     ``host_delay(rank)`` µs pass before each of the rank's actions can start.
+    ``step_dur(step, stage, kind, mb)``, when given, replaces ``dur`` so that
+    durations can vary from step to step.
     A span whose input comes from another rank opens as soon as its rank is
     free, so the recv wait lies inside the span with no event (not compute).
     With ``gpu=True`` compute is a kernel on stream 7 launched (``cudaLaunchKernel``,
@@ -127,7 +129,8 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
     compute: dict[int, dict[int, list[tuple[int, int]]]] = {}
     t0 = 1000
     for step in range(steps):
-        placed = _place(orders, placement, dur, latency, host_delay)
+        step_d = dur if step_dur is None else (lambda s, k, m, _st=step: step_dur(_st, s, k, m))
+        placed = _place(orders, placement, step_d, latency, host_delay)
         hi = max(e for _, e in placed.values())
         compute[step] = {r: [] for r in range(P)}
         for r in range(P):

@@ -26,9 +26,10 @@ def bubble_above_theory(measured: float, theory: float, formula: str, ideal: flo
     if ideal is not None:
         why = (f"{ideal - theory:+.3f} of it comes from uneven stages and F/B/W durations "
                f"(replay ideal {ideal:.3f}) and {measured - ideal:+.3f} from communication, waits "
-               f"and host overhead; `pipeaudit explain` shows the critical path.")
+               f"and host overhead; `pipeaudit explain` shows the critical path and which stage "
+               f"to speed up.")
     else:
-        why = "`pipeaudit explain` shows the critical path."
+        why = "`pipeaudit explain` shows the critical path and which stage to speed up."
     return Finding("BUBBLE_ABOVE_THEORY", severity, None, None, measured, theory,
                    f"Pipeline bubble {measured:.3f} is {excess:.3f} above theory {formula} = "
                    f"{theory:.3f}: {why}")
@@ -45,7 +46,8 @@ def stage_imbalance(stage: int, rank: int, per_step_us: float, median_us: float)
                    round(ratio, 3), 1.0,
                    f"Stage {stage} computes {per_step_us / 1000:.2f} ms per step, {ratio:.2f}x the "
                    f"median stage ({median_us / 1000:.2f} ms): every other stage waits for it; "
-                   f"move layers off it.")
+                   f"move layers off it (`pipeaudit whatif --scale {stage}=FACTOR` predicts the "
+                   f"gain).")
 
 
 def overhead_pipeline(measured: float | None, ideal: float | None, worst_rank: int) -> Finding | None:
@@ -57,7 +59,8 @@ def overhead_pipeline(measured: float | None, ideal: float | None, worst_rank: i
                    round(measured, 4), round(ideal, 4),
                    f"The pipeline idles {gap:.3f} of the step more than a replay of the observed order "
                    f"with measured compute and free communication (worst: rank {worst_rank}): "
-                   f"transfers, recv waits or host overhead sit on the critical path.")
+                   f"transfers, recv waits or host overhead sit on the critical path "
+                   f"(`pipeaudit explain` splits it into communication and host gaps).")
 
 
 def overhead(rank: int, gap: float, median_gap: float) -> Finding:

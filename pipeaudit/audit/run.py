@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import replace
+from functools import lru_cache
 from statistics import median
 from typing import Any
 
@@ -140,11 +141,11 @@ def _profiler_step(tl: Timeline, k: int) -> int | None:
 def _replay_step(tl: Timeline, k: int, pranks: list[int], place: list[int]):
     durations: dict[tuple[int, Action], float] = {}
     orders: list[list[Action]] = []
+    by_step = tl.step_rows(("stage", "kind", "microbatch", "compute_ns"))
+    index = {x.rank: i for i, x in enumerate(tl.ranks)}
     for r in pranks:
-        rt = next(x for x in tl.ranks if x.rank == r)
-        a = rt.actions.filter(pl.col("step") == k).sort(["compute_start", "start"])
         order = []
-        for s, kind, m, c in a.select("stage", "kind", "microbatch", "compute_ns").iter_rows():
+        for s, kind, m, c in by_step[index[r]].get(k, []):
             act = Action(int(s), str(kind), int(m))
             order.append(act)
             durations[(len(orders), act)] = float(c)
@@ -327,9 +328,11 @@ def _completeness(tl: Timeline, stages, wb) -> list[Finding]:
     for st in stages:
         a = acts.filter(pl.col("stage") == st.stage)
         has_w = st.actions["W"] > 0
+        per_step: dict[int, list[tuple]] = {}
+        for k, kind, m in a.select("step", "kind", "microbatch").iter_rows():
+            per_step.setdefault(k, []).append((kind, int(m)))
         for k in sorted(wb):
-            c = Counter((kind, int(m)) for kind, m in
-                        a.filter(pl.col("step") == k).select("kind", "microbatch").iter_rows())
+            c = Counter(per_step.get(k, []))
             missing, dups = [], []
             for m in range(M):
                 if c[("F", m)] == 0:
@@ -346,23 +349,28 @@ def _completeness(tl: Timeline, stages, wb) -> list[Finding]:
     return out
 
 
+@lru_cache(maxsize=65536)
+def _producers(act: Action, S: int) -> tuple[Action, ...]:
+    """:func:`producers`, memoised (an audit asks for the same few actions every step)."""
+    return tuple(producers(act, S))
+
+
 def _stragglers(tl: Timeline, wb, S: int) -> list[Finding]:
     """Per rank, time its actions started after their inputs and the rank were ready."""
     delays: dict[int, float] = defaultdict(float)
+    by_step = tl.step_rows(("stage", "kind", "microbatch", "compute_start", "compute_end"))
     for k in wb:
         ends: dict[Action, int] = {}
         rows = []
-        for rt in tl.ranks:
-            a = rt.actions.filter(pl.col("step") == k).sort(["compute_start", "start"])
+        for rt, steps in zip(tl.ranks, by_step):
             prev_end = None
-            for s, kind, m, cs, ce in a.select("stage", "kind", "microbatch", "compute_start",
-                                                "compute_end").iter_rows():
+            for s, kind, m, cs, ce in steps.get(k, []):
                 act = Action(int(s), str(kind), int(m))
                 ends[act] = int(ce)
                 rows.append((rt.rank, act, int(cs), prev_end))
                 prev_end = int(ce)
         for rank, act, start, prev_end in rows:
-            ready = [e for e in [prev_end] + [ends.get(p) for p in producers(act, S)] if e is not None]
+            ready = [e for e in [prev_end] + [ends.get(p) for p in _producers(act, S)] if e is not None]
             if ready:
                 delays[rank] += max(0, start - max(ready)) / US
     if len(delays) < 3:

@@ -21,6 +21,23 @@ def rank_step_compute(rt: RankTimeline, step: int) -> iv.Intervals:
     return iv.merge(c["start"].to_numpy(), c["end"].to_numpy())
 
 
+def compute_by_step(rt: RankTimeline, steps: list[int]) -> dict[int, iv.Intervals]:
+    """``rank_step_compute(rt, k)`` for every k in ``steps`` in one pass over the rank."""
+    out = {k: iv.empty() for k in steps}
+    if rt.compute.height == 0 or rt.actions.height == 0:
+        return out
+    action_step = rt.actions["step"].to_numpy()
+    act = rt.compute["action"].to_numpy()
+    starts = rt.compute["start"].to_numpy()
+    ends = rt.compute["end"].to_numpy()
+    step_of = action_step[act]
+    for k in steps:
+        sel = step_of == k
+        if sel.any():
+            out[k] = iv.merge(starts[sel], ends[sel])
+    return out
+
+
 def step_window(computes: list[iv.Intervals]) -> tuple[int, int] | None:
     """W_k from the compute sets of every rank in step k (None if nothing computed)."""
     starts = [c[0][0] for c in computes if c[0].size]
@@ -41,8 +58,9 @@ def bubble(compute: iv.Intervals, window: tuple[int, int]) -> float:
 def windows_and_bubbles(ranks: list[RankTimeline], steps: list[int]):
     """Per step: (window, {rank: bubble}, {rank: compute set})."""
     out = {}
+    by_rank = {rt.rank: compute_by_step(rt, steps) for rt in ranks}
     for k in steps:
-        comp = {rt.rank: rank_step_compute(rt, k) for rt in ranks}
+        comp = {rt.rank: by_rank[rt.rank][k] for rt in ranks}
         w = step_window(list(comp.values()))
         if w is None:
             continue

@@ -22,8 +22,7 @@ def command(fmt: str, **opts) -> None:
     """
     from pipeaudit.harness import run_profile
 
-    argv = ["pipeaudit", *sys.argv[1:]] if sys.argv and "pipeaudit" in sys.argv[0] else None
-    config = config_from_options(opts, command=argv).validate()
+    config = config_from_options(opts, command=_invocation()).validate()
     manifest = run_profile(config)
     if fmt == "json":
         click.echo(json.dumps(manifest, indent=2))
@@ -34,3 +33,15 @@ def command(fmt: str, **opts) -> None:
             f"({manifest['schedule']}, P={manifest['num_ranks']}, M={manifest['num_microbatches']}, "
             f"v={manifest['chunks']}, {manifest['backend']}); step wall ms: {walls}"
         )
+
+
+def _invocation() -> list[str] | None:
+    """The argv as typed, when this process is ``pipeaudit`` / ``python -m pipeaudit``.
+
+    Otherwise (e.g. click's test runner) None: the manifest then records a
+    canonical command that spells out every option.
+    """
+    prog = sys.argv[0] if sys.argv else ""
+    if prog.endswith(("/pipeaudit", "pipeaudit/__main__.py")) or prog == "pipeaudit":
+        return ["pipeaudit", *sys.argv[1:]]
+    return None

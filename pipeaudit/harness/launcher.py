@@ -1,8 +1,10 @@
 """Start P local worker processes, watch them, fail cleanly. Torch-free.
 
-Each rank is ``python -m pipeaudit.harness.worker CONFIG.json`` in its own
-session (process group), with MASTER_ADDR=127.0.0.1 and a free port. The
-launcher polls the processes and their status files:
+Each rank is a multiprocessing process (``pipeaudit.harness.entry.forked_main``)
+forked from a forkserver that has imported torch once (see ``entry``), in its
+own session (process group), with MASTER_ADDR=127.0.0.1 and a free port. The
+launcher itself never imports torch. It polls the processes and their status
+files:
 
 * all exit 0 -> the manifest rank 0 wrote is read back and returned;
 * one exits non-zero or is killed -> after a short grace period (to let the
@@ -18,22 +20,25 @@ Worker output goes to log files; on failure they are copied to
 
 from __future__ import annotations
 
-import json
+import contextlib
+import multiprocessing
 import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
-from pipeaudit.errors import PipeauditError
+from pipeaudit.errors import ConfigError, PipeauditError
 from pipeaudit.harness.config import ProfileConfig
+from pipeaudit.harness.entry import forked_main
 from pipeaudit.harness.manifest import read_manifest
 from pipeaudit.harness.status import ENV_STATUS_DIR, RankStatus
 
+ENV_START = "PIPEAUDIT_HARNESS_START"
 POLL_S = 0.05
 GRACE_S = 1.5  # after the first failure, how long the others may take to report
 TERM_S = 10.0  # SIGTERM -> SIGKILL: time for stopped ranks to write their partial traces
@@ -45,6 +50,7 @@ class HarnessError(PipeauditError):
     def __init__(self, message: str, rank: int | None = None) -> None:
         super().__init__(message)
         self.rank = rank
+        self.pids: list[int] = []  #: the worker pids (all reaped when this is raised)
 
 
 def free_port() -> int:
@@ -62,37 +68,71 @@ def _worker_env(rank: int, world: int, port: int, status_dir: str) -> dict[str, 
         PYTHONUNBUFFERED="1",
     )
     env[ENV_STATUS_DIR] = status_dir
-    # Make sure the children import this very copy of pipeaudit.
-    pkg_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(
-        [pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    )
     return env
 
 
-def _kill_group(proc: subprocess.Popen, sig: int) -> None:
-    """Signal the session the launcher created for this worker (pgid == its pid)."""
+def _mp_context():
+    """A forkserver that has imported torch and the worker (POSIX), else spawn.
+
+    ``PIPEAUDIT_HARNESS_START=spawn`` forces a fresh interpreter per worker.
+    """
+    method = os.environ.get(ENV_START, "forkserver")
+    if method not in multiprocessing.get_all_start_methods():
+        method = "spawn"
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["pipeaudit.harness.worker"])
+    return ctx
+
+
+@contextlib.contextmanager
+def _main_not_reimported():
+    """Keep multiprocessing from re-running the caller's ``__main__`` in workers.
+
+    multiprocessing re-imports a script ``__main__`` in every spawned/forkserver
+    child, which would re-run any script (or notebook-launched file) that calls
+    ``run_profile`` without an ``if __name__ == "__main__"`` guard. Workers need
+    nothing from ``__main__``, so hide it while the process is being started.
+    """
+    real = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if real is not None:
+            sys.modules["__main__"] = real
+
+
+def _kill_group(proc, sig: int) -> None:
+    """Signal the worker's session (it calls setsid first thing: pgid == its pid)."""
+    if proc.pid is None:
+        return
     try:
         os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:
+        # Still running but not yet its own group leader. (Never os.kill a worker
+        # that has exited: its pid may already belong to someone else.)
+        if proc.exitcode is None:
+            try:
+                os.kill(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+    except PermissionError:  # pragma: no cover
         pass
 
 
-def _stop_all(procs: list[subprocess.Popen]) -> None:
-    alive = [p for p in procs if p.poll() is None]
+def _stop_all(procs: list) -> None:
+    alive = [p for p in procs if p.exitcode is None]
     for p in alive:
         _kill_group(p, signal.SIGTERM)
     deadline = time.monotonic() + TERM_S
-    while any(p.poll() is None for p in alive) and time.monotonic() < deadline:
+    while any(p.exitcode is None for p in alive) and time.monotonic() < deadline:
         time.sleep(POLL_S)
     for p in procs:
         # SIGKILL the whole group even if the leader is gone: nothing it started may survive.
         _kill_group(p, signal.SIGKILL)
     for p in procs:
-        try:
-            p.wait(timeout=TERM_S)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL'd
-            pass
+        p.join(timeout=TERM_S)
 
 
 def _exit_text(code: int) -> str:
@@ -104,6 +144,40 @@ def _exit_text(code: int) -> str:
     return f"exited with status {code}"
 
 
+def check_backend(config: ProfileConfig) -> None:
+    """``--backend nccl`` needs P CUDA devices here: say so before starting anything.
+
+    Imports torch (only for an explicit nccl request); ``auto`` is resolved by the
+    workers themselves (nccl when they see >= P devices, else gloo).
+    """
+    if config.backend != "nccl":
+        return
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n < config.stages:
+        raise ConfigError(
+            f"--backend nccl needs {config.stages} CUDA devices (one per rank), found {n}; "
+            "use --backend gloo or auto"
+        )
+
+
+OUR_OUTPUTS = ("manifest.json", "manifest.json.tmp", "rank*.json.gz", "partial-rank*.json.gz",
+               "rank*.log")
+
+
+def clear_previous_outputs(out: Path) -> None:
+    """Remove what an earlier harness run left in ``out`` (only files we write).
+
+    Matters with ``--force``: a stale manifest must not survive a failed run, and
+    traces of ranks the new run does not have must not mix with the new ones.
+    """
+    for pattern in OUR_OUTPUTS:
+        for path in out.glob(pattern):
+            if path.is_file():
+                path.unlink()
+
+
 def run_profile(config: ProfileConfig) -> dict:
     """Validate ``config``, run it on ``config.stages`` local processes, return the manifest.
 
@@ -111,8 +185,10 @@ def run_profile(config: ProfileConfig) -> dict:
     HarnessError if the run fails or times out.
     """
     config.validate()
+    check_backend(config)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
+    clear_previous_outputs(out)
     status_dir = tempfile.mkdtemp(prefix="pipeaudit-harness-")
     try:
         return _run(config, out, status_dir)
@@ -123,11 +199,9 @@ def run_profile(config: ProfileConfig) -> dict:
 def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
     from pipeaudit.harness.progress import Progress
 
-    cfg_path = Path(status_dir) / "config.json"
-    cfg_path.write_text(json.dumps(config.to_dict()))
     world = config.stages
     port = free_port()
-    procs: list[subprocess.Popen] = []
+    procs: list = []
     logs: list[Path] = []
     statuses = [RankStatus(r) for r in range(world)]
     total_steps = config.warmup_steps + config.steps
@@ -135,23 +209,26 @@ def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
     started = time.monotonic()
     deadline = started + config.timeout
     try:
+        ctx = _mp_context()
+        cfg = config.to_dict()
         for r in range(world):
             log = Path(status_dir) / f"rank{r}.log"
+            log.touch()
             logs.append(log)
-            with open(log, "wb") as fh:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "pipeaudit.harness.worker", str(cfg_path)],
-                    env=_worker_env(r, world, port, status_dir),
-                    stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                ))
+            proc = ctx.Process(
+                target=forked_main, name=f"pipeaudit-rank{r}",
+                args=(cfg, _worker_env(r, world, port, status_dir), str(log)),
+            )
+            with _main_not_reimported():
+                proc.start()
+            procs.append(proc)
         first_fail: dict[int, float] = {}
         while True:
             now = time.monotonic()
             for st in statuses:
                 st.refresh(status_dir)
             progress.update(min(st.steps_done for st in statuses))
-            codes = [p.poll() for p in procs]
+            codes = [p.exitcode for p in procs]
             for r, c in enumerate(codes):
                 if c not in (None, 0) and r not in first_fail:
                     first_fail[r] = now
@@ -164,12 +241,12 @@ def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
             if now > deadline:
                 break
             time.sleep(POLL_S)
-    except BaseException:
+    except BaseException:  # KeyboardInterrupt included: never leave workers behind
         progress.close()
         _stop_all(procs)
         raise
     progress.close()
-    codes = [p.poll() for p in procs]
+    codes = [p.exitcode for p in procs]
     _stop_all(procs)
     for st in statuses:
         st.refresh(status_dir)
@@ -184,9 +261,10 @@ def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
     for r, log in enumerate(logs):
         if log.exists():
             shutil.copyfile(log, out / f"rank{r}.log")
-    if first_fail:
-        raise _failure_error(config, statuses, codes, first_fail, out)
-    raise _timeout_error(config, statuses, out)
+    err = (_failure_error(config, statuses, codes, first_fail, out) if first_fail
+           else _timeout_error(config, statuses, out))
+    err.pids = [p.pid for p in procs]
+    raise err
 
 
 def _where(st: RankStatus) -> str:

@@ -12,7 +12,8 @@ action has a ``PP:`` span) · ``annotation_source`` ("torch-runtime",
 "harness" or "none") · ``action_kinds`` · ``rank_actions`` ({rank: [actions in
 execution order]}) · ``torch_version`` · ``backend`` · ``device`` · ``host`` ·
 ``launcher`` ("local" or "torchrun") · ``threads`` · ``step_wall_s`` (rank 0,
-per profiled step) · ``profile_memory`` · ``record_shapes`` · ``seed`` ·
+per profiled step) · ``warmup_step_wall_s`` (rank 0, per warm-up step: the same
+training step without the profiler, for measuring its overhead) · ``profile_memory`` · ``record_shapes`` · ``seed`` ·
 ``traces`` ({rank: file name}) · ``command`` (argv) · ``created`` (ISO 8601, UTC).
 """
 
@@ -47,6 +48,7 @@ def build_manifest(
     step_wall_s: list[float],
     rank_actions: dict[int, list[str]],
     annotation_source: str,
+    warmup_step_wall_s: list[float] | None = None,
 ) -> dict[str, Any]:
     spec = get_spec(config.schedule)
     return {
@@ -77,6 +79,7 @@ def build_manifest(
         "launcher": launcher,
         "threads": config.threads,
         "step_wall_s": [round(x, 6) for x in step_wall_s],
+        "warmup_step_wall_s": [round(x, 6) for x in warmup_step_wall_s or []],
         "profile_memory": config.profile_memory,
         "record_shapes": config.record_shapes,
         "seed": config.seed,

@@ -7,7 +7,6 @@ ConfigError), not by click, so every invalid combination reads the same.
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable
 
 import click
@@ -22,7 +21,7 @@ _OPTIONS = [
                  help="Number of ranks P (one process each). [default: 2; under torchrun WORLD_SIZE]"),
     click.option("--microbatches", "-M", type=int, default=4, show_default=True,
                  help="Microbatches per step M."),
-    click.option("--chunks", "-v", type=int, default=None,
+    click.option("--chunks", type=int, default=None,
                  help="Stages per rank v (default: 1, or 2 for multi-chunk schedules)."),
     click.option("--steps", type=int, default=2, show_default=True, help="Profiled steps."),
     click.option("--warmup-steps", type=int, default=1, show_default=True,
@@ -86,5 +85,21 @@ def config_from_options(opts: dict[str, Any], default_stages: int = 2,
         seed=opts["seed"],
         threads=opts["threads"],
         force=opts["force"],
-        command=tuple(command if command is not None else ["pipeaudit", *sys.argv[1:]]),
+        command=tuple(command if command is not None else canonical_command(opts)),
     )
+
+
+def canonical_command(opts: dict[str, Any]) -> list[str]:
+    """A complete ``pipeaudit profile`` argv reproducing ``opts`` (every option spelled out)."""
+    argv = ["pipeaudit", "profile"]
+    for key, value in opts.items():
+        flag = "--" + key.replace("_", "-")
+        if key == "imbalance":
+            for item in value:
+                argv += [flag, item]
+        elif isinstance(value, bool):
+            if value:
+                argv.append(flag)
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv

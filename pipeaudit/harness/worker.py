@@ -1,21 +1,17 @@
 """One rank of a harness run: train under torch.profiler, write the trace (imports torch).
 
-Run by the launcher as ``python -m pipeaudit.harness.worker CONFIG.json`` with
-``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` in the
-environment, or in-process by ``python -m pipeaudit.harness`` under torchrun.
+Called in a launcher-started process by ``pipeaudit.harness.entry.forked_main``,
+or in-process by ``python -m pipeaudit.harness`` under torchrun.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import socket
-import sys
 import threading
 import time
-import traceback
 from datetime import timedelta
 from pathlib import Path
 
@@ -29,11 +25,11 @@ from pipeaudit.harness.config import ProfileConfig
 from pipeaudit.harness.faults import faults_from_env, maybe_inject
 from pipeaudit.harness.manifest import build_manifest, trace_name, write_manifest
 from pipeaudit.harness.model import make_batch
-from pipeaudit.harness.status import ENV_STATUS_DIR, Reporter
+from pipeaudit.harness.status import Reporter
 
 PARTIAL_PREFIX = "partial-"
 #: Header key of a partial trace: the ProfilerStep number during which the rank stopped
-#: (pipeaudit.trace.salvage.PARTIAL_KEY; the analysis excludes that step and later ones).
+#: (pipeaudit.trace.cut.PARTIAL_KEY; the analysis excludes that step and later ones).
 INCOMPLETE_STEP_KEY = "pipeaudit_incomplete_step"
 _COMM_MARKERS = ("gloo", "nccl", "connection", "broken pipe", "timed out", "timeout",
                  "peer", "socket", "distbackenderror", "closed")
@@ -168,9 +164,11 @@ def run_rank(
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
 
+    warmup_wall: list[float] = []
     for i in range(config.warmup_steps):
         rep.phase("warmup", step=i)
         wall = train_step(i)
+        warmup_wall.append(wall)
         rep.step_done(i, False, wall)
 
     activities = [ProfilerActivity.CPU]
@@ -221,6 +219,7 @@ def run_rank(
             host=socket.gethostname(),
             launcher=launcher,
             step_wall_s=step_wall,
+            warmup_step_wall_s=warmup_wall,
             rank_actions=plan_rank_actions(
                 config.schedule, pipe.schedule, config.stages, config.microbatches),
             annotation_source=source,
@@ -230,46 +229,3 @@ def run_rank(
     dist.destroy_process_group()
     rep.phase("done")
     return manifest
-
-
-def describe_error(exc: BaseException) -> dict:
-    """Summary of an exception for the launcher: type, first line, comm-or-not."""
-    # Unwrap torch's "failed to run forward" wrappers to the root cause.
-    root = exc
-    while root.__cause__ is not None:
-        root = root.__cause__
-    text = f"{type(root).__name__}: {str(root).strip()}"
-    first = text.splitlines()[0][:300] if text else type(root).__name__
-    low = (type(exc).__name__ + " " + str(exc) + " " + text).lower()
-    comm = any(m in low for m in _COMM_MARKERS) and "injected fault" not in low
-    return {"type": type(root).__name__, "message": first, "comm": comm,
-            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of a launcher-spawned worker process."""
-    argv = sys.argv[1:] if argv is None else argv
-    import json
-
-    config = ProfileConfig.from_dict(json.loads(Path(argv[0]).read_text()))
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    status_dir = os.environ.get(ENV_STATUS_DIR)
-    rep = Reporter(status_dir, rank)
-    try:
-        run_rank(config, rank, world, local_rank, local_world, "local", status_dir)
-    except BaseException as exc:  # noqa: BLE001 - report anything, then die
-        info = describe_error(exc)
-        rep.error(**info)
-        sys.stderr.write(info["traceback"])
-        sys.stderr.flush()
-        os._exit(1)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

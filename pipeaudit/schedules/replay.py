@@ -8,8 +8,10 @@ have arrived:
   i.e. ``B(s+1, m)`` or ``I(s+1, m)`` (last stage: only its own ``F(s, m)``);
 * ``W(s, m)`` after ``I(s, m)``.
 
-A dependency produced on another rank adds the communication latency. Start times are the
-longest path through this DAG, computed once per action: O(actions + dependencies).
+A dependency produced on another rank adds the communication latency; an optional per-action
+``gap`` is the time a rank needs between finishing its previous action (or the step start) and
+starting the next one (host or launch overhead). Start times are the longest path through this
+DAG, computed once per action: O(actions + dependencies).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pipeaudit.errors import ScheduleError
 
 Duration = Callable[[int, Action], float] | Mapping[tuple[int, str], float]
 CommLatency = float | Callable[[Action, Action], float]
+Gap = Callable[[int, Action], float]
 
 
 @dataclass(frozen=True)
@@ -142,13 +145,17 @@ def replay(
     placement: Sequence[int],
     duration: Duration,
     comm_latency: CommLatency = 0.0,
+    *,
+    gap: Gap | None = None,
 ) -> ReplayResult:
     """Replay per-rank action orders with the given durations and communication latency.
 
     ``duration`` is a callable ``(rank, action) -> seconds`` or a mapping keyed by
     ``(stage, kind)``. ``comm_latency`` is added to every dependency that crosses ranks; a
-    callable gets ``(producer, consumer)`` actions. Raises :class:`ScheduleError` on a
-    deadlock, naming each blocked rank's next action and what it waits for.
+    callable gets ``(producer, consumer)`` actions. ``gap(rank, action)``, when given, is added
+    between the rank becoming free (its previous action's end, or 0) and the action. Raises
+    :class:`ScheduleError` on a deadlock, naming each blocked rank's next action and what it
+    waits for.
     """
     _validate(orders, placement)
     dur = _duration_fn(duration)
@@ -194,7 +201,7 @@ def replay(
                 deps = (base, base + 3 * stride + 1)
             else:
                 deps = (base,)
-            start = t_free
+            start = t_free + (float(gap(r, a)) if gap is not None else 0.0)
             missing = -1
             for key in deps:
                 t = end_of.get(key)

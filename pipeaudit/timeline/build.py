@@ -1,13 +1,24 @@
-"""Build a :class:`Timeline` from trace files."""
+"""Build a :class:`Timeline` from trace files.
+
+Each rank is decoded and reduced to its :class:`RankTimeline` in one task
+(:func:`reduce_trace`), where the executor says (in-process, a local process pool, a Dask
+cluster: see :mod:`pipeaudit.trace.executor`); only the small reduced timelines travel
+back, so memory is bounded by the ranks being worked on, not by the whole run. The decode
+builds only the event columns the reduction reads (:data:`REDUCE_COLUMNS`).
+"""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Sequence
 
 import polars as pl
 
 from pipeaudit.timeline.model import Timeline
 from pipeaudit.timeline.rank import RankTimeline, reduce_rank
+
+#: Event columns :func:`reduce_rank` reads besides name, cat, ph, ts and dur.
+REDUCE_COLUMNS = ("tid", "correlation")
 
 
 def stage_hints(manifest: dict[str, Any] | None) -> dict[int, int]:
@@ -33,6 +44,11 @@ def renumber_inferred(rt: RankTimeline, num_microbatches: int | None) -> RankTim
     return rt
 
 
+def reduce_trace(trace, *, hints: dict[int, int], pattern: str | None) -> RankTimeline:
+    """The per-rank task: a decoded trace -> its reduced timeline (runs in a worker)."""
+    return reduce_rank(trace, stage_hint=hints.get(trace.rank), pattern=pattern)
+
+
 def build_timeline(
     paths: Sequence[str],
     *,
@@ -40,25 +56,55 @@ def build_timeline(
     num_microbatches: int | None = None,
     jobs: int | None = None,
     allow_missing: bool = False,
+    executor: str | None = None,
+    max_memory: int | str | None = None,
     salvage: bool = False,
 ) -> Timeline:
-    """Decode, validate and reduce every rank's trace into one timeline."""
-    from pipeaudit.errors import ConfigError
-    from pipeaudit.trace import load_traces
+    """Decode, validate and reduce every rank's trace into one timeline.
 
-    if num_microbatches is not None and not (isinstance(num_microbatches, int) and num_microbatches >= 1):
+    ``jobs``: ranks worked on at once on this machine (default: the cores);
+    ``executor``: ``local`` (default), ``processes`` or ``dask://host:port``;
+    ``max_memory``: memory budget in bytes or text (``"4G"``) for the decode, default half
+    of the available memory (files too big for a worker's share are streamed).
+    ``salvage``: recover what damaged files hold; the steps the damage cut are excluded on
+    every rank, which needs all ranks' events at once, so this path decodes the whole run
+    before reducing it (a recovery path, not a fast one). Partial traces of a failed harness
+    run (header ``pipeaudit_incomplete_step``) take the same path.
+    """
+    from pipeaudit.errors import ConfigError
+    from pipeaudit.trace.load import load_traces, map_ranks
+    from pipeaudit.trace.cut import PARTIAL_KEY
+
+    if num_microbatches is not None and not (
+            isinstance(num_microbatches, int) and num_microbatches >= 1):
         raise ConfigError(f"--microbatches must be an integer >= 1, got {num_microbatches!r}")
-    ts = load_traces(list(paths), jobs=jobs, allow_missing=allow_missing, salvage=salvage)
-    hints = stage_hints(ts.manifest)
-    m = num_microbatches or (ts.manifest or {}).get("num_microbatches")
+    salvaged: list[Any] = []
+    full_decode = salvage
+    if not salvage:
+        res = map_ranks(
+            list(paths), jobs=jobs, allow_missing=allow_missing, executor=executor,
+            columns=REDUCE_COLUMNS, max_memory=max_memory,
+            job_for_rank=lambda manifest: partial(reduce_trace, hints=stage_hints(manifest),
+                                                  pattern=pattern),
+        )
+        # partial traces of a failed harness run: the cut steps must be aligned across ranks
+        full_decode = any(i.header.get(PARTIAL_KEY) is not None for i in res.infos)
+        if not full_decode:
+            values, manifest, set_warnings = res.values, res.manifest, res.warnings
+            inputs = [str(i.path) for i in res.infos]
+    if full_decode:
+        ts = load_traces(list(paths), jobs=jobs, allow_missing=allow_missing, executor=executor,
+                         max_memory=max_memory, salvage=salvage)
+        hints = stage_hints(ts.manifest)
+        values = [reduce_trace(t, hints=hints, pattern=pattern) for t in ts.ranks]
+        manifest, inputs, set_warnings = ts.manifest, [str(t.path) for t in ts.ranks], ts.warnings
+        salvaged = ts.salvaged
+    m = num_microbatches or (manifest or {}).get("num_microbatches")
     if not (isinstance(m, int) and not isinstance(m, bool) and m >= 1):
         m = None  # a manifest value we cannot use
-    ranks = []
-    for t in ts.ranks:
-        rt = reduce_rank(t, stage_hint=hints.get(t.rank), pattern=pattern)
-        ranks.append(renumber_inferred(rt, m))
-    warnings = list(ts.warnings)
+    ranks = [renumber_inferred(rt, m) for rt in values]
+    warnings = list(set_warnings)
     for rt in ranks:
         warnings.extend(w for w in rt.warnings if w not in warnings)
-    return Timeline(ranks=ranks, manifest=ts.manifest, inputs=[str(t.path) for t in ts.ranks],
-                    warnings=warnings, salvage=ts.salvaged)
+    return Timeline(ranks=ranks, manifest=manifest, inputs=inputs, warnings=warnings,
+                    salvage=salvaged)

@@ -25,10 +25,39 @@ class Timeline:
     @property
     def actions(self) -> pl.DataFrame:
         """Every action of every rank (``ACTION_COLUMNS``), sorted by rank then start."""
+        return self._cached("actions", self._all_actions)
+
+    def _all_actions(self) -> pl.DataFrame:
         frames = [r.actions for r in self.ranks if r.actions.height]
         if not frames:
             return pl.DataFrame(schema={c: r for c, r in zip(ACTION_COLUMNS, _ACTION_DTYPES)})
         return pl.concat(frames).sort(["rank", "start"])
+
+    def _cached(self, name: str, build):
+        """``build()``, kept while the ranks' action tables stay the same objects."""
+        key = (len(self.ranks), [id(r.actions) for r in self.ranks])
+        cache = self.__dict__.setdefault("_cache", {})
+        hit = cache.get(name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        value = build()
+        cache[name] = (key, value)
+        return value
+
+    def step_rows(self, columns: tuple[str, ...]) -> list[dict[int, list[tuple]]]:
+        """Per rank (in ``ranks`` order): step -> rows of ``columns`` of that step's actions
+        in execution order (by compute start, then start)."""
+        def build():
+            out = []
+            for r in self.ranks:
+                a = r.actions.sort(["compute_start", "start"], maintain_order=True)
+                by: dict[int, list[tuple]] = {}
+                for row in a.select("step", *columns).iter_rows():
+                    by.setdefault(row[0], []).append(row[1:])
+                out.append(by)
+            return out
+
+        return self._cached(("step_rows", columns), build)
 
     @property
     def placement(self) -> dict[int, int]:
@@ -47,12 +76,9 @@ class Timeline:
 
     def orders(self, step: int) -> dict[int, list[Action]]:
         """Per rank, the actions of ``step`` in execution order (by compute start)."""
-        out: dict[int, list[Action]] = {}
-        for r in self.ranks:
-            a = r.actions.filter(pl.col("step") == step).sort(["compute_start", "start"])
-            out[r.rank] = [Action(int(s), str(k), int(m)) for s, k, m in
-                           a.select("stage", "kind", "microbatch").iter_rows()]
-        return out
+        by_step = self.step_rows(("stage", "kind", "microbatch"))
+        return {r.rank: [Action(int(s), str(k), int(m)) for s, k, m in by_step[i].get(step, [])]
+                for i, r in enumerate(self.ranks)}
 
     @property
     def action_source(self) -> str:

@@ -13,7 +13,6 @@ start on CPU, the launch time on GPU), ``tid`` (thread of the anchor),
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,8 +63,11 @@ def _top_level(ops: pl.DataFrame) -> pl.DataFrame:
 
 def classify(rank: int, events: pl.DataFrame) -> RankOps:
     """Split a rank's complete events into compute units, communication and activity."""
-    x = events.filter(pl.col("ph") == "X").with_columns(
-        start=pl.col("ts"), end=pl.col("ts") + pl.col("dur")
+    if events.height and not bool((events["ph"] == "X").all()):
+        events = events.filter(pl.col("ph") == "X")  # decoded traces hold only X events
+    x = events.with_columns(
+        start=pl.col("ts"), end=pl.col("ts") + pl.col("dur"),
+        _lifetime=pl.col("name").str.contains(r"^(gloo|nccl):"),
     )
     cats = x.get_column("cat")
     on_gpu = bool(cats.is_in(list(GPU_ACTIVITY_CATS)).any())
@@ -77,12 +79,10 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
         send=pl.col("name").str.contains(SEND_OP_RE),
         p2p=pl.col("name").str.contains(P2P_OP_RE),
     )
-    lifetimes = x.filter(
-        pl.col("cat").is_in(list(ANNOTATION_CATS)) & pl.col("name").str.contains(r"^(gloo|nccl):")
-    )
+    lifetimes = x.filter(pl.col("cat").is_in(list(ANNOTATION_CATS)) & pl.col("_lifetime"))
     spans = x.filter(
         pl.col("cat").is_in(["user_annotation", "gpu_user_annotation", "cpu_op", "python_function", ""])
-        & ~pl.col("name").str.contains(r"^(gloo|nccl):")
+        & ~pl.col("_lifetime")
     ).select("name", "tid", "start", "end", "cat")
 
     if on_gpu:

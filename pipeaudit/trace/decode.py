@@ -25,7 +25,9 @@ Timestamps are exact integer ns: see :mod:`pipeaudit.trace.timestamps` and
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from operator import attrgetter
+from collections.abc import Iterable, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -208,17 +210,28 @@ def _to_int(v: Any) -> int | None:
     return None
 
 
-def _int64(values: list, what: str, warnings: list[str]) -> pl.Series:
-    """Nullable Int64 column from args values; integer text ("0x0", "12") is parsed."""
+def int64_counted(values: Sequence) -> tuple[pl.Series, int]:
+    """Nullable Int64 column from args values and the number of values that are not
+    integers (integer text such as "0x0" or "12" is parsed)."""
     try:
-        return pl.Series(values, dtype=pl.Int64)
+        return pl.Series(values, dtype=pl.Int64), 0
     except (TypeError, OverflowError, pl.exceptions.PolarsError):
         pass
     out = [_to_int(v) for v in values]
     bad = sum(1 for v, o in zip(values, out) if o is None and v is not None)
+    return pl.Series(out, dtype=pl.Int64), bad
+
+
+def _int64(values: Sequence, what: str, warnings: list[str]) -> pl.Series:
+    """Nullable Int64 column from args values; integer text ("0x0", "12") is parsed."""
+    series, bad = int64_counted(values)
+    _warn_non_integer(bad, what, warnings)
+    return series
+
+
+def _warn_non_integer(bad: int, what: str, warnings: list[str]) -> None:
     if bad:
         warnings.append(f"{bad} events with a non-integer {what} (set to null)")
-    return pl.Series(out, dtype=pl.Int64)
 
 
 def _args(events: list[Event]) -> list:
@@ -228,18 +241,19 @@ def _args(events: list[Event]) -> list:
     return args
 
 
-def _event_ref(events: list[Event], e: Event) -> str:
+def _event_ref(events: list[Event], e: Event, index_base: int = 0) -> str:
     for i, x in enumerate(events):
         if x is e:
-            return f"traceEvents[{i}] ({e.name[:60]!r})"
+            return f"traceEvents[{index_base + i}] ({e.name[:60]!r})"
     return repr(e.name[:60])  # pragma: no cover
 
 
 def _times(
-    path: Path, all_events: list[Event], kept: list[Event], field: str
+    path: Path, all_events: list[Event], kept: list[Event], field: str,
+    raws: Sequence[msgspec.Raw] | None = None, index_base: int = 0,
 ) -> tuple[pl.Series, pl.Series]:
     """Exact ns of ``ts`` or ``dur`` of kept events; returns (ns, missing mask)."""
-    ns, text = raw_to_ns(list(map(attrgetter(field), kept)))
+    ns, text = raw_to_ns(list(map(attrgetter(field), kept)) if raws is None else raws)
     missing = text == ""
     bad = ns.is_null() & ~missing
     if bad.any():
@@ -255,49 +269,146 @@ def _times(
             kind = "out of range"
         shown = raw if len(raw) <= 40 else raw[:37] + "..."
         raise TraceError(
-            path, f"{_event_ref(all_events, kept[i])}: {field} is {kind} ({shown}), expected a number of µs"
+            path, f"{_event_ref(all_events, kept[i], index_base)}: {field} is {kind} ({shown}), expected a number of µs"
         )
     return ns, missing
 
 
-def _tables(
-    path: Path, events: list[Event], base_ns: int, warnings: list[str]
-) -> tuple[pl.DataFrame, pl.DataFrame]:
+#: Every column of :data:`EVENT_SCHEMA`; ``read_trace(columns=...)`` may ask for fewer.
+ALL_COLUMNS: tuple[str, ...] = tuple(EVENT_SCHEMA)
+#: Columns that are always built (the sort and the drop rules need them).
+REQUIRED_COLUMNS: frozenset[str] = frozenset({"name", "cat", "ph", "ts", "dur"})
+_ARG_COLUMNS = (("correlation", "args.correlation"), ("external_id", 'args["External id"]'),
+                ("stream", "args.stream"), ("device", "args.device"))
+
+
+def split_events(events: list[Event]) -> tuple[list[Event], list[Event], int]:
+    """(kept complete events, ``[memory]`` events, count of B/E events) of a decoded list."""
     kept: list[Event] = []
     mem: list[Event] = []
     begin_end = 0
+    keep = kept.append
     for e in events:
         ph = e.ph
         if ph == "X":
             if e.cat not in DROPPED_CATEGORIES:
-                kept.append(e)
+                keep(e)
         elif ph == "i" or ph == "I":
             if e.name == MEMORY_EVENT:
                 mem.append(e)
         elif ph == "B" or ph == "E":
             begin_end += 1
-    if begin_end:
-        warnings.append(f"{begin_end} begin/end events (ph B/E) ignored: only complete events (ph X) are read")
+    return kept, mem, begin_end
 
-    # ---- complete events
-    ts, ts_missing = _times(path, events, kept, "ts")
-    dur, dur_missing = _times(path, events, kept, "dur")
-    args = _args(kept)
-    df = pl.DataFrame(
-        [
-            pl.Series("name", list(map(attrgetter("name"), kept)), dtype=pl.Utf8),
-            pl.Series("cat", list(map(attrgetter("cat"), kept)), dtype=pl.Utf8),
-            pl.Series("ph", ["X"] * len(kept), dtype=pl.Utf8) if kept else pl.Series("ph", [], dtype=pl.Utf8),
-            (ts + base_ns).alias("ts"),
-            dur.fill_null(0).alias("dur"),
-            raw_to_text(list(map(attrgetter("pid"), kept))).alias("pid"),
-            raw_to_text(list(map(attrgetter("tid"), kept))).alias("tid"),
-            _int64(list(map(attrgetter("correlation"), args)), "args.correlation", warnings).alias("correlation"),
-            _int64(list(map(attrgetter("external_id"), args)), 'args["External id"]', warnings).alias("external_id"),
-            _int64(list(map(attrgetter("stream"), args)), "args.stream", warnings).alias("stream"),
-            _int64(list(map(attrgetter("device"), args)), "args.device", warnings).alias("device"),
+
+def _field(events: list[Event], name: str) -> list:
+    return list(map(attrgetter(name), events))
+
+
+@dataclass
+class TableParts:
+    """Columns of the kept events of one or more batches of ``traceEvents``, before the drop
+    rules, the base time and the sort (:func:`finish_tables` applies them). The whole-file
+    decode has one batch; the streaming decode (:mod:`pipeaudit.trace.stream`) many."""
+
+    columns: frozenset[str]
+    complete: list[pl.DataFrame] = field(default_factory=list)
+    memory: list[pl.DataFrame] = field(default_factory=list)
+    device_types: list = field(default_factory=list)  # raw args["Device Type"] of [memory]
+    bad: dict[str, int] = field(default_factory=dict)  # non-integer args values per column
+    begin_end: int = 0
+    n_events: int = 0
+    errors: dict[str, TraceError] | None = None  # streaming: deferred ts/dur errors
+
+    def _count(self, key: str, n: int) -> None:
+        if n:
+            self.bad[key] = self.bad.get(key, 0) + n
+
+    def add(self, path: Path, events: list[Event], index_base: int = 0) -> None:
+        """Add one batch (``index_base``: index of its first event in ``traceEvents``).
+
+        A bad ``ts``/``dur`` raises TraceError at once, unless ``errors`` is a dict: then the
+        first error of each kind ("ts", "dur", "memory ts") is kept there, in file order, and
+        no more columns are built (:meth:`raise_errors` raises them in the whole-file order).
+        """
+        kept, mem, begin_end = split_events(events)
+        self.begin_end += begin_end
+        self.n_events += len(events)
+        ts_ = self._checked("ts", lambda: _times(path, events, kept, "ts", index_base=index_base))
+        dur_ = self._checked("dur", lambda: _times(path, events, kept, "dur", index_base=index_base))
+        mts_ = self._checked("memory ts", lambda: _times(path, events, mem, "ts", index_base=index_base))
+        if ts_ is None or dur_ is None or mts_ is None or self.errors:
+            return
+        (ts, ts_missing), (dur, _), (mts, mts_missing) = ts_, dur_, mts_
+        cols = self.columns
+        n = len(kept)
+        out = [
+            pl.Series("name", _field(kept, "name"), dtype=pl.Utf8),
+            pl.Series("cat", _field(kept, "cat"), dtype=pl.Utf8),
+            pl.repeat("X", n, dtype=pl.Utf8, eager=True).alias("ph"),
+            ts.alias("ts"),
+            dur.alias("dur"),
         ]
-    )
+        for c in ("pid", "tid"):
+            if c in cols:
+                out.append(raw_to_text(_field(kept, c)).alias(c))
+        wanted = [c for c, _ in _ARG_COLUMNS if c in cols]
+        if wanted:
+            args = _args(kept)
+            for c in wanted:
+                series, bad = int64_counted(_field(args, c))
+                self._count(c, bad)
+                out.append(series.alias(c))
+        out.append(ts_missing.alias("_ts_missing"))
+        self.complete.append(pl.DataFrame(out))
+        del kept
+        # [memory] samples
+        margs = _args(mem)
+        self.device_types.extend(_field(margs, "device_type"))
+        total, bad_total = int64_counted(_field(margs, "total_allocated"))
+        device_id, bad_id = int64_counted(_field(margs, "device_id"))
+        self._count("total_allocated", bad_total)
+        self._count("device_id", bad_id)
+        self.memory.append(pl.DataFrame([mts.alias("ts"), total.alias("total_allocated"),
+                                         device_id.alias("device_id"),
+                                         mts_missing.alias("_ts_missing")]))
+
+    def _checked(self, kind: str, fn):
+        if self.errors is None:
+            return fn()
+        if kind in self.errors:
+            return None
+        try:
+            return fn()
+        except TraceError as exc:
+            self.errors[kind] = exc
+            return None
+
+    def raise_errors(self) -> None:
+        """Raise the first deferred error, in the order the whole-file decode checks them."""
+        for kind in ("ts", "dur", "memory ts"):
+            if self.errors and kind in self.errors:
+                raise self.errors[kind]
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical", rechunk=False)
+
+
+def finish_tables(parts: TableParts, base_ns: int, warnings: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Apply the drop rules, the base time and the sort to the collected columns; add the
+    decode warnings in their fixed order."""
+    if not parts.complete:
+        parts.add(Path(), [])  # no events: empty tables of the right shape
+    if parts.begin_end:
+        warnings.append(f"{parts.begin_end} begin/end events (ph B/E) ignored: only complete events (ph X) are read")
+    for c, what in _ARG_COLUMNS:
+        _warn_non_integer(parts.bad.get(c, 0), what, warnings)
+    df = _concat(parts.complete)
+    parts.complete = []
+    ts_missing = df["_ts_missing"]
+    dur = df["dur"]
+    df = df.drop("_ts_missing").with_columns(pl.col("ts") + base_ns, pl.col("dur").fill_null(0))
     drop = ts_missing
     n_missing = int(ts_missing.sum())
     if n_missing:
@@ -309,28 +420,24 @@ def _tables(
         drop = drop | negative
     if n_missing or n_negative:
         df = df.filter(~drop)
-    df = df.sort(["ts", "dur"], descending=[False, True], maintain_order=True)
-    df = df.cast(EVENT_SCHEMA)  # type: ignore[arg-type]
+    if df.height == 0 or not df["ts"].is_sorted() or _has_ties(df["ts"]):
+        df = df.sort(["ts", "dur"], descending=[False, True], maintain_order=True)
+    df = df.cast({c: t for c, t in EVENT_SCHEMA.items() if c in df.columns})  # type: ignore[arg-type]
 
     # ---- memory samples
-    mts, mts_missing = _times(path, events, mem, "ts")
-    margs = _args(mem)
-    dtype_values = list(map(attrgetter("device_type"), margs))
+    mdf = _concat(parts.memory)
+    parts.memory = []
+    dtype_values = parts.device_types
     if any(isinstance(v, str) for v in dtype_values):
         device_type = pl.Series(
             "device_type", [None if v is None else str(v) for v in dtype_values], dtype=pl.Utf8
         )
     else:
         device_type = _int64(dtype_values, 'args["Device Type"]', warnings).alias("device_type")
-    mdf = pl.DataFrame(
-        [
-            (mts + base_ns).alias("ts"),
-            _int64(list(map(attrgetter("total_allocated"), margs)), 'args["Total Allocated"]', warnings)
-            .alias("total_allocated"),
-            _int64(list(map(attrgetter("device_id"), margs)), 'args["Device Id"]', warnings).alias("device_id"),
-            device_type,
-        ]
-    )
+    _warn_non_integer(parts.bad.get("total_allocated", 0), 'args["Total Allocated"]', warnings)
+    _warn_non_integer(parts.bad.get("device_id", 0), 'args["Device Id"]', warnings)
+    mts_missing = mdf["_ts_missing"]
+    mdf = mdf.drop("_ts_missing").with_columns(pl.col("ts") + base_ns, device_type)
     n_mmissing = int(mts_missing.sum())
     if n_mmissing:
         warnings.append(f"{n_mmissing} [memory] events without ts dropped")
@@ -341,11 +448,38 @@ def _tables(
     return df, mdf
 
 
-# --------------------------------------------------------------------------- entry point
+def _has_ties(ts: pl.Series) -> bool:
+    """Equal neighbours in a sorted column (then the dur order may need the full sort)."""
+    return bool((ts.diff() == 0).any())
+
+
+def _tables(
+    path: Path, events: list[Event], base_ns: int, warnings: list[str],
+    columns: frozenset[str] = frozenset(ALL_COLUMNS),
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    parts = TableParts(columns)
+    parts.add(path, events)
+    return finish_tables(parts, base_ns, warnings)
+
+
+def check_columns(columns: Iterable[str] | None) -> frozenset[str]:
+    """The set of event columns to build: all by default; unknown names are a ValueError."""
+    if columns is None:
+        return frozenset(ALL_COLUMNS)
+    cols = frozenset(columns)
+    unknown = sorted(cols - set(ALL_COLUMNS))
+    if unknown:
+        raise ValueError(f"unknown event columns {unknown}; columns are {list(ALL_COLUMNS)}")
+    return cols | REQUIRED_COLUMNS
 
 
 def read_trace(
-    path: str | PathLike[str], *, rank_hint: int | None = None, salvage: bool = False
+    path: str | PathLike[str],
+    *,
+    rank_hint: int | None = None,
+    columns: Iterable[str] | None = None,
+    max_memory: int | None = None,
+    salvage: bool = False,
 ) -> RankTrace:
     """Decode one Kineto / Chrome-trace JSON file (plain or gzip) into a :class:`RankTrace`.
 
@@ -353,12 +487,19 @@ def read_trace(
     knows better, e.g. from a manifest), then from the file name, then 0; each fallback adds a
     warning. Raises :class:`TraceError` (file and problem) for anything unusable.
 
+    ``columns``: build only these event columns (``name``, ``cat``, ``ph``, ``ts`` and ``dur``
+    always; the analysis asks for ``tid`` and ``correlation`` too), to save time and memory.
+    ``max_memory`` (bytes): a file whose whole-file decode would need more than this (or
+    that holds more than 16 MB of JSON) is decoded in a stream of batches instead (see
+    :mod:`pipeaudit.trace.stream`): same result, bounded memory. ``None``: whole file.
     ``salvage=True``: a truncated or corrupt file yields the complete events before the damage
-    and ``RankTrace.salvage`` says what was lost (see :mod:`pipeaudit.trace.salvage`).
+    and ``RankTrace.salvage`` says what was lost (see :mod:`pipeaudit.trace.salvage`); the
+    salvage path always decodes the whole file.
     """
     path = Path(path)
     if rank_hint is not None and not (_is_int(rank_hint) and rank_hint >= 0):
         raise ValueError(f"rank_hint must be an integer >= 0, got {rank_hint!r}")
+    cols = check_columns(columns)
     report = None
     parse_notes: list[str] = []
     if salvage:
@@ -366,20 +507,48 @@ def read_trace(
 
         tf, size, report = read_salvaged(path, parse_notes)
     else:
+        if max_memory is not None:
+            from pipeaudit.trace import stream
+
+            if stream.needs_streaming(path, max_memory):
+                return stream.read_trace_streaming(path, rank_hint=rank_hint, columns=cols,
+                                                   max_memory=max_memory)
         data, size, _gz = read_bytes(path)
         tf = _parse(path, data, parse_notes)
         del data  # the Raw ts/dur values keep views of it alive until the columns are built
-    header = _header(tf)
     warnings: list[str] = parse_notes
+    events, memory = _tables(path, tf.traceEvents, check_base_ns(path, tf), warnings, cols)
+    rt = finish_trace(path, tf, events, memory, size, rank_hint, warnings,
+                      n_events=len(tf.traceEvents))
+    if report is not None:
+        from pipeaudit.trace.cut import apply_cut
+
+        apply_cut(rt, report)
+    return rt
+
+
+def check_base_ns(path: Path, tf: TraceFile) -> int:
+    """The header's base time, after the header checks that come before the events'."""
+    _dist_info(path, tf.distributedInfo)
+    return _base_ns(path, tf.baseTimeNanoseconds)
+
+
+def finish_trace(
+    path: Path, tf: TraceFile, events: pl.DataFrame, memory: pl.DataFrame, size: int,
+    rank_hint: int | None, table_warnings: list[str], *, n_events: int,
+) -> RankTrace:
+    """Header facts, rank and the final warnings around the decoded tables."""
+    header = _header(tf)
+    warnings: list[str] = []
     dist_rank, world_size, backend = _dist_info(path, tf.distributedInfo)
     base_ns = _base_ns(path, tf.baseTimeNanoseconds)
     rank, source = _resolve_rank(path, dist_rank, rank_hint, warnings)
-    events, memory = _tables(path, tf.traceEvents, base_ns, warnings)
-    if not tf.traceEvents:
+    warnings += table_warnings
+    if not n_events:
         warnings.append("the trace has no events")
     elif events.height == 0:
         warnings.append("the trace has no complete events (ph X)")
-    rt = RankTrace(
+    return RankTrace(
         path=path,
         rank=rank,
         rank_source=source,
@@ -393,8 +562,3 @@ def read_trace(
         size_bytes=size,
         warnings=warnings,
     )
-    if report is not None:
-        from pipeaudit.trace.cut import apply_cut
-
-        apply_cut(rt, report)
-    return rt

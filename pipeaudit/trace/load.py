@@ -1,11 +1,19 @@
-"""Many trace files -> one validated :class:`TraceSet`.
+"""Many trace files -> one validated :class:`TraceSet`, or one small result per rank.
 
-Ranks are decoded in parallel in a process pool (``spawn`` start method: forking a process
-that already runs polars threads is unsafe) when there is more than one file and
-``jobs`` > 1. ``jobs=None`` means min(files, CPUs), and then the pool is used only when the
-files hold about :data:`POOL_MIN_JSON_BYTES` of JSON or more (below that, starting workers
-costs more than it saves); an explicit ``jobs`` > 1 always uses it. Results are identical
-either way.
+:func:`map_ranks` is the engine: it decodes every file and applies a per-rank *job* to it
+(``reduce_rank`` for the analysis) where the executor says (see
+:mod:`pipeaudit.trace.executor`: in-process, a local process pool, a Dask cluster), and
+sends back only the job's result and the rank's :class:`RankInfo`: memory is bounded by the
+largest rank being worked on, not by the sum of the ranks. :func:`load_traces` is the
+same with the whole :class:`RankTrace` as the result.
+
+``jobs=None`` means min(files, cores), and then the pool is used only when the files hold
+about :data:`POOL_MIN_JSON_BYTES` of JSON or more (below that, starting workers costs more
+than it saves); an explicit ``jobs`` > 1 always uses it. Results are identical either way.
+
+Errors come in the order of a sequential run: a file that cannot be decoded (the first in
+file order), then the set checks (:mod:`pipeaudit.trace.validate`), then a job's error (the
+first in rank order).
 
 ``TraceSet.warnings`` holds the set-level warnings (missing ranks, clocks, disagreements)
 followed by each rank's own warnings, prefixed with ``rank N (file name):``.
@@ -14,87 +22,192 @@ followed by each rank's own warnings, prefixed with ``rank N (file name):``.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import sys
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from pipeaudit.errors import TraceError
+from pipeaudit.errors import PipeauditError
 from pipeaudit.trace.clock import clock_warnings
 from pipeaudit.trace.decode import read_trace
 from pipeaudit.trace.discover import discover
-from pipeaudit.trace.model import RankTrace, TraceSet
+from pipeaudit.trace.executor import Executor, cpu_count, parse_executor, run_tasks
+from pipeaudit.trace.model import RankInfo, RankTrace, TraceSet
 from pipeaudit.trace.cut import align_steps
-from pipeaudit.trace.source import GZIP_MAGIC
+from pipeaudit.trace.source import estimated_json_bytes
 from pipeaudit.trace.validate import validate_set
 
-#: With ``jobs=None`` the pool is used only for at least this much JSON (gzip files count
-#: 10x their size on disk, a typical Kineto compression ratio): a spawned worker needs
-#: 0.5-1 s to start (importing polars), about what decoding 50 MB takes in-process.
+#: With ``jobs=None`` the pool is used only for at least this much JSON: a worker pool
+#: needs 0.5-1 s to start (one forkserver importing polars), about what decoding 64 MB
+#: takes in-process; below 128 MB the saving is too small to be worth it.
 POOL_MIN_JSON_BYTES = 128 * 1024 * 1024
-GZIP_RATIO_GUESS = 10
+#: Share of the memory available at start that ``max_memory=None`` allows.
+DEFAULT_MEMORY_SHARE = 0.5
+MANIFEST_NAME = "manifest.json"
 
 
 def _estimated_json_bytes(files: Sequence[Path]) -> int:
     total = 0
     for f in files:
         try:
-            size = os.path.getsize(f)
-            with open(f, "rb") as fh:
-                gz = fh.read(2) == GZIP_MAGIC
+            total += estimated_json_bytes(f)
         except OSError:
             continue
-        total += size * (GZIP_RATIO_GUESS if gz else 1)
     return total
-MANIFEST_NAME = "manifest.json"
 
 
-def _read_one(path: str, salvage: bool = False) -> tuple[str, object, object]:
-    """Worker: never lets a TraceError cross the process boundary as an exception (its
-    two-argument constructor does not survive pickling)."""
+def available_memory() -> int:
+    """Bytes of memory available to new allocations (Linux ``MemAvailable``), else the total."""
     try:
-        return ("ok", read_trace(Path(path), salvage=salvage), None)
-    except TraceError as exc:
-        return ("error", exc.path, exc.problem)
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return 8 << 30
 
 
-def _spawn_works() -> bool:
-    """``spawn`` workers re-run the main script; that fails when it is not a file
-    (``python - < script``, ``python -c``); then decode in-process."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    return path is None or os.path.isfile(path)
+def default_max_memory() -> int:
+    """The default memory budget: half of the memory available now."""
+    return int(available_memory() * DEFAULT_MEMORY_SHARE)
 
 
-def _decode_all(files: list[Path], jobs: int | None, salvage: bool = False) -> list[RankTrace]:
+def parse_size(text: str | int) -> int:
+    """``"4G"``, ``"512M"``, ``"2.5GB"``, ``"1e9"`` or an int -> bytes (ValueError if not)."""
+    if isinstance(text, int):
+        if text <= 0:
+            raise ValueError(f"a memory size must be > 0, got {text}")
+        return text
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    number = t[:-1] if t[-1:] in "KMGT" else t
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"not a memory size: {text!r} (e.g. 4G, 512M)") from None
+    if not value > 0:
+        raise ValueError(f"a memory size must be > 0, got {text!r}")
+    return int(value * mult)
+
+
+def use_pool(files: Sequence[Path], jobs: int | None) -> tuple[int, bool]:
+    """(workers, whether a local pool pays) for ``jobs`` as :func:`load_traces` reads it."""
     n = len(files)
     if jobs is None:
-        workers = min(n, os.cpu_count() or 1)
-        use_pool = workers > 1 and _estimated_json_bytes(files) >= POOL_MIN_JSON_BYTES
-    else:
-        if jobs < 1:
-            raise ValueError(f"jobs must be >= 1, got {jobs}")
-        workers = min(n, jobs)
-        use_pool = workers > 1
-    if not use_pool or not _spawn_works():
-        return [read_trace(f, salvage=salvage) for f in files]
-    ctx = multiprocessing.get_context("spawn")
+        workers = min(n, cpu_count())
+        return workers, workers > 1 and _estimated_json_bytes(files) >= POOL_MIN_JSON_BYTES
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    workers = min(n, jobs)
+    return workers, workers > 1
+
+
+@dataclass
+class RankTask:
+    """What one worker does: decode ``path`` and apply ``job`` (None: keep the trace)."""
+
+    path: str
+    job: Callable[[RankTrace], Any] | None = None
+    columns: tuple[str, ...] | None = None
+    max_memory: int | None = None
+    salvage: bool = False
+
+
+@dataclass
+class RankOutcome:
+    """A worker's answer: the rank's facts and the job's result, or the errors (as values,
+    never raised across the process boundary)."""
+
+    info: RankInfo | None = None
+    value: Any = None
+    decode_error: PipeauditError | None = None
+    job_error: PipeauditError | None = None
+
+
+def run_rank_task(task: RankTask) -> RankOutcome:
+    """Worker entry point (module level, picklable)."""
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            results = list(pool.map(_read_one, [str(f) for f in files], [salvage] * n))
-    except BrokenProcessPool:
-        raise TraceError(
-            None, "a trace-decoding worker process died (out of memory?); try again with jobs=1"
-        ) from None
-    out: list[RankTrace] = []
-    for status, value, problem in results:
-        if status == "error":
-            raise TraceError(value, str(problem))  # type: ignore[arg-type]
-        out.append(value)  # type: ignore[arg-type]
-    return out
+        rt = read_trace(Path(task.path), columns=task.columns, max_memory=task.max_memory,
+                        salvage=task.salvage)
+    except PipeauditError as exc:
+        return RankOutcome(decode_error=exc)
+    info = rt.info()
+    if task.job is None:
+        return RankOutcome(info=info, value=rt)
+    try:
+        value = task.job(rt)
+    except PipeauditError as exc:
+        return RankOutcome(info=info, job_error=exc)
+    return RankOutcome(info=info, value=value)
+
+
+@dataclass
+class RankResults:
+    """:func:`map_ranks`' answer: per rank (sorted by rank) its facts and result."""
+
+    infos: list[RankInfo]
+    values: list[Any]
+    manifest: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def map_ranks(
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    job: Callable[[RankTrace], Any] | None = None,
+    *,
+    jobs: int | None = None,
+    allow_missing: bool = False,
+    executor: str | Executor | None = None,
+    columns: Iterable[str] | None = None,
+    max_memory: int | str | None = None,
+    job_for_rank: Callable[[dict | None], Callable[[RankTrace], Any] | None] | None = None,
+    salvage: bool = False,
+) -> RankResults:
+    """Decode every rank, apply ``job`` to it where ``executor`` says, validate the set.
+
+    ``job`` must be picklable (a module-level function or a ``functools.partial`` of one)
+    and return something small; ``job_for_rank(manifest)`` may build it once the manifest
+    is known. ``columns``: the event columns the job reads (see :func:`read_trace`).
+    ``max_memory``: the memory budget in bytes (or text like ``"4G"``) for the whole
+    decode; each worker gets its share, and a file too big for it is decoded as a stream.
+    ``salvage``: read damaged files with :mod:`pipeaudit.trace.salvage` (see :func:`read_trace`).
+    Raises :class:`TraceError` (and the job's own :class:`PipeauditError`).
+    """
+    exe = parse_executor(executor)
+    files = discover(paths)
+    set_warnings: list[str] = []
+    manifest = find_manifest(files, set_warnings)
+    if job_for_rank is not None:
+        job = job_for_rank(manifest)
+    workers, pool = use_pool(files, jobs)
+    if exe.kind == "processes":
+        pool = workers > 1
+    budget = default_max_memory() if max_memory is None else parse_size(max_memory)
+    per_task = budget if exe.kind == "dask" else max(1, budget // (workers if pool else 1))
+    cols = tuple(columns) if columns is not None else None
+    tasks = [RankTask(str(f), job, cols, per_task, salvage) for f in files]
+    outcomes: list[RankOutcome] = run_tasks(run_rank_task, tasks, executor=exe, workers=workers,
+                                            pool=pool)
+    for o in outcomes:
+        if o.decode_error is not None:
+            raise o.decode_error
+    infos = [o.info for o in outcomes]
+    set_warnings += validate_set(infos, allow_missing=allow_missing, manifest=manifest)  # type: ignore[arg-type]
+    order = sorted(range(len(outcomes)), key=lambda i: infos[i].rank)  # type: ignore[union-attr]
+    outcomes = [outcomes[i] for i in order]
+    for o in outcomes:
+        if o.job_error is not None:
+            raise o.job_error
+    infos = [o.info for o in outcomes]  # type: ignore[misc]
+    set_warnings += clock_warnings(infos)  # type: ignore[arg-type]
+    rank_warnings = [f"rank {i.rank} ({i.path.name}): {w}" for i in infos for w in i.warnings]
+    return RankResults(infos=infos, values=[o.value for o in outcomes], manifest=manifest,  # type: ignore[arg-type]
+                       warnings=set_warnings + rank_warnings)
 
 
 def find_manifest(files: Sequence[Path], warnings: list[str]) -> dict | None:
@@ -127,25 +240,23 @@ def load_traces(
     *,
     jobs: int | None = None,
     allow_missing: bool = False,
+    executor: str | Executor | None = None,
+    max_memory: int | str | None = None,
     salvage: bool = False,
 ) -> TraceSet:
     """Discover, decode (in parallel) and validate the traces of one run.
 
     ``paths``: files, directories or globs (see :func:`discover`). Raises
     :class:`TraceError` for an unusable file or an inconsistent set (see
-    :mod:`pipeaudit.trace.validate` for the rules and messages).
+    :mod:`pipeaudit.trace.validate` for the rules and messages). Every rank's tables are
+    kept: to analyse big runs in bounded memory, reduce each rank where it is decoded with
+    :func:`map_ranks` (as ``pipeaudit.load`` does).
 
     ``salvage=True`` recovers the complete events of truncated or corrupt files and excludes,
     on every rank, the steps the damage cut (see :mod:`pipeaudit.trace.salvage`).
     """
-    files = discover(paths)
-    set_warnings: list[str] = []
-    manifest = find_manifest(files, set_warnings)
-    ranks = _decode_all(files, jobs, salvage)
-    set_warnings += validate_set(ranks, allow_missing=allow_missing, manifest=manifest)
-    ranks.sort(key=lambda rt: rt.rank)
-    set_warnings += clock_warnings(ranks)
+    res = map_ranks(paths, None, jobs=jobs, allow_missing=allow_missing, executor=executor,
+                    max_memory=max_memory, salvage=salvage)
     # steps cut by damage (salvage) or by a failed harness run (partial traces) are excluded
-    set_warnings += align_steps(ranks)
-    rank_warnings = [f"rank {rt.rank} ({rt.path.name}): {w}" for rt in ranks for w in rt.warnings]
-    return TraceSet(ranks=ranks, manifest=manifest, warnings=set_warnings + rank_warnings)
+    warnings = align_steps(res.values) + list(res.warnings)
+    return TraceSet(ranks=res.values, manifest=res.manifest, warnings=warnings)

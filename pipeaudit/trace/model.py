@@ -90,11 +90,46 @@ class RankTrace:
         h = self.header.get("host_name")
         return h if isinstance(h, str) else None
 
+    def info(self) -> "RankInfo":
+        """The small facts of this rank (no tables): what set validation needs."""
+        return RankInfo(path=self.path, rank=self.rank, rank_source=self.rank_source,
+                        world_size=self.world_size, backend=self.backend,
+                        device_type=self.device_type, base_ns=self.base_ns, header=self.header,
+                        size_bytes=self.size_bytes, warnings=list(self.warnings),
+                        start_ns=self.start_ns, end_ns=self.end_ns)
+
     def __repr__(self) -> str:
         return (
             f"RankTrace(rank={self.rank}, path={str(self.path)!r}, events={self.events.height}, "
             f"memory={self.memory.height}, device_type={self.device_type!r})"
         )
+
+
+@dataclass
+class RankInfo:
+    """A :class:`RankTrace` without its tables: rank, run facts, time span and warnings.
+
+    Small and picklable: what a worker that reduces a rank sends back next to its result,
+    and what :func:`pipeaudit.trace.validate.validate_set` and the clock checks read (they
+    accept either)."""
+
+    path: Path
+    rank: int
+    rank_source: str
+    world_size: int | None
+    backend: str | None
+    device_type: str
+    base_ns: int
+    header: dict
+    size_bytes: int
+    warnings: list[str] = field(default_factory=list)
+    start_ns: int | None = None
+    end_ns: int | None = None
+
+    @property
+    def host(self) -> str | None:
+        h = self.header.get("host_name")
+        return h if isinstance(h, str) else None
 
 
 @dataclass

@@ -306,6 +306,18 @@ def _top_keys(tf: Any) -> list[str]:
     return [k for k in HEADER_KEYS if getattr(tf, k, None) is not None]
 
 
+_MOVED_TO_CUT = ("PARTIAL_KEY", "align_steps", "apply_cut", "exclude_steps_after", "mark_partial")
+
+
+def __getattr__(name: str):
+    """Names that moved to :mod:`pipeaudit.trace.cut` are still importable from here."""
+    if name in _MOVED_TO_CUT:
+        from pipeaudit.trace import cut
+
+        return getattr(cut, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "SALVAGEABLE_PREFIXES", "SALVAGE_HINT", "SalvageReport", "Scan", "gunzip_partial",
     "is_salvageable", "read_salvaged", "rebuild", "scan",

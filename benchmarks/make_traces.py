@@ -1,0 +1,91 @@
+"""Generate the benchmark trace sets with the real harness (not a test; slow, run once).
+
+    python benchmarks/make_traces.py                 # every set into benchmarks/data/
+    python benchmarks/make_traces.py size_x4 ranks_8 # only these sets
+    python benchmarks/make_traces.py --list          # what each set is
+
+Every set is a real ``pipeaudit profile`` run: 1F1B over gloo on CPU, M=16 microbatches,
+two pipeline blocks per stage (hidden 64, sequence 16) and ``--record-shapes``, so that
+each rank's trace holds every aten op of every microbatch with its input shapes. A rank's
+JSON grows by about 1.9 MB per profiled step (measured: 4 steps -> 7.5-8.3 MB per rank);
+the step count sets the size honestly: more real training steps, not padding.
+
+Sets (``benchmarks/data/<name>/rank{r}.json.gz`` + ``manifest.json``):
+
+* ``size_x1``, ``size_x2``, ``size_x4``: 4 ranks, 13 / 26 / 52 steps (about 25 / 50 /
+  100 MB of JSON per rank): growth with trace size; ``size_x4`` is the main set (the
+  CEO's "4 ranks x 100 MB").
+* ``ranks_2``, ``ranks_8``: 2 and 8 ranks of 26 steps (about 50 MB per rank, as
+  ``size_x2``, which is the 4-rank point): growth with the number of ranks.
+
+A set that already exists (its manifest is there) is skipped; ``--force`` remakes it.
+On this 2-core machine all sets take about 10-15 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DATA = HERE / "data"
+
+#: name -> (ranks P, profiled steps)
+SETS: dict[str, tuple[int, int]] = {
+    "size_x1": (4, 13),
+    "size_x2": (4, 26),
+    "size_x4": (4, 52),
+    "ranks_2": (2, 26),
+    "ranks_8": (8, 26),
+}
+
+
+def profile_args(ranks: int, steps: int) -> list[str]:
+    """The ``pipeaudit profile`` options of a set (two blocks per stage)."""
+    return ["--schedule", "1f1b", "-P", str(ranks), "-M", "16", "--steps", str(steps),
+            "--record-shapes", "--layers", str(2 * ranks), "--hidden", "64", "--seq-len", "16",
+            "--timeout", "3000"]
+
+
+def make(name: str, out_root: Path, force: bool) -> None:
+    ranks, steps = SETS[name]
+    out = out_root / name
+    if (out / "manifest.json").exists() and not force:
+        print(f"{name}: exists, skipped ({out})", file=sys.stderr)
+        return
+    if out.exists():
+        shutil.rmtree(out)
+    cmd = [sys.executable, "-m", "pipeaudit", "profile", *profile_args(ranks, steps), "--out", str(out)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT)
+    sizes = [p.stat().st_size for p in sorted(out.glob("rank*.json.gz"))]
+    print(f"{name}: {len(sizes)} ranks, {sum(sizes) / 1e6:.1f} MB gzip on disk, "
+          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sets", nargs="*", help=f"sets to make (default: all of {', '.join(SETS)})")
+    ap.add_argument("--out", type=Path, default=DATA)
+    ap.add_argument("--force", action="store_true", help="remake sets that exist")
+    ap.add_argument("--list", action="store_true", help="print the sets and exit")
+    args = ap.parse_args()
+    if args.list:
+        for name, (ranks, steps) in SETS.items():
+            print(f"{name:8} pipeaudit profile {' '.join(profile_args(ranks, steps))}")
+        return
+    for name in args.sets or list(SETS):
+        if name not in SETS:
+            ap.error(f"unknown set {name!r} (sets: {', '.join(SETS)})")
+        make(name, args.out, args.force)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,349 @@
+"""Benchmark: pipeaudit analyze against the decode floor and HTA, on real harness traces.
+
+    python benchmarks/make_traces.py            # once: the trace sets, into benchmarks/data/
+    python benchmarks/run.py                    # main comparison + scaling tables
+    python benchmarks/run.py --hta-python /path/to/venv/bin/python   # with HTA
+    python benchmarks/run.py --quick            # main comparison only
+
+Every measurement runs in a fresh process, watched from outside: wall time, CPU time and
+memory of the whole process tree (the analysis, its forkserver and pool workers, HTA's
+pool) are sampled from /proc every 20 ms. "peak RSS" is the largest single process;
+"RSS sum" the largest total of the tree at one moment, which counts shared pages (the
+polars library, the forkserver's preloaded modules) once per process; "PSS sum" counts
+them once in all (proportional set size): what the machine must really hold. CPU
+time sums every process of the tree (the last < 20 ms of a worker may be missed).
+``ru_maxrss`` of RUSAGE_CHILDREN is printed too: it sees the direct children only (not the
+workers of a forkserver, which are its grandchildren).
+
+Methods (MB/s are MB of *uncompressed* JSON per second of wall time):
+
+* ``floor``        read + gunzip (ISA-L) + typed msgspec decode of the fields pipeaudit
+                   reads (``pipeaudit.trace.schema.TRACE_DECODER``), rank after rank in one
+                   process: the practical floor of pure-Python decoding.
+* ``floor-zlib``   the same with the standard library's zlib.
+* ``analyze``      ``pipeaudit analyze DIR --format json`` end to end (default jobs: cores).
+* ``analyze-j1``   the same with ``--jobs 1``; ``analyze-j2`` with ``--jobs 2``.
+* ``hta-load``     HTA ``TraceAnalysis(trace_dir=...)`` (its parser and process pool).
+* ``hta-breakdown`` HTA load + ``get_temporal_breakdown()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DATA = HERE / "data"
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- children
+
+_FLOOR = """
+import sys, zlib
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from pipeaudit.trace.schema import TRACE_DECODER
+from pipeaudit.trace import source
+files = {files!r}
+n = 0
+for f in files:
+    raw = Path(f).read_bytes()
+    if {zlib!r}:
+        data = zlib.decompressobj(wbits=31).decompress(raw)
+    else:
+        data = source.gunzip(raw)
+    n += len(TRACE_DECODER.decode(data).traceEvents)
+    del data, raw
+print(n)
+"""
+
+_HTA = """
+import sys, warnings
+warnings.filterwarnings("ignore")
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir={d!r})
+if {breakdown!r}:
+    try:
+        print(a.get_temporal_breakdown(visualize=False).to_string())
+    except Exception as exc:
+        print("BREAKDOWN-FAILED", type(exc).__name__, exc)
+        sys.exit(3)
+"""
+
+
+def _command(method: str, d: Path, hta_python: str | None) -> list[str] | None:
+    files = sorted(str(p) for p in d.glob("rank*.json.gz"))
+    py = sys.executable
+    if method in ("floor", "floor-zlib"):
+        return [py, "-c", _FLOOR.format(root=str(ROOT), files=files, zlib=method == "floor-zlib")]
+    if method.startswith("analyze"):
+        cmd = [py, "-m", "pipeaudit", "analyze", str(d), "--format", "json"]
+        if method != "analyze":
+            cmd += ["--jobs", method.split("-j")[1]]
+        return cmd
+    if method.startswith("hta"):
+        if not hta_python:
+            return None
+        hd = DATA / f"hta_{d.name}"  # rank files only (HTA would try to parse manifest.json)
+        hd.mkdir(exist_ok=True)
+        for f in files:
+            link = hd / Path(f).name
+            if not link.exists():
+                link.symlink_to(f)
+        return [hta_python, "-c", _HTA.format(d=str(hd), breakdown=method == "hta-breakdown")]
+    raise ValueError(method)
+
+
+# --------------------------------------------------------------------------- watching
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and its descendants (from /proc/*/stat parent links)."""
+    parent: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        parent.setdefault(ppid, []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(parent.get(pid, []))
+    return out
+
+
+def _pss(pid: int) -> int:
+    """Proportional set size (bytes): shared pages (libpolars, the forkserver's preloaded
+    modules) counted once across the processes that share them."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _sample(pid: int) -> tuple[int, float, int] | None:
+    """(RSS bytes, CPU seconds, PSS bytes) of one process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            rss = int(fh.read().split()[1]) * PAGE
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2:].split()
+    return rss, (int(fields[11]) + int(fields[12])) / TICK, _pss(pid)
+
+
+def measure(cmd: list[str]) -> dict:
+    """Run ``cmd`` and watch its process tree; return the figures."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    cpu: dict[int, float] = {}
+    peak_one = peak_sum = peak_pss = 0
+    stop = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak_one, peak_sum, peak_pss
+        while not stop.is_set():
+            total = pss = 0
+            for pid in _tree(proc.pid):
+                s = _sample(pid)
+                if s is None:
+                    continue
+                total += s[0]
+                pss += s[2]
+                peak_one = max(peak_one, s[0])
+                cpu[pid] = max(cpu.get(pid, 0.0), s[1])
+            peak_sum = max(peak_sum, total)
+            peak_pss = max(peak_pss, pss)
+            stop.wait(0.02)
+
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    stop.set()
+    th.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    children_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {
+        "rc": proc.returncode, "wall_s": wall, "cpu_s": max(sum(cpu.values()), children_cpu),
+        "peak_rss_mb": peak_one / 1e6, "peak_sum_mb": peak_sum / 1e6, "peak_pss_mb": peak_pss / 1e6,
+        "ru_maxrss_children_mb": after.ru_maxrss / 1e3, "stdout": out.decode(errors="replace")[-2000:],
+        "stderr": err.decode(errors="replace")[-2000:],
+    }
+
+
+def json_bytes(d: Path) -> tuple[int, int, int]:
+    """(total JSON bytes, largest rank's JSON bytes, ranks) of a trace set."""
+    import gzip
+
+    sizes = []
+    for f in sorted(d.glob("rank*.json.gz")):
+        n = 0
+        with gzip.open(f, "rb") as fh:
+            while chunk := fh.read(1 << 24):
+                n += len(chunk)
+        sizes.append(n)
+    return sum(sizes), max(sizes), len(sizes)
+
+
+def best_of(method: str, d: Path, repeat: int, hta_python: str | None) -> dict | None:
+    cmd = _command(method, d, hta_python)
+    if cmd is None:
+        return None
+    runs = [measure(cmd) for _ in range(repeat)]
+    ok = [r for r in runs if r["rc"] == 0]
+    if not ok:
+        r = runs[-1]
+        r["failed"] = (r["stdout"].strip().splitlines() or r["stderr"].strip().splitlines() or ["?"])[-1][:160]
+        return r
+    best = min(ok, key=lambda r: r["wall_s"])
+    best["cpu_s"] = min(r["cpu_s"] for r in ok)
+    best["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ok)
+    best["peak_sum_mb"] = max(r["peak_sum_mb"] for r in ok)
+    best["peak_pss_mb"] = max(r["peak_pss_mb"] for r in ok)
+    return best
+
+
+# --------------------------------------------------------------------------- report
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    import msgspec
+    import polars
+
+    try:
+        import isal
+
+        isal_v = isal.__version__
+    except ImportError:
+        isal_v = "not installed"
+    return (f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, Python {platform.python_version()}, "
+            f"polars {polars.__version__}, msgspec {msgspec.__version__}, isal {isal_v}")
+
+
+def row(label: str, method: str, r: dict | None, mb: float, largest_mb: float) -> str:
+    if r is None:
+        return f"| {label} | {method} | (not run) | | | | | | |"
+    if "failed" in r:
+        return f"| {label} | {method} | failed: {r['failed']} | | | | | | |"
+    return (f"| {label} | {method} | {r['wall_s']:.2f} | {mb / r['wall_s']:.0f} | {r['cpu_s']:.2f} | "
+            f"{r['peak_rss_mb']:.0f} | {r['peak_sum_mb']:.0f} | {r['peak_pss_mb']:.0f} | "
+            f"{r['peak_pss_mb'] / largest_mb:.1f} |")
+
+
+HEADER = ("| set | method | wall s | MB/s | CPU s | peak RSS MB (largest process) | peak RSS sum MB (tree) "
+          "| peak PSS sum MB (tree) | PSS sum / largest rank JSON |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--repeat", type=int, default=2, help="runs per measurement; the fastest is kept")
+    ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON"),
+                    help="python of an environment with HolisticTraceAnalysis installed")
+    ap.add_argument("--quick", action="store_true", help="only the main comparison on size_x4")
+    ap.add_argument("--out", type=Path, default=None, help="also write the tables here (markdown)")
+    args = ap.parse_args()
+
+    lines: list[str] = []
+
+    def say(text: str = "") -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    say(f"machine: {machine()}")
+    say(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    say()
+    main_set = args.data / "size_x4"
+    if not main_set.is_dir():
+        sys.exit(f"{main_set} missing: run python benchmarks/make_traces.py first")
+    total, largest, ranks = json_bytes(main_set)
+    say(f"## Main comparison: size_x4 ({ranks} ranks, {total / 1e6:.0f} MB JSON, largest rank {largest / 1e6:.0f} MB)")
+    say()
+    say(HEADER)
+    methods = ["floor", "floor-zlib", "analyze", "analyze-j1", "analyze-j2", "hta-load", "hta-breakdown"]
+    results = {}
+    for m in methods:
+        rep = 1 if m.startswith("hta") else args.repeat
+        results[m] = best_of(m, main_set, rep, args.hta_python)
+        say(row("size_x4", m, results[m], total / 1e6, largest / 1e6))
+    say()
+    if results.get("analyze") and "failed" not in results["analyze"]:
+        a = results["analyze"]
+        f = results.get("floor")
+        h = results.get("hta-load")
+        if f and "failed" not in f:
+            say(f"analyze / floor wall: {a['wall_s'] / f['wall_s']:.2f}x")
+        if h and "failed" not in h:
+            say(f"HTA load / analyze wall: {h['wall_s'] / a['wall_s']:.1f}x")
+        j1, j2 = results.get("analyze-j1"), results.get("analyze-j2")
+        if j1 and j2 and "failed" not in j1 and "failed" not in j2:
+            say(f"jobs=1 / jobs=2 wall: {j1['wall_s'] / j2['wall_s']:.2f}x")
+        say(f"RSS budget 200 MB + 3 x largest rank JSON = {200 + 3 * largest / 1e6:.0f} MB; analyze: "
+            f"peak PSS sum {a['peak_pss_mb']:.0f} MB, RSS sum {a['peak_sum_mb']:.0f} MB, largest "
+            f"process {a['peak_rss_mb']:.0f} MB")
+        say()
+    if args.quick:
+        _write(args.out, lines)
+        return
+    for title, sets in (("Growth with trace size (4 ranks)", ["size_x1", "size_x2", "size_x4"]),
+                        ("Growth with the number of ranks (about 50 MB JSON per rank)",
+                         ["ranks_2", "size_x2", "ranks_8"])):
+        say(f"## {title}")
+        say()
+        say(HEADER)
+        for name in sets:
+            d = args.data / name
+            if not d.is_dir():
+                say(f"| {name} | (missing: make_traces.py {name}) | | | | | | |")
+                continue
+            total, largest, ranks = json_bytes(d)
+            label = f"{name} ({ranks}x{largest / 1e6:.0f} MB)"
+            for m in ("floor", "analyze", "analyze-j1"):
+                say(row(label, m, best_of(m, d, args.repeat, None), total / 1e6, largest / 1e6))
+        say()
+    say(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    _write(args.out, lines)
+
+
+def _write(out: Path | None, lines: list[str]) -> None:
+    if out is not None:
+        out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""`pipeaudit diff`: compare two runs stage by stage."""
+
+from __future__ import annotations
+
+import click
+
+from pipeaudit.cli.output import check_writable, write_output
+from pipeaudit.cli.runopts import load_kwargs, run_options
+
+
+@click.command("diff")
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
+              show_default=True, help="Report format.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the report to this file instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@run_options
+def command(run_a, run_b, fmt, output, force, schedule, action_pattern, microbatches, jobs) -> None:
+    """Compare RUN_A (before) with RUN_B (after), stage by stage.
+
+    Each RUN is a trace directory, file or quoted glob, a saved
+    `analyze --format json` document, or a baseline file.
+    """
+    from pipeaudit.gate.diff import diff_runs
+    from pipeaudit.gate.snapshot import load_snapshot
+
+    check_writable(output, force=force)
+    kw = load_kwargs(schedule, action_pattern, microbatches, jobs)
+    a = load_snapshot([run_a], allow_analyze=True, **kw)
+    b = load_snapshot([run_b], allow_analyze=True, **kw)
+    d = diff_runs(a, b)
+    if fmt == "json":
+        from pipeaudit.report.json_doc import to_json
+
+        text = to_json(d.to_dict()) + "\n"
+    elif fmt == "markdown":
+        from pipeaudit.report.diff_markdown import render_diff_markdown
+
+        text = render_diff_markdown(d)
+    else:
+        from pipeaudit.report.diff_text import render_diff_text
+
+        text = render_diff_text(d)
+    write_output(text, output, force=force)

@@ -1,0 +1,64 @@
+"""`pipeaudit explain`: the cross-rank critical path of each step and what limits it."""
+
+from __future__ import annotations
+
+import click
+
+from pipeaudit.cli.output import check_writable, write_output
+
+
+@click.command("explain")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
+              show_default=True, help="Report format on stdout.")
+@click.option("--step", type=int, default=None,
+              help="Step to show in detail (text/markdown). [default: the median step]")
+@click.option("--top", type=click.IntRange(1), default=5, show_default=True,
+              help="Causes listed (text/markdown; json lists all).")
+@click.option("--width", type=click.IntRange(20), default=96, show_default=True,
+              help="Timeline width in characters.")
+@click.option("--action-pattern", default=None, metavar="REGEX",
+              help="Regex with named groups kind, mb and optionally stage, for other "
+                   "frameworks' spans.")
+@click.option("--microbatches", type=int, default=None,
+              help="Microbatches per step (for un-annotated traces without ProfilerStep spans).")
+@click.option("--jobs", type=int, default=None, help="Ranks decoded in parallel (default: cores).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the report to this file instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+def command(paths, fmt, step, top, width, action_pattern, microbatches, jobs, output,
+            force) -> None:
+    """Critical path, slack and top causes of each step: PATHS are one run's traces."""
+    import pipeaudit
+    from pipeaudit.errors import ConfigError
+    from pipeaudit.explain import explain
+
+    check_writable(output, force=force)
+    run = pipeaudit.load(paths, action_pattern=action_pattern, num_microbatches=microbatches,
+                         jobs=jobs)
+    result = explain(run.timeline)
+    if fmt == "json":
+        from pipeaudit.report.json_doc import to_json
+
+        write_output(to_json(result.to_dict()) + "\n", output, force=force)
+        return
+    shown = result.median_step
+    if step is not None:
+        shown = next((p for p in result.steps if p.step == step), None)
+        if shown is None:
+            raise ConfigError(f"--step {step}: the run's steps are "
+                              f"{', '.join(str(p.step) for p in result.steps)}")
+    from pipeaudit.report.critical_timeline import LEGEND, critical_timeline
+    from pipeaudit.report.step_view import legend
+
+    tl_text = "\n".join([legend(run.timeline), critical_timeline(run.timeline, shown, width=width),
+                         LEGEND]) if shown else ""
+    if fmt == "markdown":
+        from pipeaudit.report.explain_markdown import render_explain_markdown
+
+        text = render_explain_markdown(result, step=shown, timeline_text=tl_text, top=top)
+    else:
+        from pipeaudit.report.explain_text import render_explain_text
+
+        text = render_explain_text(result, step=shown, timeline_text=tl_text, top=top)
+    write_output(text, output, force=force)

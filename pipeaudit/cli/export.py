@@ -1,0 +1,45 @@
+"""`pipeaudit export`: write a run as a Perfetto / Chrome trace with pipeline tracks."""
+
+from __future__ import annotations
+
+import click
+
+from pipeaudit.cli.runopts import load_kwargs, run_options
+
+
+@click.command("export")
+@click.argument("paths", nargs=-1, required=True)
+@run_options
+@click.option("--allow-missing", is_flag=True,
+              help="Export a set of ranks with gaps (missing ranks are named in the notes).")
+@click.option("--perfetto", "out", required=True, type=click.Path(dir_okay=False), metavar="OUT.json[.gz]",
+              help="Chrome-trace JSON file to write (gzip-compressed when it ends in .gz).")
+@click.option("--with-ideal", is_flag=True,
+              help="Add the replay ideal (observed order, measured compute, free communication) "
+                   "under each stage, aligned at each step's start.")
+@click.option("--merge-original", is_flag=True,
+              help="Also merge every rank's original trace events into the file (pids remapped per rank).")
+@click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
+def command(paths, schedule, action_pattern, microbatches, jobs, allow_missing, out, with_ideal,
+            merge_original, force) -> None:
+    """Export PATHS (trace files, directories or globs of one run) as a Chrome trace for
+    ui.perfetto.dev: one process per rank, one track per stage, bubble and replay-ideal
+    tracks, send->recv flow arrows, memory and in-flight counters."""
+    import pipeaudit
+    from pipeaudit.cli.output import check_writable
+    from pipeaudit.report.perfetto import write_perfetto
+
+    check_writable(out, force=force)
+    run = pipeaudit.load(paths, allow_missing=allow_missing,
+                         **load_kwargs(schedule, action_pattern, microbatches, jobs))
+    s = write_perfetto(run.timeline, out, with_ideal=with_ideal, merge_original=merge_original,
+                       force=force)
+    parts = [f"{s.ranks} ranks", f"{s.slices} actions", f"{s.flows} flows",
+             f"{s.bubble_slices} bubble intervals", f"{s.counter_events} counter samples"]
+    if with_ideal:
+        parts.append(f"{s.ideal_slices} ideal actions")
+    if merge_original:
+        parts.append(f"{s.original_events} original events")
+    click.echo(f"wrote {out}: {', '.join(parts)}; open it in ui.perfetto.dev", err=True)
+    for note in s.notes:
+        click.echo(f"note: {note}", err=True)

@@ -1,0 +1,121 @@
+"""`pipeaudit gate`: fail CI when pipeline efficiency regresses against a baseline or a budget.
+
+Exit codes: 0 pass (warnings included), 1 regression or budget exceeded,
+2 usage or input error. ``--exit-zero`` reports without failing.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from pipeaudit.cli.output import check_writable, write_output
+from pipeaudit.cli.runopts import load_kwargs, run_options
+
+# option name -> help; every one is also a key of [tool.pipeaudit.gate]
+LIMITS = {
+    "max-bubble-increase": "Pipeline bubble, absolute increase (fraction of the step) [0.03].",
+    "max-rank-bubble-increase": "Per-rank bubble, absolute increase [0.05].",
+    "max-step-time-increase": "Step time, relative increase [0.10 = 10%].",
+    "max-stage-compute-increase": "Compute per step of each stage, relative increase [0.15].",
+    "max-imbalance-increase": "Max/median stage compute, absolute increase [0.15].",
+    "max-exposed-comm-increase": "Exposed communication (fraction of the step), absolute increase "
+                                 "[0.05].",
+    "max-peak-memory-increase": "Peak memory of each rank, relative increase [0.10].",
+    "max-inflight-increase": "Peak in-flight microbatches of each stage, increase [0].",
+    "noise-k": "A change must also exceed K x the baseline's step-to-step spread (scaled MAD) [3].",
+    "max-bubble": "Budget: pipeline bubble (fraction of the step).",
+    "max-bubble-over-theory": "Budget: pipeline bubble minus the schedule's theory.",
+    "max-rank-bubble": "Budget: bubble of every rank.",
+    "max-step-time-ms": "Budget: median step time in ms.",
+    "max-imbalance": "Budget: max/median stage compute.",
+    "max-exposed-comm": "Budget: exposed communication (fraction of the step).",
+    "max-peak-memory-mib": "Budget: peak allocated memory of every rank in MiB.",
+}
+
+
+def _limit_options(f):
+    from pipeaudit.gate.thresholds import PERCENT_OK
+
+    for name, text in reversed(LIMITS.items()):
+        key = name.replace("-", "_")
+        extra = " Accepts 10% or off." if key in PERCENT_OK else \
+            "" if key == "noise_k" else " Accepts off."
+        f = click.option(f"--{name}", key, default=None, metavar="X", help=text + extra)(f)
+    return f
+
+
+@click.command("gate")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False), default=None,
+              help="Baseline written by `pipeaudit baseline`.")
+@click.option("--allow-config-change", is_flag=True,
+              help="Compare even when schedule, P, stages, M, v or world size differ.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="TOML file with the thresholds (default: [tool.pipeaudit.gate] of the nearest "
+                   "pyproject.toml).")
+@click.option("--no-config", is_flag=True, help="Ignore pyproject.toml; defaults and options only.")
+@_limit_options
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "junit", "github", "markdown"]),
+              default="text", show_default=True, help="Report format.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the report to this file instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option("--exit-zero", is_flag=True, help="Report only: exit 0 even on a regression.")
+@run_options
+@click.pass_context
+def command(ctx, paths, baseline_path, allow_config_change, config_path, no_config, fmt, output,
+            force, exit_zero, schedule, action_pattern, microbatches, jobs, **limits) -> None:
+    """Gate the run in PATHS (traces, or a baseline file of it) against --baseline and budgets.
+
+    Checks the median over steps of: pipeline and per-rank bubble, step time,
+    stage compute and imbalance, exposed communication, peak memory and
+    in-flight microbatches. Exit 0 pass, 1 regression, 2 usage or input error.
+    """
+    from pipeaudit.errors import ConfigError
+    from pipeaudit.gate.compare import gate
+    from pipeaudit.gate.snapshot import load_snapshot, read_document
+    from pipeaudit.gate.thresholds import load_thresholds
+
+    if no_config and config_path:
+        raise ConfigError("--config and --no-config exclude each other")
+    check_writable(output, force=force)
+    th, th_file = load_thresholds(limits, config=config_path, search=not no_config)
+    base = read_document(baseline_path, baseline_only=True) if baseline_path else None
+    if base is None and not th.budgets():
+        raise ConfigError("nothing to check: give --baseline FILE or a budget (--max-bubble, "
+                          "--max-step-time-ms, ...)")
+    run = load_snapshot(paths, **load_kwargs(schedule, action_pattern, microbatches, jobs))
+    result = gate(run, base, th, allow_config_change=allow_config_change,
+                  thresholds_file=th_file)
+    write_output(_render(result, fmt, color=sys.stdout.isatty() and output is None), output,
+                 force=force)
+    if fmt == "github":
+        from pipeaudit.report.gate_github import append_step_summary
+        from pipeaudit.report.gate_markdown import render_gate_markdown
+
+        append_step_summary(render_gate_markdown(result))
+    ctx.exit(0 if exit_zero else result.exit_code)
+
+
+def _render(result, fmt: str, *, color: bool) -> str:
+    if fmt == "json":
+        from pipeaudit.report.json_doc import to_json
+
+        return to_json(result.to_dict()) + "\n"
+    if fmt == "junit":
+        from pipeaudit.report.gate_junit import render_gate_junit
+
+        return render_gate_junit(result)
+    if fmt == "github":
+        from pipeaudit.report.gate_github import render_gate_github
+
+        return render_gate_github(result)
+    if fmt == "markdown":
+        from pipeaudit.report.gate_markdown import render_gate_markdown
+
+        return render_gate_markdown(result)
+    from pipeaudit.report.gate_text import render_gate_text
+
+    return render_gate_text(result, color=color)

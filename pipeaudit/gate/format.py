@@ -1,0 +1,57 @@
+"""How the gate writes values, changes and limits for people."""
+
+from __future__ import annotations
+
+from pipeaudit.gate.model import Check
+
+
+def fmt_value(x: float | None, unit: str) -> str:
+    """A metric value for people: 49.2%, 386.06 ms, 1.99, 9.3 MiB, 4."""
+    if x is None:
+        return "-"
+    if unit == "fraction":
+        return f"{100 * x:.1f}%"
+    if unit == "us":
+        return f"{x / 1000:.2f} ms"
+    if unit == "bytes":
+        return f"{x / 2**20:.1f} MiB"
+    if unit == "count":
+        return f"{x:.0f}"
+    return f"{x:.2f}"
+
+
+def fmt_change(x: float | None, mode: str, unit: str) -> str:
+    """A change for people: +3.2 pts (fractions), +25.6% (relative), +0.95, +4."""
+    if x is None:
+        return "-"
+    text = _fmt_change(x, mode, unit)
+    return "+" + text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) \
+        else text
+
+
+def _fmt_change(x: float, mode: str, unit: str) -> str:
+    if x == float("inf"):
+        return "+inf"
+    if mode == "rel":
+        return f"{100 * x:+.1f}%"
+    if unit == "fraction":
+        return f"{100 * x:+.1f} pts"
+    if unit == "count":
+        return f"{x:+.0f}"
+    if unit == "us":
+        return f"{x / 1000:+.2f} ms"
+    if unit == "bytes":
+        return f"{x / 2**20:+.1f} MiB"
+    return f"{x:+.2f}"
+
+
+def fmt_limit(c: Check) -> str:
+    """The limit a check was held to, e.g. ``+3.0 pts`` or ``<= 25.0%``."""
+    if c.threshold is None:
+        return "off"
+    if c.mode == "budget":
+        return "<= " + fmt_value(c.threshold, c.unit)
+    text = fmt_change(c.threshold, c.mode, c.unit)
+    if c.noise and c.noise > c.threshold:
+        text += f" (noise {fmt_change(c.noise, c.mode, c.unit)})"
+    return text

@@ -1,0 +1,1 @@
+"""Optional integrations with other tools (imported lazily; never required by the core)."""

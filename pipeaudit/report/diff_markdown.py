@@ -1,0 +1,27 @@
+"""Markdown reporter of ``pipeaudit diff``."""
+
+from __future__ import annotations
+
+from pipeaudit.gate.diff import RunDiff
+from pipeaudit.report.diff_text import pipeline_rows, stage_header, stage_rows
+from pipeaudit.report.gate_markdown import cell
+
+
+def _table(header: list[str], body: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
+             "|:---|" + "|".join("---:" for _ in header[1:]) + "|"]
+    return lines + ["| " + " | ".join(cell(x) for x in r) + " |" for r in body]
+
+
+def render_diff_markdown(d: RunDiff) -> str:
+    """The diff as GitHub-flavoured Markdown."""
+    out = ["## pipeaudit diff", "", f"- A: `{d.a_source}` ({d.a_config})",
+           f"- B: `{d.b_source}` ({d.b_config})"]
+    if d.config_changes:
+        out.append(f"- configuration changed: {cell('; '.join(d.config_changes))}")
+    out += ["", f"**{cell(d.summary())}**", "", "### Pipeline", ""]
+    out += _table(["metric", "A", "B", "change"], pipeline_rows(d))
+    out += ["", "### Stages", "",
+            "Compute per step by kind (ms); bubble, overlap and memory of the stage's rank.", ""]
+    out += _table(stage_header(d), stage_rows(d))
+    return "\n".join(out) + "\n"

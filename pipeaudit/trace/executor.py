@@ -1,0 +1,145 @@
+"""Where per-rank work runs: in this process, in a local process pool, or on a Dask cluster.
+
+Executors (``--executor``):
+
+``local`` (default)
+    This machine. With ``jobs`` > 1 the ranks run in a local process pool when the input is
+    big enough for the pool to pay (see :func:`pipeaudit.trace.load.use_pool`), else one
+    after the other in this process.
+``processes``
+    Always a local process pool of ``jobs`` workers (also for small inputs).
+``dask://HOST:PORT`` (or ``tcp://HOST:PORT``)
+    A running Dask ``distributed`` scheduler (``pip install 'pipeaudit[dask]'``). One task
+    per rank: the worker reads the file *by its path* (the traces must be on a file system
+    that every worker sees, with the same paths) and sends back only the reduced result.
+    ``jobs`` is ignored: the cluster's workers decide the parallelism.
+
+The local pool uses the ``forkserver`` start method where the platform has it: one server
+process imports polars, numpy, msgspec and pipeaudit once, and every worker is a cheap
+``fork`` of it (no parent state, no threads). Elsewhere ``spawn``. Each worker gets
+``POLARS_MAX_THREADS = cores // workers`` so that workers do not oversubscribe the cores.
+
+Tasks must be picklable module-level callables. A task never raises across the process
+boundary: it returns its errors as values (see :mod:`pipeaudit.trace.load`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from pipeaudit.errors import ConfigError, TraceError
+
+from pipeaudit.prestart import PRELOAD  # modules the forkserver imports once for every worker
+
+_DASK_RE = re.compile(r"^(dask|tcp|tls)://(?P<addr>[^/\s]+)/?$")
+
+
+@dataclass(frozen=True)
+class Executor:
+    """A parsed ``--executor`` value."""
+
+    kind: str  # "local" | "processes" | "dask"
+    address: str | None = None  # dask scheduler address, e.g. "tcp://127.0.0.1:8786"
+
+    def __str__(self) -> str:
+        return self.kind if self.address is None else f"dask://{self.address.split('://', 1)[1]}"
+
+
+def parse_executor(spec: str | Executor | None) -> Executor:
+    """``None``/``"local"``, ``"processes"`` or ``"dask://host:port"``; ConfigError otherwise."""
+    if isinstance(spec, Executor):
+        return spec
+    if spec is None or spec == "local":
+        return Executor("local")
+    if spec == "processes":
+        return Executor("processes")
+    m = _DASK_RE.match(spec.strip())
+    if m:
+        scheme = "tls" if spec.startswith("tls://") else "tcp"
+        return Executor("dask", f"{scheme}://{m.group('addr')}")
+    raise ConfigError(
+        f"--executor {spec!r} is not one of: local, processes, dask://HOST:PORT"
+    )
+
+
+def cpu_count() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _spawn_works() -> bool:
+    """``spawn``/``forkserver`` workers re-import the main module; that fails when it is not
+    a file (``python - < script``, ``python -c``): then run in-process."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return path is None or os.path.isfile(path)
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)
+        return ctx
+    return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
+
+
+def _init_worker(polars_threads: int) -> None:
+    # Effective when polars has not started its thread pool yet (true for a fresh worker).
+    os.environ["POLARS_MAX_THREADS"] = str(polars_threads)
+
+
+def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> list[Any]:
+    """``[fn(x) for x in items]`` in a local pool of ``workers`` processes (order kept)."""
+    if workers <= 1 or len(items) <= 1 or not _spawn_works():
+        return [fn(x) for x in items]
+    threads = max(1, cpu_count() // workers)
+    ctx = _context()
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(threads,)) as pool:
+            return list(pool.map(fn, items))
+    except BrokenProcessPool:
+        raise TraceError(
+            None, "a trace-decoding worker process died (out of memory?); try again with jobs=1"
+        ) from None
+
+
+def run_dask(fn: Callable[[Any], Any], items: Sequence[Any], address: str) -> list[Any]:
+    """``[fn(x) for x in items]`` as one task per item on the Dask scheduler at ``address``."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ConfigError(
+            "--executor dask://... needs the Dask distributed package: pip install 'pipeaudit[dask]'"
+        ) from None
+    try:
+        client = Client(address, timeout="10s", set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        raise ConfigError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+    try:
+        futures = client.map(fn, list(items), pure=False)
+        return client.gather(futures)
+    finally:
+        client.close()
+
+
+def run_tasks(fn: Callable[[Any], Any], items: Sequence[Any], *, executor: Executor,
+              workers: int, pool: bool) -> list[Any]:
+    """Run ``fn`` over ``items`` where ``executor`` says; ``pool``: use the local pool."""
+    if executor.kind == "dask":
+        assert executor.address is not None
+        return run_dask(fn, items, executor.address)
+    if pool:
+        return run_pool(fn, items, workers)
+    return [fn(x) for x in items]

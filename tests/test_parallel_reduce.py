@@ -1,0 +1,114 @@
+"""Per-rank decode + reduce in workers: the same audit whatever the executor and jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import pipeaudit
+from pipeaudit.cli.main import cli
+from pipeaudit.errors import ConfigError, TraceError
+from pipeaudit.trace.executor import Executor, parse_executor
+from pipeaudit.trace.load import map_ranks, parse_size
+from pipeaudit.trace.synth import simple_rank, write
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_traces"
+RUNS = ["1f1b_p4_m8_imb_s1x3", "interleaved-1f1b_p4_m8_v2", "1f1b_p2_m4_noannot", "1f1b_p2_m4_memory"]
+
+
+def _doc(run, **kw) -> dict:
+    return pipeaudit.load(SAMPLES / run, **kw).audit().to_dict()
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_jobs_1_and_2_same_audit(run: str) -> None:
+    one = _doc(run, jobs=1)
+    assert one == _doc(run, jobs=2) == _doc(run, executor="processes")
+    assert one == _doc(run, jobs=2, max_memory=1000)  # every rank decoded as a stream
+
+
+def test_timeline_tables_identical_across_executors() -> None:
+    a = pipeaudit.load(SAMPLES / "zbv_p2_m4", jobs=1).timeline
+    b = pipeaudit.load(SAMPLES / "zbv_p2_m4", jobs=2).timeline
+    assert a.inputs == b.inputs and a.warnings == b.warnings
+    for ra, rb in zip(a.ranks, b.ranks):
+        assert ra.actions.equals(rb.actions) and ra.compute.equals(rb.compute)
+        assert all((x == y).all() for x, y in zip(ra.activity, rb.activity))
+
+
+def test_errors_keep_their_order(tmp_path: Path) -> None:
+    for r in (0, 2):
+        write(tmp_path / f"rank{r}.json", simple_rank(r, 4))
+    # a set error (missing rank 1) comes before a bad --action-pattern
+    with pytest.raises(TraceError, match="missing ranks 1, 3"):
+        pipeaudit.load(tmp_path, action_pattern="(", jobs=2)
+    with pytest.raises(ConfigError, match="not a valid regex"):
+        pipeaudit.load(tmp_path, action_pattern="(", jobs=2, allow_missing=True)
+    (tmp_path / "rank3.json").write_text('{"traceEvents": 5}')
+    # a file that cannot be decoded comes first of all
+    with pytest.raises(TraceError, match="rank3.json: not a trace"):
+        pipeaudit.load(tmp_path, action_pattern="(", jobs=2)
+
+
+def test_map_ranks_returns_small_results_sorted_by_rank(tmp_path: Path) -> None:
+    for r in (3, 1, 0, 2):
+        write(tmp_path / f"x{r}.json", simple_rank(r, 4))
+    res = map_ranks(tmp_path, len_events, jobs=2, columns=["tid"])
+    assert [i.rank for i in res.infos] == [0, 1, 2, 3] and res.values == [3, 3, 3, 3]
+    assert all(i.start_ns is not None and i.end_ns > i.start_ns for i in res.infos)
+
+
+def len_events(trace) -> int:
+    return trace.events.height
+
+
+def test_executor_and_size_parsing() -> None:
+    assert parse_executor(None) == parse_executor("local") == Executor("local")
+    assert parse_executor("dask://10.0.0.5:8786") == Executor("dask", "tcp://10.0.0.5:8786")
+    assert str(parse_executor("tcp://h:1")) == "dask://h:1"
+    with pytest.raises(ConfigError, match="not one of"):
+        parse_executor("ray://x:1")
+    assert parse_size("4G") == 4 << 30 and parse_size("512MiB") == 512 << 20 and parse_size("1e9") == 10**9
+    for bad in ("x", "0", "-3G"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+
+
+def test_cli_options() -> None:
+    runner = CliRunner()
+    run = str(SAMPLES / "1f1b_p2_m4")
+    base = runner.invoke(cli, ["analyze", run, "--format", "json"])
+    assert base.exit_code == 0
+    same = runner.invoke(cli, ["analyze", run, "--format", "json", "--jobs", "2", "--executor", "processes",
+                               "--max-memory", "1M"])
+    assert same.exit_code == 0 and json.loads(same.output) == json.loads(base.output)
+    bad = runner.invoke(cli, ["analyze", run, "--executor", "nope"])
+    assert bad.exit_code == 2 and "--executor 'nope' is not one of" in bad.output
+    bad = runner.invoke(cli, ["analyze", run, "--max-memory", "lots"])
+    assert bad.exit_code == 2 and "not a memory size" in bad.output
+
+
+# --------------------------------------------------------------------------- dask
+
+
+@pytest.mark.slow
+def test_dask_executor_against_a_local_cluster() -> None:
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        address = cluster.scheduler_address  # tcp://127.0.0.1:PORT
+        url = "dask://" + address.split("://", 1)[1]
+        for run in ("1f1b_p4_m8_imb_s1x3", "1f1b_p2_m4_noannot"):
+            assert _doc(run, executor=url) == _doc(run, jobs=1)
+        res = CliRunner().invoke(cli, ["analyze", str(SAMPLES / "gpipe_p2_m4"), "--format", "json",
+                                       "--executor", url])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output) == _doc("gpipe_p2_m4")
+        # errors raised on a worker arrive as the same one-line errors
+        with pytest.raises(TraceError, match="no such file"):
+            map_ranks([str(SAMPLES / "gpipe_p2_m4" / "rank0.json.gz"), "/nonexistent/rank1.json"],
+                      executor=url)

@@ -112,3 +112,16 @@ def test_dask_executor_against_a_local_cluster() -> None:
         with pytest.raises(TraceError, match="no such file"):
             map_ranks([str(SAMPLES / "gpipe_p2_m4" / "rank0.json.gz"), "/nonexistent/rank1.json"],
                       executor=url)
+
+
+def test_prestart_only_when_the_pool_will_be_used() -> None:
+    from pipeaudit.prestart import PRELOAD, maybe_prestart
+    from pipeaudit.trace import executor
+
+    small = [str(SAMPLES / "1f1b_p2_m4")]
+    assert not maybe_prestart(small, None, "local")  # a few MB: decoded in-process
+    assert not maybe_prestart(small, 1, "local")
+    assert not maybe_prestart(small, None, "dask://h:1")
+    assert executor.PRELOAD == PRELOAD
+    assert maybe_prestart(small, 2, "local")  # --jobs 2 always uses the pool
+    assert _doc("1f1b_p2_m4", jobs=2) == _doc("1f1b_p2_m4", jobs=1)  # the pool runs on it

@@ -131,8 +131,11 @@ class RankOutcome:
 
 def run_rank_task(task: RankTask) -> RankOutcome:
     """Worker entry point (module level, picklable)."""
+    budget = task.max_memory
+    if budget is None:  # on a remote worker: a share of that machine's memory
+        budget = max(1, default_max_memory() // cpu_count())
     try:
-        rt = read_trace(Path(task.path), columns=task.columns, max_memory=task.max_memory,
+        rt = read_trace(Path(task.path), columns=task.columns, max_memory=budget,
                         salvage=task.salvage)
     except PipeauditError as exc:
         return RankOutcome(decode_error=exc)
@@ -187,8 +190,12 @@ def map_ranks(
     workers, pool = use_pool(files, jobs)
     if exe.kind == "processes":
         pool = workers > 1
-    budget = default_max_memory() if max_memory is None else parse_size(max_memory)
-    per_task = budget if exe.kind == "dask" else max(1, budget // (workers if pool else 1))
+    per_task: int | None
+    if exe.kind == "dask":  # each worker judges its own machine unless a budget is given
+        per_task = None if max_memory is None else parse_size(max_memory)
+    else:
+        budget = default_max_memory() if max_memory is None else parse_size(max_memory)
+        per_task = max(1, budget // (workers if pool else 1))
     cols = tuple(columns) if columns is not None else None
     tasks = [RankTask(str(f), job, cols, per_task, salvage) for f in files]
     outcomes: list[RankOutcome] = run_tasks(run_rank_task, tasks, executor=exe, workers=workers,

@@ -350,9 +350,10 @@ def _completeness(tl: Timeline, stages, wb) -> list[Finding]:
 
 
 @lru_cache(maxsize=65536)
-def _producers(act: Action, S: int) -> tuple[Action, ...]:
-    """:func:`producers`, memoised (an audit asks for the same few actions every step)."""
-    return tuple(producers(act, S))
+def _producer_keys(act: tuple, S: int) -> tuple[tuple, ...]:
+    """:func:`producers` of (stage, kind, microbatch), as such tuples, memoised (an audit asks
+    for the same few actions every step)."""
+    return tuple((p.stage, p.kind, p.microbatch) for p in producers(Action(*act), S))
 
 
 def _stragglers(tl: Timeline, wb, S: int) -> list[Finding]:
@@ -360,17 +361,17 @@ def _stragglers(tl: Timeline, wb, S: int) -> list[Finding]:
     delays: dict[int, float] = defaultdict(float)
     by_step = tl.step_rows(("stage", "kind", "microbatch", "compute_start", "compute_end"))
     for k in wb:
-        ends: dict[Action, int] = {}
+        ends: dict[tuple, int] = {}  # (stage, kind, microbatch) -> compute end
         rows = []
         for rt, steps in zip(tl.ranks, by_step):
             prev_end = None
             for s, kind, m, cs, ce in steps.get(k, []):
-                act = Action(int(s), str(kind), int(m))
+                act = (int(s), str(kind), int(m))
                 ends[act] = int(ce)
                 rows.append((rt.rank, act, int(cs), prev_end))
                 prev_end = int(ce)
         for rank, act, start, prev_end in rows:
-            ready = [e for e in [prev_end] + [ends.get(p) for p in _producers(act, S)] if e is not None]
+            ready = [e for e in [prev_end] + [ends.get(p) for p in _producer_keys(act, S)] if e is not None]
             if ready:
                 delays[rank] += max(0, start - max(ready)) / US
     if len(delays) < 3:

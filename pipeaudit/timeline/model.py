@@ -51,9 +51,10 @@ class Timeline:
             out = []
             for r in self.ranks:
                 a = r.actions.sort(["compute_start", "start"], maintain_order=True)
+                steps = a["step"].to_list()
                 by: dict[int, list[tuple]] = {}
-                for row in a.select("step", *columns).iter_rows():
-                    by.setdefault(row[0], []).append(row[1:])
+                for k, row in zip(steps, a.select(*columns).iter_rows()):
+                    by.setdefault(k, []).append(row)
                 out.append(by)
             return out
 

@@ -31,7 +31,6 @@ Methods (MB/s are MB of *uncompressed* JSON per second of wall time):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import resource

@@ -361,7 +361,6 @@ class TableParts:
                 out.append(series.alias(c))
         out.append(ts_missing.alias("_ts_missing"))
         self.complete.append(pl.DataFrame(out))
-        del kept
         # [memory] samples
         margs = _args(mem)
         self.device_types.extend(_field(margs, "device_type"))

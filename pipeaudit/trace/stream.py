@@ -462,13 +462,10 @@ class _StreamDecoder:
             msg = str(exc)
             at = _error_byte(msg)
             if at is not None and at > len(self.header):
-                return self._raise_decode(msg, trailer_offset - len(self.header) - 1)
+                raise _decode_error(self.path, msg, trailer_offset - len(self.header) - 1) from None
             raise TraceError(self.path, _decode_problem(msg)) from None
         except msgspec.ValidationError as exc:  # pragma: no cover - header fields are Any
             raise TraceError(self.path, _validation_problem(str(exc))) from None
-
-    def _raise_decode(self, msg: str, shift: int):
-        raise _decode_error(self.path, msg, shift)
 
 
 def read_trace_streaming(

@@ -198,8 +198,14 @@ def map_ranks(
         per_task = max(1, budget // (workers if pool else 1))
     cols = tuple(columns) if columns is not None else None
     tasks = [RankTask(str(f), job, cols, per_task, salvage) for f in files]
-    outcomes: list[RankOutcome] = run_tasks(run_rank_task, tasks, executor=exe, workers=workers,
-                                            pool=pool)
+    # biggest files first, so that no worker is left with a big one at the end
+    sizes = [_estimated_json_bytes([f]) for f in files]
+    biggest_first = sorted(range(len(tasks)), key=lambda i: -sizes[i])
+    done = run_tasks(run_rank_task, [tasks[i] for i in biggest_first], executor=exe,
+                     workers=workers, pool=pool)
+    outcomes: list[RankOutcome] = [None] * len(tasks)  # type: ignore[list-item]
+    for i, o in zip(biggest_first, done):
+        outcomes[i] = o
     for o in outcomes:
         if o.decode_error is not None:
             raise o.decode_error

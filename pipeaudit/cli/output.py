@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
-from pipeaudit.errors import ConfigError
+from pipeaudit.outfiles import refuse_overwrite, write_text_atomic
 
 
 def check_writable(path: str | None, *, force: bool) -> None:
-    """Refuse to overwrite an existing output file unless forced."""
-    if path and os.path.exists(path) and not force:
-        raise ConfigError(f"{path}: exists; pass --force to overwrite it")
+    """Refuse to overwrite an existing output file unless forced (checked before the work)."""
+    if path:
+        refuse_overwrite(path, force=force)
 
 
 def write_output(text: str, path: str | None, *, force: bool = False) -> None:
@@ -20,15 +18,4 @@ def write_output(text: str, path: str | None, *, force: bool = False) -> None:
     if path is None:
         click.echo(text, nl=False)
         return
-    check_writable(path, force=force)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        from pipeaudit.trace.source import os_problem
-
-        raise ConfigError(f"{path}: cannot write the report: {os_problem(exc)}") from None
+    write_text_atomic(path, text, force=force, what="the report")

@@ -20,13 +20,13 @@ training step without the profiler, for measuring its overhead) · ``profile_mem
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pipeaudit.harness.catalog import get_spec
 from pipeaudit.harness.config import ProfileConfig
+from pipeaudit.outfiles import write_text_atomic
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
@@ -92,9 +92,7 @@ def build_manifest(
 def write_manifest(out_dir: str | Path, manifest: dict[str, Any]) -> Path:
     """Write atomically (temp file + rename) so readers never see half a manifest."""
     path = Path(out_dir) / MANIFEST_NAME
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(manifest, indent=2) + "\n", what="the manifest")
     return path
 
 

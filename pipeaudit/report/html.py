@@ -227,20 +227,7 @@ def render_html(tl: Timeline, result: AuditResult, *, title: str | None = None) 
 def write_html(tl: Timeline, result: AuditResult, path: str, *, force: bool = False,
                title: str | None = None) -> None:
     """Render the report and write it to ``path`` (atomically; refuses to overwrite unless forced)."""
-    import os
+    from pipeaudit.outfiles import refuse_overwrite, write_text_atomic
 
-    from pipeaudit.errors import ConfigError
-
-    if os.path.exists(path) and not force:
-        raise ConfigError(f"{path}: exists; pass --force to overwrite it")
-    text = render_html(tl, result, title=title)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    refuse_overwrite(path, force=force)
+    write_text_atomic(path, render_html(tl, result, title=title), what="the HTML report")

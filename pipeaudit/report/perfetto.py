@@ -27,7 +27,6 @@ that ends within 2 ns of the next one's start on the same track is therefore wri
 from __future__ import annotations
 
 import gzip
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +35,7 @@ import msgspec
 import polars as pl
 
 from pipeaudit import __version__
-from pipeaudit.errors import ConfigError
+from pipeaudit.outfiles import atomic_path, refuse_overwrite
 from pipeaudit.report.series import (
     bubble_intervals,
     device_label,
@@ -274,8 +273,7 @@ def write_perfetto(tl: Timeline, path: str, *, with_ideal: bool = False,
     ``merge_original`` also streams every rank's original trace events into the file, one
     rank at a time (pids remapped so ranks do not collide; see :mod:`pipeaudit.report.merge`).
     """
-    if os.path.exists(path) and not force:
-        raise ConfigError(f"{path}: exists; pass --force to overwrite it")
+    refuse_overwrite(path, force=force)
     summary = ExportSummary(path=path)
     origin = run_origin(tl)
     if merge_original:
@@ -285,9 +283,8 @@ def write_perfetto(tl: Timeline, path: str, *, with_ideal: bool = False,
     other = {"tool": f"pipeaudit {__version__}", "origin_ns": origin,
              "inputs": [rt.path for rt in tl.ranks],
              "note": "ts are microseconds from origin_ns (ns since the Unix epoch)"}
-    tmp = f"{path}.tmp-{os.getpid()}"
     enc = msgspec.json.Encoder()
-    try:
+    with atomic_path(path, what="the trace") as tmp:
         opener = gzip.open(tmp, "wb", compresslevel=6) if path.endswith(".gz") else open(tmp, "wb")
         with opener as raw_fh, _Batched(raw_fh) as fh:
             fh.write(b'{"displayTimeUnit":"ms","otherData":' + enc.encode(other) + b',"traceEvents":[\n')
@@ -311,10 +308,4 @@ def write_perfetto(tl: Timeline, path: str, *, with_ideal: bool = False,
                     summary.events += 1
                 summary.original_events = counts.get("original", 0)
             fh.write(b"\n]}\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return summary

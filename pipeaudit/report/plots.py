@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.errors import ConfigError
+from pipeaudit.outfiles import atomic_path, refuse_overwrite
 from pipeaudit.report import palette
 from pipeaudit.report.series import (
     device_label,
@@ -234,22 +235,14 @@ def save_plot(kind: str, tl: Timeline, result: AuditResult, path: str, *, force:
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
         raise ConfigError(f"{path}: the plot format comes from the extension; use .png or .svg")
-    if os.path.exists(path) and not force:
-        raise ConfigError(f"{path}: exists; pass --force to overwrite it")
+    refuse_overwrite(path, force=force)
     if not result.pipeline_found and kind != "memory":
         raise ConfigError("no pipeline actions were found in these traces: only --kind memory can be plotted")
     fig = make_figure(kind, tl, result, **opts)
-    tmp = f"{path}.tmp-{os.getpid()}{ext}"
-    try:
-        import matplotlib
+    import matplotlib
 
+    with atomic_path(path, what="the plot", suffix=ext) as tmp:
         # a bare Figure saves PNG through matplotlib's Agg canvas and SVG through its SVG one;
         # SVG text stays text (searchable, smaller)
         with matplotlib.rc_context({"svg.fonttype": "none"}):
             fig.savefig(tmp, format=ext[1:], dpi=dpi)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)

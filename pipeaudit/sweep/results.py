@@ -15,13 +15,13 @@ import csv
 import io
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pipeaudit.errors import ConfigError
+from pipeaudit.outfiles import write_text_atomic
 
 SCHEMA_VERSION = 1
 TOOL = "pipeaudit sweep"
@@ -104,17 +104,11 @@ def to_csv_text(result: SweepResult) -> str:
     return buf.getvalue()
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def save(result: SweepResult, out_dir: str | Path) -> None:
     """Write ``sweep.json`` and ``sweep.csv`` into ``out_dir`` (atomically, each)."""
     out = Path(out_dir)
-    _atomic_write(out / JSON_NAME, to_json_text(result))
-    _atomic_write(out / CSV_NAME, to_csv_text(result))
+    write_text_atomic(out / JSON_NAME, to_json_text(result), what="the sweep results")
+    write_text_atomic(out / CSV_NAME, to_csv_text(result), what="the sweep results")
 
 
 def load(out_dir: str | Path) -> SweepResult:

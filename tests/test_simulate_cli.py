@@ -128,8 +128,14 @@ def test_chrome_trace(tmp_path):
     assert all(set(e) <= allowed for e in events)
     first = min(slices, key=lambda e: (e["pid"], e["ts"]))
     assert (first["ts"], first["dur"]) == (0, 1000)
-    # compare writes all schedules, one process per (schedule, rank)
+    # an existing file is kept unless --force, and refused before anything runs
+    before = path.read_bytes()
     res = run("--compare", "gpipe,1f1b", "-P", "2", "-M", "2", "--chrome-trace", str(path))
+    assert res.exit_code == 2 and "exists; pass --force" in res.output and res.stdout == ""
+    assert path.read_bytes() == before
+    # compare writes all schedules, one process per (schedule, rank)
+    res = run("--compare", "gpipe,1f1b", "-P", "2", "-M", "2", "--chrome-trace", str(path), "--force")
+    assert res.exit_code == 0
     pids = {e["pid"] for e in json.loads(path.read_text())["traceEvents"]}
     assert pids == {0, 1, 2, 3}
 

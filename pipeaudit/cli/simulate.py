@@ -9,6 +9,8 @@ import click
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, load_schedule_file, save_schedule_file
+from pipeaudit.cli.output import check_writable
+from pipeaudit.outfiles import write_text_atomic
 from pipeaudit.schedules.chrome import chrome_trace_events, write_chrome_trace
 from pipeaudit.schedules.simulation import (
     Durations,
@@ -71,15 +73,20 @@ def _names(text: str) -> list[str]:
               help="Write the schedule's per-rank orders (CSV, or JSON for *.json).")
 @click.option("--max-cells", type=click.IntRange(10, 100000), default=160, show_default=True,
               help="Widest timeline, in time cells.")
+@click.option("--force", is_flag=True,
+              help="Overwrite the --chrome-trace / --save-schedule files if they exist.")
 def command(schedule_name: str, num_ranks: int | None, num_microbatches: int | None,
             chunks: int | None, tf: float, tb: float, tw: float | None, comm: float,
             compare: str | None, sweep_mb: str | None, schedule_file: str | None, fmt: str,
-            chrome_trace: str | None, save_schedule: str | None, max_cells: int) -> None:
+            chrome_trace: str | None, save_schedule: str | None, max_cells: int,
+            force: bool) -> None:
     """Simulate a pipeline schedule: ASCII timeline, bubble per rank and overall against the
     closed form (formula named), peak in-flight microbatches per stage against theory.
 
     Durations are per rank and per microbatch; a rank with v chunks runs each for 1/v of them.
     """
+    check_writable(chrome_trace, force=force)
+    check_writable(save_schedule, force=force)
     durations = Durations(tf, tb, tw, comm)
     microbatches = _int_list(sweep_mb, "--sweep-microbatches")
     if sum(x is not None for x in (compare, microbatches, schedule_file)) > 1 and not (
@@ -160,8 +167,9 @@ def _side_outputs(sims: list[Simulation], chrome_trace: str | None, save_schedul
                         ev["args"] = {"sort_index": ev["pid"]}
                     events.append(ev)
                 offset += sim.schedule.num_ranks
-            with open(chrome_trace, "w", encoding="utf-8") as fh:
-                json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, fh)
+            write_text_atomic(chrome_trace, json.dumps({"traceEvents": events,
+                                                        "displayTimeUnit": "ms"}),
+                              what="the Chrome trace")
         click.echo(f"wrote Chrome trace {chrome_trace}", err=True)
     if save_schedule:
         save_schedule_file(sims[0].schedule, save_schedule)

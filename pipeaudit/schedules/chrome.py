@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipeaudit.outfiles import write_text_atomic
 from pipeaudit.schedules.replay import ReplayResult
 
 
@@ -46,5 +47,6 @@ def chrome_trace_events(result: ReplayResult, unit_us: float = 1000.0, label: st
 
 def write_chrome_trace(result: ReplayResult, path: str | Path, unit_us: float = 1000.0,
                        label: str = "") -> None:
-    """Write :func:`chrome_trace_events` to ``path``."""
-    Path(path).write_text(json.dumps(chrome_trace_events(result, unit_us, label)), encoding="utf-8")
+    """Write :func:`chrome_trace_events` to ``path`` (atomically)."""
+    write_text_atomic(path, json.dumps(chrome_trace_events(result, unit_us, label)),
+                      what="the Chrome trace")

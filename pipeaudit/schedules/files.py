@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pipeaudit.actions import Action
 from pipeaudit.errors import ScheduleError
+from pipeaudit.outfiles import write_text_atomic
 from pipeaudit.schedules.model import Schedule, as_orders
 from pipeaudit.schedules.replay import replay
 from pipeaudit.schedules.torchnames import parse_action_name
@@ -197,4 +198,4 @@ def save_schedule_file(schedule: Schedule, path: str | Path) -> None:
     """Write ``schedule`` as JSON (``.json``) or CSV (anything else)."""
     p = Path(path)
     text = format_schedule_json(schedule) if p.suffix.lower() == ".json" else format_schedule_csv(schedule)
-    p.write_text(text, encoding="utf-8")
+    write_text_atomic(p, text, what="the schedule")

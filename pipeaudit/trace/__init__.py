@@ -7,9 +7,12 @@ Modules, one job each:
 * :mod:`~pipeaudit.trace.schema`     msgspec Structs of the fields that are read
 * :mod:`~pipeaudit.trace.timestamps` exact µs text -> integer ns
 * :mod:`~pipeaudit.trace.decode`     one file -> :class:`RankTrace`
+* :mod:`~pipeaudit.trace.stream`     the same in bounded memory, batch by batch (big files)
+* :mod:`~pipeaudit.trace.model`      :class:`RankTrace`, :class:`TraceSet` and their schemas
 * :mod:`~pipeaudit.trace.validate`   do the ranks form one run?
 * :mod:`~pipeaudit.trace.clock`      one absolute ns axis for all ranks
 * :mod:`~pipeaudit.trace.load`       many files, in parallel -> :class:`TraceSet`
+* :mod:`~pipeaudit.trace.executor`   where per-rank work runs: in process, a process pool, Dask
 * :mod:`~pipeaudit.trace.naming`     rank from a file name, natural sort
 * :mod:`~pipeaudit.trace.synth`      tiny Kineto-like traces built in code (tests, examples)
 * :mod:`~pipeaudit.trace.salvage`    the complete events of a truncated file (``salvage=True``)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import replace
-from functools import lru_cache
 from statistics import median
 from typing import Any
 
@@ -12,15 +10,15 @@ import polars as pl
 
 from pipeaudit.actions import Action
 from pipeaudit.audit import findings as F
-from pipeaudit.audit.deps import producers
+from pipeaudit.audit.completeness import completeness_findings
 from pipeaudit.audit.result import (
     AuditResult, BubbleSummary, Finding, RankMetrics, StageMetrics, StepMetrics,
 )
+from pipeaudit.audit.schedule_fit import choose_schedule, closed_form_theory, order_violations
+from pipeaudit.audit.stragglers import straggler_findings
 from pipeaudit.audit.windows import mean, windows_and_bubbles
 from pipeaudit.errors import ScheduleError
-from pipeaudit.schedules import (
-    build_schedule, detect_schedule, peak_inflight_of_orders, replay, theory,
-)
+from pipeaudit.schedules import peak_inflight_of_orders, replay
 from pipeaudit.timeline import intervals as iv
 from pipeaudit.timeline.model import Timeline
 from pipeaudit.timeline.rank import RankTimeline
@@ -68,14 +66,16 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
         name, source, detected, sched = (schedule, "declared", [], None) if schedule else \
             (None, "unknown", [], None)
     else:
-        name, source, detected, sched = _schedule(tl, schedule, P, M, v, pranks, placement, notes)
+        name, source, detected, sched = choose_schedule(tl, schedule, P, M, v, pranks, placement,
+                                                        notes)
     findings: list[Finding] = []
     if sched is not None and source in ("declared", "manifest"):
-        findings += _order_violations(tl, sched, pranks, steps)
+        findings += order_violations(tl, sched, pranks, steps)
 
     kind_means = {k: float(acts.filter(pl.col("kind") == k)["compute_ns"].mean() or 0.0) / US
                   for k in ("F", "B", "I", "W")}
-    th = _theory(name, sched, P, M, v, kind_means, notes) if name is not None and not sparse else None
+    th = (closed_form_theory(name, sched, P, M, v, kind_means, notes)
+          if name is not None and not sparse else None)
     ranks = [_rank_metrics(rt, wb, replays, rank_index) for rt in tl.ranks]
     pipeline_ranks = [r for r in ranks if r.bubble is not None]
     measured = mean(r.bubble for r in pipeline_ranks)
@@ -151,76 +151,6 @@ def _replay_step(tl: Timeline, k: int, pranks: list[int], place: list[int]):
             durations[(len(orders), act)] = float(c)
         orders.append(order)
     return replay(orders, place, lambda rank, act: durations[(rank, act)], 0.0)
-
-
-def _schedule(tl, declared, P, M, v, pranks, placement, notes):
-    """(name, source, detected names, catalogue Schedule or None)."""
-    rank_index = {r: i for i, r in enumerate(pranks)}
-    detected: list[str] = []
-    if sorted(placement) == list(range(len(placement))):
-        step0 = tl.orders(tl.steps[0])
-        orders = [step0.get(r, []) for r in pranks]
-        place = [rank_index[placement[s]] for s in range(len(placement))]
-        try:
-            detected = detect_schedule(orders, place, M)
-        except ScheduleError:
-            detected = []
-    manifest_name = (tl.manifest or {}).get("schedule")
-    if declared:
-        name, source = declared, "declared"
-    elif manifest_name:
-        name, source = str(manifest_name), "manifest"
-    elif detected:
-        name, source = detected[0], "detected"
-    else:
-        notes.append("schedule not recognised from the action order: no closed-form theory")
-        return None, "unknown", detected, None
-    try:
-        sched = build_schedule(name, P, M, v if v > 1 else None)
-    except ScheduleError as exc:
-        notes.append(f"schedule {name}: {exc}")
-        sched = None
-    return name, source, detected, sched
-
-
-def _theory(name, sched, P, M, v, kind_means, notes):
-    """Closed form with measured mean durations; a replay of the catalogue order where none applies."""
-    split = kind_means["I"] > 0
-    try:
-        if split:
-            th = theory(name, P, M, v, t_f=kind_means["F"] or 1.0, t_i=kind_means["I"],
-                        t_w=kind_means["W"])
-        else:
-            th = theory(name, P, M, v, t_f=kind_means["F"] or 1.0, t_b=kind_means["B"] or 2.0)
-    except ScheduleError as exc:
-        notes.append(f"no theory for {name} with P={P}, M={M}, v={v}: {exc}")
-        return None
-    if th.bubble is None and sched is not None:
-        means = {k: kind_means[k] or kind_means["F"] or 1.0 for k in kind_means}
-        if not split:
-            means["I"], means["W"] = means["B"] / 2, means["B"] / 2
-        sim = replay(sched.orders, sched.placement, {(st, k): means[k]
-                                                     for st in range(sched.num_stages) for k in means})
-        notes.append(f"theory: {th.notes}")
-        notes.append(f"theory: the closed form {th.formula} does not hold for the measured "
-                     f"durations; the theory figure replays the catalogue {sched.name} order with "
-                     "each kind's mean measured duration and free communication")
-        th = replace(th, bubble=sim.bubble, formula=f"replay({sched.name}, mean T)")
-    return th
-
-
-def _order_violations(tl: Timeline, sched, pranks: list[int], steps: list[int]) -> list[Finding]:
-    out = []
-    for k in steps[:1]:
-        orders = tl.orders(k)
-        for i, r in enumerate(pranks):
-            seen = orders.get(r, [])
-            want = list(sched.orders[i]) if i < len(sched.orders) else []
-            for pos, (a, b) in enumerate(zip(seen, want)):
-                if a != b:
-                    out.append(F.schedule_violation(sched.name, r, pos, str(a), str(b)))
-                    break
-    return out
 
 
 def _rank_metrics(rt: RankTimeline, wb, replays, rank_index) -> RankMetrics:
@@ -315,76 +245,8 @@ def _findings(tl, ranks, stages, summary, wb, S) -> list[Finding]:
             f = F.memory_above_theory(st.stage, st.rank, st.peak_inflight, st.expected_peak_inflight)
             if f:
                 out.append(f)
-    out += _completeness(tl, stages, wb)
-    out += _stragglers(tl, wb, S)
-    return out
-
-
-def _completeness(tl: Timeline, stages, wb) -> list[Finding]:
-    """Each microbatch needs one F and one backward (a B, or an I with its W) per stage and step."""
-    acts = tl.actions
-    M = int(acts["microbatch"].max()) + 1
-    out = []
-    for st in stages:
-        a = acts.filter(pl.col("stage") == st.stage)
-        has_w = st.actions["W"] > 0
-        per_step: dict[int, list[tuple]] = {}
-        for k, kind, m in a.select("step", "kind", "microbatch").iter_rows():
-            per_step.setdefault(k, []).append((kind, int(m)))
-        for k in sorted(wb):
-            c = Counter(per_step.get(k, []))
-            missing, dups = [], []
-            for m in range(M):
-                if c[("F", m)] == 0:
-                    missing.append(f"{st.stage}F{m}")
-                if c[("B", m)] + c[("I", m)] == 0:
-                    missing.append(f"{st.stage}B{m}")
-                if has_w and c[("I", m)] and not c[("W", m)]:
-                    missing.append(f"{st.stage}W{m}")
-            dups = sorted(f"{st.stage}{kind}{m}" for (kind, m), n in c.items() if n > 1)
-            if missing:
-                out.append(F.missing_actions(st.stage, st.rank, k, missing))
-            if dups:
-                out.append(F.duplicated_actions(st.stage, st.rank, k, dups))
-    return out
-
-
-@lru_cache(maxsize=65536)
-def _producer_keys(act: tuple, S: int) -> tuple[tuple, ...]:
-    """:func:`producers` of (stage, kind, microbatch), as such tuples, memoised (an audit asks
-    for the same few actions every step)."""
-    return tuple((p.stage, p.kind, p.microbatch) for p in producers(Action(*act), S))
-
-
-def _stragglers(tl: Timeline, wb, S: int) -> list[Finding]:
-    """Per rank, time its actions started after their inputs and the rank were ready."""
-    delays: dict[int, float] = defaultdict(float)
-    by_step = tl.step_rows(("stage", "kind", "microbatch", "compute_start", "compute_end"))
-    for k in wb:
-        ends: dict[tuple, int] = {}  # (stage, kind, microbatch) -> compute end
-        rows = []
-        for rt, steps in zip(tl.ranks, by_step):
-            prev_end = None
-            for s, kind, m, cs, ce in steps.get(k, []):
-                act = (int(s), str(kind), int(m))
-                ends[act] = int(ce)
-                rows.append((rt.rank, act, int(cs), prev_end))
-                prev_end = int(ce)
-        for rank, act, start, prev_end in rows:
-            ready = [e for e in [prev_end] + [ends.get(p) for p in _producer_keys(act, S)] if e is not None]
-            if ready:
-                delays[rank] += max(0, start - max(ready)) / US
-    if len(delays) < 3:
-        return []
-    nsteps = max(len(wb), 1)
-    per_step = {r: d / nsteps for r, d in delays.items()}
-    step_us = sum(w[1] - w[0] for w, _, _ in wb.values()) / US / nsteps
-    out = []
-    for r, d in per_step.items():
-        others = [x for rr, x in per_step.items() if rr != r]
-        f = F.straggler(r, d, median(others), step_us)
-        if f:
-            out.append(f)
+    out += completeness_findings(tl, stages, wb)
+    out += straggler_findings(tl, wb, S)
     return out
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeaudit.trace.synth import x
+
 BASE_NS = 1_790_000_000_000_000_000
 
 
@@ -200,5 +202,4 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
 
 
 def _x(name: str, cat: str, ts: int, dur: int, rank: int) -> dict:
-    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 100 + rank,
-            "tid": 100 + rank}
+    return x(name, ts, dur, cat=cat, pid=100 + rank, tid=100 + rank)

@@ -5,7 +5,9 @@ command called ``command``; modules are imported only when their command runs, s
 ``pipeaudit analyze`` never imports torch. A :class:`PipeauditError` escaping a
 command becomes one line on stderr and exit code 2. Any other exception is a bug: it
 also becomes one line (``pipeaudit: internal error: ...``, exit code 3) unless
-``PIPEAUDIT_DEBUG=1`` asks for the traceback; Ctrl-C exits 130.
+``PIPEAUDIT_DEBUG=1`` asks for the traceback; Ctrl-C exits 130. Usage errors (an unknown
+option, a missing argument, a bad choice) are one line too, with the ``--help`` to read,
+and exit code 2.
 """
 
 from __future__ import annotations
@@ -37,7 +39,28 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use."""
+    """A group whose subcommands are imported on first use; every error is one line."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):  # type: ignore[override]
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `pipeaudit`: the help
+                exc.show()
+                sys.exit(exc.exit_code)
+            where = exc.ctx.command_path if exc.ctx is not None else "pipeaudit"
+            click.echo(f"pipeaudit: error: {_one_line(exc.format_message())} "
+                       f"(see {where} --help)", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.ClickException as exc:
+            click.echo(f"pipeaudit: error: {_one_line(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("pipeaudit: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [n for n, (mod, _) in COMMANDS.items() if _module_exists(mod)]
@@ -79,6 +102,10 @@ class LazyGroup(click.Group):
 
 #: Exit code of an unexpected exception (a bug), distinct from 1 (gate failed) and 2 (bad input).
 INTERNAL_ERROR = 3
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _where(exc: BaseException) -> str:

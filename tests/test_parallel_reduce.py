@@ -125,3 +125,20 @@ def test_prestart_only_when_the_pool_will_be_used() -> None:
     assert executor.PRELOAD == PRELOAD
     assert maybe_prestart(small, 2, "local")  # --jobs 2 always uses the pool
     assert _doc("1f1b_p2_m4", jobs=2) == _doc("1f1b_p2_m4", jobs=1)  # the pool runs on it
+
+
+def test_a_dead_worker_names_the_script_guard_when_run_from_a_script(tmp_path):
+    """From a script, a dead pool worker may be the script re-imported by the worker: the
+    message says how to guard it; from ``python -c`` (no script) it does not."""
+    import subprocess
+    import sys
+
+    code = "from pipeaudit.trace.executor import _died_message; print(_died_message())"
+    script = tmp_path / "analysis.py"
+    script.write_text(code + "\n")
+    from_script = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                                 check=True).stdout
+    inline = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout
+    assert 'if __name__ == "__main__":' in from_script and "jobs=1" in from_script
+    assert "script" not in inline and "out of memory" in inline

@@ -110,9 +110,19 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> li
                                  initargs=(threads,)) as pool:
             return list(pool.map(fn, items))
     except BrokenProcessPool:
-        raise TraceError(
-            None, "a trace-decoding worker process died (out of memory?); try again with jobs=1"
-        ) from None
+        raise TraceError(None, _died_message()) from None
+
+
+def _died_message() -> str:
+    """Why a pool worker may have died: memory, or (from a script) the script re-imported."""
+    main = sys.modules.get("__main__")
+    script = (main is not None and getattr(main, "__spec__", None) is None
+              and getattr(main, "__file__", None) and "pipeaudit.cli.main" not in sys.modules)
+    if script:
+        return ("a trace-decoding worker process died: out of memory, or pipeaudit was called "
+                "at the top level of a script (worker processes re-import the script: put the "
+                "call under `if __name__ == \"__main__\":`); try again with jobs=1")
+    return "a trace-decoding worker process died (out of memory?); try again with jobs=1"
 
 
 def run_dask(fn: Callable[[Any], Any], items: Sequence[Any], address: str) -> list[Any]:

@@ -14,7 +14,9 @@ Executors (``--executor``):
     that every worker sees, with the same paths) and sends back only the reduced result.
     ``jobs`` is ignored: the cluster's workers decide the parallelism.
 
-The local pool uses the ``forkserver`` start method where the platform has it: one server
+With ``jobs`` = N the local pool has N - 1 worker processes and this process works as the
+N-th: it starts on the first rank at once, while the workers are being forked. The local
+pool uses the ``forkserver`` start method where the platform has it: one server
 process imports polars, numpy, msgspec and pipeaudit once, and every worker is a cheap
 ``fork`` of it (no parent state, no threads). Elsewhere ``spawn``. Each worker gets
 ``POLARS_MAX_THREADS = cores // workers`` so that workers do not oversubscribe the cores.
@@ -29,8 +31,9 @@ import multiprocessing
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
@@ -100,17 +103,76 @@ def _init_worker(polars_threads: int) -> None:
 
 
 def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> list[Any]:
-    """``[fn(x) for x in items]`` in a local pool of ``workers`` processes (order kept)."""
+    """``[fn(x) for x in items]`` on ``workers`` at once (order kept): this process and a
+    local pool of ``workers - 1`` processes take the items in order, each the next one as
+    soon as it is free.
+
+    This process works too instead of waiting: it starts at once, while the pool's workers
+    are still being forked, and its items need no pickling back.
+    """
     if workers <= 1 or len(items) <= 1 or not _spawn_works():
         return [fn(x) for x in items]
     threads = max(1, cpu_count() // workers)
-    ctx = _context()
+    results: list[Any] = [None] * len(items)
+    claim = _Claims(len(items))
+    failure: list[BaseException] = []
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(threads,)) as pool:
-            return list(pool.map(fn, items))
+        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=_context(),
+                                 initializer=_init_worker, initargs=(threads,)) as pool:
+            feeder = threading.Thread(target=_feed, args=(pool, fn, items, results, claim,
+                                                           workers - 1, failure), daemon=True)
+            feeder.start()
+            try:
+                while (i := claim.next()) is not None:
+                    results[i] = fn(items[i])
+            finally:
+                claim.stop()
+                feeder.join()
     except BrokenProcessPool:
         raise TraceError(None, _died_message()) from None
+    if failure:
+        if isinstance(failure[0], BrokenProcessPool):
+            raise TraceError(None, _died_message()) from None
+        raise failure[0]
+    return results
+
+
+class _Claims:
+    """Hands out item indices in order to whoever asks first (thread-safe)."""
+
+    def __init__(self, n: int) -> None:
+        self._next, self._n, self._lock = 0, n, threading.Lock()
+
+    def next(self) -> int | None:
+        with self._lock:
+            if self._next >= self._n:
+                return None
+            self._next += 1
+            return self._next - 1
+
+    def stop(self) -> None:
+        with self._lock:
+            self._next = self._n
+
+
+def _feed(pool: ProcessPoolExecutor, fn: Callable[[Any], Any], items: Sequence[Any],
+          results: list[Any], claim: _Claims, slots: int, failure: list[BaseException]) -> None:
+    """Keep ``slots`` items running in ``pool``; store their results."""
+    running: dict[Future, int] = {}
+    try:
+        while True:
+            while len(running) < slots and (i := claim.next()) is not None:
+                running[pool.submit(fn, items[i])] = i
+            if not running:
+                return
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in done:
+                results[running.pop(f)] = f.result()
+    except BaseException as exc:  # BrokenProcessPool or a bug in fn: the caller raises it
+        claim.stop()
+        failure.append(exc)
+        for f in running:
+            f.cancel()
 
 
 def _died_message() -> str:

@@ -37,6 +37,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "whatif": ("whatif", "Replay a run with changes and predict step time and bubble."),
 }
 
+#: Commands that read runs and show a rank-progress bar on a terminal when that takes a while.
+SHOWS_RANK_PROGRESS = frozenset({"analyze", "baseline", "gate", "diff", "export", "plot",
+                                 "explain", "whatif"})
+
 
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use; every error is one line."""
@@ -70,6 +74,10 @@ class LazyGroup(click.Group):
         if entry is None or not _module_exists(entry[0]):
             return None
         module = importlib.import_module(f"pipeaudit.cli.{entry[0]}")
+        if cmd_name in SHOWS_RANK_PROGRESS and not ctx.resilient_parsing:
+            from pipeaudit.cli.progress_bar import rank_bar
+
+            ctx.with_resource(rank_bar())  # until the command is done
         return module.command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -102,16 +102,18 @@ def _init_worker(polars_threads: int) -> None:
     os.environ["POLARS_MAX_THREADS"] = str(polars_threads)
 
 
-def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> list[Any]:
+def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
+             on_done: Callable[[], None] | None = None) -> list[Any]:
     """``[fn(x) for x in items]`` on ``workers`` at once (order kept): this process and a
     local pool of ``workers - 1`` processes take the items in order, each the next one as
     soon as it is free.
 
     This process works too instead of waiting: it starts at once, while the pool's workers
-    are still being forked, and its items need no pickling back.
+    are still being forked, and its items need no pickling back. ``on_done()`` is called
+    as each item is done (from this process's threads).
     """
     if workers <= 1 or len(items) <= 1 or not _spawn_works():
-        return [fn(x) for x in items]
+        return run_here(fn, items, on_done)
     threads = max(1, cpu_count() // workers)
     results: list[Any] = [None] * len(items)
     claim = _Claims(len(items))
@@ -120,11 +122,14 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> li
         with ProcessPoolExecutor(max_workers=workers - 1, mp_context=_context(),
                                  initializer=_init_worker, initargs=(threads,)) as pool:
             feeder = threading.Thread(target=_feed, args=(pool, fn, items, results, claim,
-                                                           workers - 1, failure), daemon=True)
+                                                           workers - 1, failure, on_done),
+                                      daemon=True)
             feeder.start()
             try:
                 while (i := claim.next()) is not None:
                     results[i] = fn(items[i])
+                    if on_done is not None:
+                        on_done()
             finally:
                 claim.stop()
                 feeder.join()
@@ -156,7 +161,8 @@ class _Claims:
 
 
 def _feed(pool: ProcessPoolExecutor, fn: Callable[[Any], Any], items: Sequence[Any],
-          results: list[Any], claim: _Claims, slots: int, failure: list[BaseException]) -> None:
+          results: list[Any], claim: _Claims, slots: int, failure: list[BaseException],
+          on_done: Callable[[], None] | None) -> None:
     """Keep ``slots`` items running in ``pool``; store their results."""
     running: dict[Future, int] = {}
     try:
@@ -168,6 +174,8 @@ def _feed(pool: ProcessPoolExecutor, fn: Callable[[Any], Any], items: Sequence[A
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for f in done:
                 results[running.pop(f)] = f.result()
+                if on_done is not None:
+                    on_done()
     except BaseException as exc:  # BrokenProcessPool or a bug in fn: the caller raises it
         claim.stop()
         failure.append(exc)
@@ -187,7 +195,19 @@ def _died_message() -> str:
     return "a trace-decoding worker process died (out of memory?); try again with jobs=1"
 
 
-def run_dask(fn: Callable[[Any], Any], items: Sequence[Any], address: str) -> list[Any]:
+def run_here(fn: Callable[[Any], Any], items: Sequence[Any],
+             on_done: Callable[[], None] | None = None) -> list[Any]:
+    """``[fn(x) for x in items]`` in this process, calling ``on_done()`` after each."""
+    out = []
+    for x in items:
+        out.append(fn(x))
+        if on_done is not None:
+            on_done()
+    return out
+
+
+def run_dask(fn: Callable[[Any], Any], items: Sequence[Any], address: str,
+             on_done: Callable[[], None] | None = None) -> list[Any]:
     """``[fn(x) for x in items]`` as one task per item on the Dask scheduler at ``address``."""
     try:
         from distributed import Client
@@ -201,17 +221,23 @@ def run_dask(fn: Callable[[Any], Any], items: Sequence[Any], address: str) -> li
         raise ConfigError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     try:
         futures = client.map(fn, list(items), pure=False)
+        if on_done is not None:
+            from distributed import as_completed
+
+            for _ in as_completed(futures):
+                on_done()
         return client.gather(futures)
     finally:
         client.close()
 
 
 def run_tasks(fn: Callable[[Any], Any], items: Sequence[Any], *, executor: Executor,
-              workers: int, pool: bool) -> list[Any]:
-    """Run ``fn`` over ``items`` where ``executor`` says; ``pool``: use the local pool."""
+              workers: int, pool: bool, on_done: Callable[[], None] | None = None) -> list[Any]:
+    """Run ``fn`` over ``items`` where ``executor`` says; ``pool``: use the local pool;
+    ``on_done()`` is called in this process as each item is done."""
     if executor.kind == "dask":
         assert executor.address is not None
-        return run_dask(fn, items, executor.address)
+        return run_dask(fn, items, executor.address, on_done)
     if pool:
-        return run_pool(fn, items, workers)
-    return [fn(x) for x in items]
+        return run_pool(fn, items, workers, on_done)
+    return run_here(fn, items, on_done)

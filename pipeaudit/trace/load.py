@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeaudit import progress
 from pipeaudit.errors import PipeauditError
 from pipeaudit.trace.clock import clock_warnings
 from pipeaudit.trace.decode import read_trace
@@ -149,6 +151,23 @@ def run_rank_task(task: RankTask) -> RankOutcome:
     return RankOutcome(info=info, value=value)
 
 
+def _ticker(total: int) -> Callable[[], None] | None:
+    """A callable that reports one more rank done to the active progress reporter."""
+    report = progress.active()
+    if report is None:
+        return None
+    done = 0
+    lock = threading.Lock()
+
+    def tick() -> None:
+        nonlocal done
+        with lock:
+            done += 1
+            report(done, total)
+
+    return tick
+
+
 @dataclass
 class RankResults:
     """:func:`map_ranks`' answer: per rank (sorted by rank) its facts and result."""
@@ -202,7 +221,7 @@ def map_ranks(
     sizes = [_estimated_json_bytes([f]) for f in files]
     biggest_first = sorted(range(len(tasks)), key=lambda i: -sizes[i])
     done = run_tasks(run_rank_task, [tasks[i] for i in biggest_first], executor=exe,
-                     workers=workers, pool=pool)
+                     workers=workers, pool=pool, on_done=_ticker(len(tasks)))
     outcomes: list[RankOutcome] = [None] * len(tasks)  # type: ignore[list-item]
     for i, o in zip(biggest_first, done):
         outcomes[i] = o

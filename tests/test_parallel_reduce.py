@@ -104,6 +104,12 @@ def test_dask_executor_against_a_local_cluster() -> None:
         url = "dask://" + address.split("://", 1)[1]
         for run in ("1f1b_p4_m8_imb_s1x3", "1f1b_p2_m4_noannot"):
             assert _doc(run, executor=url) == _doc(run, jobs=1)
+        from pipeaudit.progress import reporting
+
+        seen: list[tuple[int, int]] = []
+        with reporting(lambda done, total: seen.append((done, total))):
+            pipeaudit.load(SAMPLES / "1f1b_p4_m8", executor=url)
+        assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]  # as the cluster finishes them
         res = CliRunner().invoke(cli, ["analyze", str(SAMPLES / "gpipe_p2_m4"), "--format", "json",
                                        "--executor", url])
         assert res.exit_code == 0, res.output

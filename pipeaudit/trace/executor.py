@@ -224,7 +224,7 @@ def run_dask(fn: Callable[[Any], Any], items: Sequence[Any], address: str,
         if on_done is not None:
             from distributed import as_completed
 
-            for _ in as_completed(futures):
+            for _ in as_completed(futures, loop=client.loop):
                 on_done()
         return client.gather(futures)
     finally:

@@ -74,7 +74,7 @@ class LazyGroup(click.Group):
         if entry is None or not _module_exists(entry[0]):
             return None
         module = importlib.import_module(f"pipeaudit.cli.{entry[0]}")
-        if cmd_name in SHOWS_RANK_PROGRESS and not ctx.resilient_parsing:
+        if cmd_name in SHOWS_RANK_PROGRESS and ctx is not None and not ctx.resilient_parsing:
             from pipeaudit.cli.progress_bar import rank_bar
 
             ctx.with_resource(rank_bar())  # until the command is done

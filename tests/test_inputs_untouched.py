@@ -64,7 +64,7 @@ def workspace(tmp_path, monkeypatch):
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     res = CliRunner().invoke(cli, ["simulate", "--schedule", "1f1b", "-P", "2", "-M", "4",
-                                   "--save-schedule", str(schedule)])
+                                   "--save-schedule", str(schedule), "--force"])
     assert res.exit_code == 0, res.output
     outs = tmp_path / "outs"
     outs.mkdir()

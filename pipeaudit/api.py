@@ -92,10 +92,11 @@ def load(
 ) -> Run:
     """Load a run's traces (files, directories or globs) for analysis.
 
-    ``jobs``: ranks decoded at once on this machine (default: the cores); ``executor``:
-    ``"local"`` (default), ``"processes"`` or ``"dask://host:port"``; ``max_memory``: the
-    decode's memory budget (bytes or text such as ``"4G"``; default half the available
-    memory). See docs/performance.md.
+    ``jobs``: ranks decoded at once on this machine, this process included (default: the
+    cores); ``executor``: ``"local"`` (default), ``"processes"`` or ``"dask://host:port"``;
+    ``max_memory``: the decode's memory budget (bytes or text such as ``"4G"``; default half
+    the available memory; files too big for a job's share are streamed). See
+    docs/performance.md; :mod:`pipeaudit.progress` reports ranks as they are done.
     ``salvage=True``: analyse the complete events of truncated or corrupt trace files; the
     steps the damage cut are excluded and the audit says what was lost (``TRUNCATED_TRACE``).
     """

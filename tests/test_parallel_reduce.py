@@ -40,18 +40,20 @@ def test_timeline_tables_identical_across_executors() -> None:
         assert all((x == y).all() for x, y in zip(ra.activity, rb.activity))
 
 
-def test_errors_keep_their_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kw", [{"jobs": 2}, {"jobs": 2, "executor": "processes"}],
+                         ids=["local", "pool"])
+def test_errors_keep_their_order(tmp_path: Path, kw: dict) -> None:
     for r in (0, 2):
         write(tmp_path / f"rank{r}.json", simple_rank(r, 4))
     # a set error (missing rank 1) comes before a bad --action-pattern
     with pytest.raises(TraceError, match="missing ranks 1, 3"):
-        pipeaudit.load(tmp_path, action_pattern="(", jobs=2)
+        pipeaudit.load(tmp_path, action_pattern="(", **kw)
     with pytest.raises(ConfigError, match="not a valid regex"):
-        pipeaudit.load(tmp_path, action_pattern="(", jobs=2, allow_missing=True)
+        pipeaudit.load(tmp_path, action_pattern="(", allow_missing=True, **kw)
     (tmp_path / "rank3.json").write_text('{"traceEvents": 5}')
     # a file that cannot be decoded comes first of all
     with pytest.raises(TraceError, match="rank3.json: not a trace"):
-        pipeaudit.load(tmp_path, action_pattern="(", jobs=2)
+        pipeaudit.load(tmp_path, action_pattern="(", **kw)
 
 
 def test_map_ranks_returns_small_results_sorted_by_rank(tmp_path: Path) -> None:

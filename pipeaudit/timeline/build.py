@@ -62,14 +62,11 @@ def build_timeline(
 ) -> Timeline:
     """Decode, validate and reduce every rank's trace into one timeline.
 
-    ``jobs``: ranks worked on at once on this machine (default: the cores);
-    ``executor``: ``local`` (default), ``processes`` or ``dask://host:port``;
-    ``max_memory``: memory budget in bytes or text (``"4G"``) for the decode, default half
-    of the available memory (files too big for a worker's share are streamed).
-    ``salvage``: recover what damaged files hold; the steps the damage cut are excluded on
-    every rank, which needs all ranks' events at once, so this path decodes the whole run
-    before reducing it (a recovery path, not a fast one). Partial traces of a failed harness
-    run (header ``pipeaudit_incomplete_step``) take the same path.
+    The options are :func:`pipeaudit.api.load`'s (``pattern`` is its ``action_pattern``).
+    ``salvage`` needs all ranks' events at once (the steps the damage cut are excluded on
+    every rank), so that path decodes the whole run before reducing it: a recovery path,
+    not a fast one. Partial traces of a failed harness run (header
+    ``pipeaudit_incomplete_step``) take the same path.
     """
     from pipeaudit.errors import ConfigError
     from pipeaudit.trace.load import load_traces, map_ranks

@@ -1,7 +1,8 @@
 """pipeaudit: trace analysis and schedule audit for pipeline-parallel training.
 
-The library imports without torch, click or HTA. Entry points for notebooks:
-``pipeaudit.load(paths)`` (added by the audit layer).
+The library imports without torch, click or HTA. Entry point for notebooks and scripts:
+``pipeaudit.load(paths)`` -> :class:`pipeaudit.api.Run` (audit, polars/pandas frames);
+:mod:`pipeaudit.progress` reports ranks as they are decoded.
 """
 
 from __future__ import annotations

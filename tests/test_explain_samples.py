@@ -83,3 +83,16 @@ def test_findings_point_to_explain():
     assert "pipeaudit explain" in f.message
     imb = next(f for f in res.findings if f.code == "STAGE_IMBALANCE")
     assert f"pipeaudit whatif --scale {imb.stage}=" in imb.message
+
+
+@pytest.mark.parametrize("target,warned", [("interleaved-1f1b", True), ("zbv", True),
+                                           ("gpipe", False)])
+def test_a_change_of_torch_runtime_is_an_assumption(target, warned):
+    """1F1B and GPipe run on PipelineScheduleSingle's loop, the multi-stage schedules on the
+    action runtime; their per-action host overhead differs, which the run cannot show."""
+    run, res = loaded(SAMPLES / "1f1b_p2_m4")
+    pred = whatif(run.timeline, Changes(schedule=target), res)
+    notes = [a for a in pred.assumptions if "host overhead per action differs" in a]
+    assert bool(notes) == warned, pred.assumptions
+    if warned:
+        assert "PipelineScheduleSingle" in notes[0] and "_PipelineScheduleRuntime" in notes[0]

@@ -65,6 +65,19 @@ TORCH_CLASSES: dict[str, str] = {
     "dualpipev": "ScheduleDualPipeV",
 }
 
+#: The torch code that executes each torch schedule: PipelineScheduleSingle's own loop, or
+#: the action runtime (SEND/RECV actions and per-action bookkeeping) that the multi-stage
+#: schedules run on. Their host overhead per action differs (docs/explain.md).
+SINGLE_LOOP, ACTION_RUNTIME = "PipelineScheduleSingle", "_PipelineScheduleRuntime"
+
+
+def torch_runtime(name: str) -> str | None:
+    """:data:`SINGLE_LOOP` or :data:`ACTION_RUNTIME` for a schedule torch implements, else None."""
+    if name not in TORCH_CLASSES:
+        return None
+    return SINGLE_LOOP if name in ("gpipe", "1f1b") else ACTION_RUNTIME
+
+
 #: one-line description per schedule, shown by the CLI and the docs
 DESCRIPTIONS: dict[str, str] = {
     "naive": "one microbatch at a time through all stages, no overlap between microbatches",

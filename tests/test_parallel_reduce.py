@@ -152,17 +152,17 @@ def test_a_dead_worker_names_the_script_guard_when_run_from_a_script(tmp_path):
     assert "script" not in inline and "out of memory" in inline
 
 
-def _pid_after(item: tuple[int, float, bool]) -> tuple[int, int]:
+def _pid_after(item: tuple[int, int, float, bool]) -> tuple[int, int]:
     """(pid, the item's index) after sleeping; a worker (not the caller) may die on purpose.
     Module level: the pool pickles it by reference."""
     import os
     import time
 
-    caller, sleep, die_in_worker = item
+    index, caller, sleep, die_in_worker = item
     time.sleep(sleep)
     if die_in_worker and os.getpid() != caller:
         os._exit(1)
-    return os.getpid(), caller
+    return os.getpid(), index
 
 
 def test_run_pool_this_process_works_too_and_order_is_kept() -> None:
@@ -170,9 +170,8 @@ def test_run_pool_this_process_works_too_and_order_is_kept() -> None:
 
     from pipeaudit.trace.executor import run_pool
 
-    items = [(os.getpid(), 0.2, False)] * 6
-    out = run_pool(_pid_after, items, workers=2)
-    assert len(out) == 6 and all(caller == os.getpid() for _, caller in out)
+    out = run_pool(_pid_after, [(i, os.getpid(), 0.2, False) for i in range(6)], workers=2)
+    assert [index for _, index in out] == list(range(6))
     pids = [p for p, _ in out]
     assert os.getpid() in pids and len(set(pids)) == 2, pids  # the caller and one worker
 
@@ -183,4 +182,4 @@ def test_run_pool_dead_worker_is_one_trace_error() -> None:
     from pipeaudit.trace.executor import run_pool
 
     with pytest.raises(TraceError, match="worker process died"):
-        run_pool(_pid_after, [(os.getpid(), 0.3, True)] * 4, workers=2)
+        run_pool(_pid_after, [(i, os.getpid(), 0.3, True) for i in range(4)], workers=2)

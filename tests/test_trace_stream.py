@@ -222,3 +222,23 @@ def test_streaming_memory_is_bounded(tmp_path: Path) -> None:
     assert peaks["whole"] > 2 * json_mb
     assert peaks["stream"] < 2 * table_mb + 64  # the columns (sort copy) and the batches
     assert peaks["stream"] < 0.75 * json_mb and peaks["stream"] < peaks["whole"] / 4
+
+
+@pytest.mark.parametrize("path", _files(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_lean_decode_builds_the_same_columns(path: Path) -> None:
+    """The analysis columns come from the lean Structs (no pid, fewer args keys): the same
+    values as the full decode, whole-file and streamed."""
+    from pipeaudit.timeline.build import REDUCE_COLUMNS
+    from pipeaudit.trace.decode import check_columns
+    from pipeaudit.trace.schema import is_lean
+
+    assert is_lean(check_columns(REDUCE_COLUMNS)) and not is_lean(check_columns(None))
+    full = _outcome(read_trace, path)
+    for lean in (_outcome(read_trace, path, columns=REDUCE_COLUMNS),
+                 _outcome(read_trace_streaming, path, columns=REDUCE_COLUMNS)):
+        if isinstance(full, str):
+            assert lean == full
+            continue
+        assert lean.events.equals(full.events.select(lean.events.columns))
+        assert lean.memory.equals(full.memory) and lean.header == full.header
+        assert set(lean.warnings) <= set(full.warnings)

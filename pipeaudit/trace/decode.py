@@ -38,7 +38,9 @@ import polars as pl
 from pipeaudit.errors import TraceError
 from pipeaudit.trace.model import EVENT_SCHEMA, MEMORY_SCHEMA, RankTrace
 from pipeaudit.trace.naming import rank_from_name
-from pipeaudit.trace.schema import HEADER_KEYS, NO_ARGS, TRACE_DECODER, Event, TraceFile
+from pipeaudit.trace.schema import (
+    HEADER_KEYS, NO_ARGS, TRACE_DECODER, Event, TraceFile, trace_decoder,
+)
 from pipeaudit.trace.source import read_bytes
 from pipeaudit.trace.timestamps import LIMIT_NS, raw_to_ns, raw_to_text
 
@@ -59,9 +61,10 @@ _BYTE_RE = re.compile(r"\(byte (\d+)\)")
 # --------------------------------------------------------------------------- parsing
 
 
-def _parse(path: Path, data: bytes, notes: list[str] | None = None) -> TraceFile:
+def _parse(path: Path, data: bytes, notes: list[str] | None = None,
+           decoder: msgspec.json.Decoder = TRACE_DECODER) -> TraceFile:
     try:
-        return TRACE_DECODER.decode(data)
+        return decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise TraceError(path, _validation_problem(str(exc))) from None
     except msgspec.DecodeError as exc:
@@ -75,7 +78,7 @@ def _parse(path: Path, data: bytes, notes: list[str] | None = None) -> TraceFile
         fixed, count = repair_utf8(data)
         if notes is not None:
             notes.append(f"{count} invalid UTF-8 byte sequences in strings replaced by U+FFFD")
-        return _parse(path, fixed, None)
+        return _parse(path, fixed, None, decoder)
     except MemoryError:
         raise TraceError(path, "out of memory while parsing the JSON") from None
     except RecursionError:  # pragma: no cover - msgspec limits depth itself
@@ -513,7 +516,7 @@ def read_trace(
                 return stream.read_trace_streaming(path, rank_hint=rank_hint, columns=cols,
                                                    max_memory=max_memory)
         data, size, _gz = read_bytes(path)
-        tf = _parse(path, data, parse_notes)
+        tf = _parse(path, data, parse_notes, trace_decoder(cols))
         del data  # the Raw ts/dur values keep views of it alive until the columns are built
     warnings: list[str] = parse_notes
     events, memory = _tables(path, tf.traceEvents, check_base_ns(path, tf), warnings, cols)

@@ -56,7 +56,7 @@ from pipeaudit.trace.decode import (
     finish_trace,
 )
 from pipeaudit.trace.model import RankTrace
-from pipeaudit.trace.schema import TRACE_DECODER, Event
+from pipeaudit.trace.schema import TRACE_DECODER, Event, batch_decoder
 from pipeaudit.trace.source import (
     GZIP_MAGIC,
     _UTF8_BOM,
@@ -79,7 +79,6 @@ MAX_BATCH = 4 << 20
 #: Cut candidates tried before the batch is made bigger (each failure costs a decode).
 MAX_CUT_TRIES = 4
 
-_BATCH_DECODER = msgspec.json.Decoder(list[Event])
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BYTE = re.compile(r"\(byte (\d+)\)")
@@ -311,6 +310,7 @@ class _StreamDecoder:
         self.limit = batch_bytes  # the current batch's size (grows past an unusually big event)
         self.buf = _Buffer(_json_chunks(path))
         self.parts = TableParts(columns, errors={})
+        self.decoder = batch_decoder(columns)
         self.index = 0  # traceEvents index of the next event
         self.header = b""  # the document up to and including "traceEvents": [
 
@@ -384,7 +384,7 @@ class _StreamDecoder:
                 break
             piece = memoryview(buf.data)[start:cut + 1]
             try:
-                events = _BATCH_DECODER.decode(b"".join((b"[", piece, b"]")))
+                events = self.decoder.decode(b"".join((b"[", piece, b"]")))
             except msgspec.ValidationError as exc:
                 raise _validation_error(self.path, str(exc), self.index) from None
             except msgspec.DecodeError as exc:
@@ -413,7 +413,7 @@ class _StreamDecoder:
         buf = self.buf
         piece = buf.data[start:]
         try:
-            events = _BATCH_DECODER.decode(b"[" + piece)
+            events = self.decoder.decode(b"[" + piece)
         except msgspec.ValidationError as exc:
             raise _validation_error(self.path, str(exc), self.index) from None
         except msgspec.DecodeError as exc:
@@ -433,7 +433,7 @@ class _StreamDecoder:
         assert at is not None
         end = buf.data.rindex(b"]", start, start + at - 1)  # the array's closing bracket
         try:
-            events = _BATCH_DECODER.decode(b"[" + buf.data[start:end + 1])
+            events = self.decoder.decode(b"[" + buf.data[start:end + 1])
         except msgspec.ValidationError as exc:
             raise _validation_error(self.path, str(exc), self.index) from None
         self._add(events)

@@ -24,33 +24,46 @@ import msgspec
 MISSING = msgspec.Raw(b"")
 
 
-class Args(msgspec.Struct, gc=False, frozen=True):
-    """The few ``args`` keys pipeaudit uses (all others are skipped)."""
+class LeanArgs(msgspec.Struct, gc=False, frozen=True):
+    """The ``args`` keys the analysis reads (all others are skipped unread)."""
 
     correlation: Any = None
-    external_id: Any = msgspec.field(default=None, name="External id")
-    stream: Any = None
-    device: Any = None
     total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
     device_id: Any = msgspec.field(default=None, name="Device Id")
     device_type: Any = msgspec.field(default=None, name="Device Type")
 
 
-#: Shared default of a missing ``args`` (never mutated).
+class Args(LeanArgs, frozen=True):
+    """Every ``args`` key pipeaudit uses: :class:`LeanArgs` and the ones only some event
+    columns need."""
+
+    external_id: Any = msgspec.field(default=None, name="External id")
+    stream: Any = None
+    device: Any = None
+
+
+#: Shared defaults of a missing ``args`` (never mutated).
 NO_ARGS = Args()
+NO_LEAN_ARGS = LeanArgs()
 
 
-class Event(msgspec.Struct, gc=False):
-    """One element of ``traceEvents``."""
+class LeanEvent(msgspec.Struct, gc=False):
+    """One element of ``traceEvents``, with the fields the analysis reads."""
 
     ph: str = ""
     name: str = ""
     cat: str = ""
     ts: msgspec.Raw = MISSING
     dur: msgspec.Raw = MISSING
-    pid: msgspec.Raw = MISSING
     tid: msgspec.Raw = MISSING
-    args: Args | None = NO_ARGS
+    args: LeanArgs | None = NO_LEAN_ARGS
+
+
+class Event(LeanEvent):
+    """One element of ``traceEvents``: :class:`LeanEvent`, ``pid`` and the full ``args``."""
+
+    pid: msgspec.Raw = MISSING
+    args: Args | None = NO_ARGS  # type: ignore[assignment]
 
 
 #: Top-level keys kept in :attr:`RankTrace.header` (all small). Other top-level keys
@@ -103,27 +116,6 @@ TRACE_DECODER = msgspec.json.Decoder(TraceFile)
 
 
 # ---- the lean variant: what the analysis reads (no pid, no External id / stream / device)
-
-
-class LeanArgs(msgspec.Struct, gc=False, frozen=True):
-    """:class:`Args` without the keys only ``pid``-level exports read."""
-
-    correlation: Any = None
-    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
-    device_id: Any = msgspec.field(default=None, name="Device Id")
-    device_type: Any = msgspec.field(default=None, name="Device Type")
-
-
-class LeanEvent(msgspec.Struct, gc=False):
-    """:class:`Event` without ``pid``; ``args`` as :class:`LeanArgs`."""
-
-    ph: str = ""
-    name: str = ""
-    cat: str = ""
-    ts: msgspec.Raw = MISSING
-    dur: msgspec.Raw = MISSING
-    tid: msgspec.Raw = MISSING
-    args: LeanArgs | None = LeanArgs()
 
 
 class LeanTraceFile(TraceFile):

@@ -384,9 +384,7 @@ class _StreamDecoder:
                 break
             piece = memoryview(buf.data)[start:cut + 1]
             try:
-                events = self.decoder.decode(b"".join((b"[", piece, b"]")))
-            except msgspec.ValidationError as exc:
-                raise _validation_error(self.path, str(exc), self.index) from None
+                events = self._decode(b"".join((b"[", piece, b"]")))
             except msgspec.DecodeError as exc:
                 msg = str(exc)
                 if "trailing characters" in msg:
@@ -413,9 +411,7 @@ class _StreamDecoder:
         buf = self.buf
         piece = buf.data[start:]
         try:
-            events = self.decoder.decode(b"[" + piece)
-        except msgspec.ValidationError as exc:
-            raise _validation_error(self.path, str(exc), self.index) from None
+            events = self._decode(b"[" + piece)
         except msgspec.DecodeError as exc:
             msg = str(exc)
             if "trailing characters" in msg:
@@ -432,14 +428,18 @@ class _StreamDecoder:
         at = _error_byte(msg)
         assert at is not None
         end = buf.data.rindex(b"]", start, start + at - 1)  # the array's closing bracket
-        try:
-            events = self.decoder.decode(b"[" + buf.data[start:end + 1])
-        except msgspec.ValidationError as exc:
-            raise _validation_error(self.path, str(exc), self.index) from None
-        self._add(events)
+        self._add(self._decode(b"[" + buf.data[start:end + 1]))
         trailer = buf.data[end + 1:]
         buf.drop_to(len(buf.data))
         return trailer
+
+    def _decode(self, doc: bytes) -> list[Event]:
+        """A ``[...]`` batch of events; a wrong type is the file's error (TraceError), a
+        syntax error (DecodeError) is left to the caller, which may try another cut."""
+        try:
+            return self.decoder.decode(doc)
+        except msgspec.ValidationError as exc:
+            raise _validation_error(self.path, str(exc), self.index) from None
 
     def _add(self, events: list[Event]) -> None:
         self.parts.add(self.path, events, self.index)

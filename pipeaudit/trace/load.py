@@ -97,12 +97,16 @@ def parse_size(text: str | int) -> int:
     return int(value * mult)
 
 
-def use_pool(files: Sequence[Path], jobs: int | None) -> tuple[int, bool]:
-    """(workers, whether a local pool pays) for ``jobs`` as :func:`load_traces` reads it."""
+def use_pool(files: Sequence[Path], jobs: int | None,
+             json_bytes: int | None = None) -> tuple[int, bool]:
+    """(workers, whether a local pool pays) for ``jobs`` as :func:`load_traces` reads it;
+    ``json_bytes``: the files' estimated JSON bytes, when the caller has them already."""
     n = len(files)
     if jobs is None:
         workers = min(n, cpu_count())
-        return workers, workers > 1 and _estimated_json_bytes(files) >= POOL_MIN_JSON_BYTES
+        if json_bytes is None:
+            json_bytes = _estimated_json_bytes(files)
+        return workers, workers > 1 and json_bytes >= POOL_MIN_JSON_BYTES
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     workers = min(n, jobs)
@@ -206,7 +210,8 @@ def map_ranks(
     manifest = find_manifest(files, set_warnings)
     if job_for_rank is not None:
         job = job_for_rank(manifest)
-    workers, pool = use_pool(files, jobs)
+    sizes = [_estimated_json_bytes([f]) for f in files]
+    workers, pool = use_pool(files, jobs, sum(sizes))
     if exe.kind == "processes":
         pool = workers > 1
     per_task: int | None
@@ -218,7 +223,6 @@ def map_ranks(
     cols = tuple(columns) if columns is not None else None
     tasks = [RankTask(str(f), job, cols, per_task, salvage) for f in files]
     # biggest files first, so that no worker is left with a big one at the end
-    sizes = [_estimated_json_bytes([f]) for f in files]
     biggest_first = sorted(range(len(tasks)), key=lambda i: -sizes[i])
     done = run_tasks(run_rank_task, [tasks[i] for i in biggest_first], executor=exe,
                      workers=workers, pool=pool, on_done=_ticker(len(tasks)))

@@ -17,11 +17,15 @@ workers of a forkserver, which are its grandchildren).
 
 Methods (MB/s are MB of *uncompressed* JSON per second of wall time):
 
-* ``floor``        read + gunzip (ISA-L) + typed msgspec decode of the fields pipeaudit
-                   reads (``pipeaudit.trace.schema.TRACE_DECODER``), rank after rank in one
+* ``floor``        read + gunzip (ISA-L) + typed msgspec decode of the fields ``analyze``
+                   reads (the lean Structs of ``pipeaudit.trace.schema``), rank after rank in one
                    process: the practical floor of pure-Python decoding.
 * ``floor-zlib``   the same with the standard library's zlib.
+* ``decode-scan``  read + gunzip + the compiled scanner (``pipeaudit.trace.scanner``) to the
+                   analysis columns, rank after rank in one process: the floor without
+                   a Python object per event.
 * ``analyze``      ``pipeaudit analyze DIR --format json`` end to end (default jobs: cores).
+* ``analyze-msgspec`` the same with the compiled scanner off (``PIPEAUDIT_NO_SCANNER=1``).
 * ``analyze-j1``   the same with ``--jobs 1``; ``analyze-j2`` with ``--jobs 2``.
 * ``baseline``     ``analyze`` of another source tree (``--baseline``), e.g. before a change.
 * ``hta-load``     HTA ``TraceAnalysis(trace_dir=...)`` (its parser and process pool).
@@ -53,8 +57,11 @@ _FLOOR = """
 import sys, zlib
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from pipeaudit.trace.schema import TRACE_DECODER
+from pipeaudit.timeline.build import REDUCE_COLUMNS
+from pipeaudit.trace.decode import check_columns
+from pipeaudit.trace.schema import trace_decoder
 from pipeaudit.trace import source
+DECODER = trace_decoder(check_columns(REDUCE_COLUMNS))  # the lean Structs analyze decodes
 files = {files!r}
 n = 0
 for f in files:
@@ -63,8 +70,21 @@ for f in files:
         data = zlib.decompressobj(wbits=31).decompress(raw)
     else:
         data = source.gunzip(raw)
-    n += len(TRACE_DECODER.decode(data).traceEvents)
+    n += len(DECODER.decode(data).traceEvents)
     del data, raw
+print(n)
+"""
+
+_SCAN = """
+import sys
+sys.path.insert(0, {root!r})
+from pipeaudit.timeline.build import REDUCE_COLUMNS
+from pipeaudit.trace import scanner
+from pipeaudit.trace.stream import read_trace_streaming
+assert scanner.available(), "the compiled scanner is not built"
+n = 0
+for f in {files!r}:
+    n += read_trace_streaming(f, columns=REDUCE_COLUMNS).events.height
 print(n)
 """
 
@@ -96,6 +116,10 @@ def _command(method: str, d: Path, hta_python: str | None) -> list[str] | None:
         code = ("import sys; sys.path.insert(0, %r); sys.argv = ['pipeaudit', 'analyze', %r, "
                 "'--format', 'json']; from pipeaudit.cli.main import main; main()") % (BASELINE, str(d))
         return [py, "-c", code]
+    if method == "decode-scan":
+        return [py, "-c", _SCAN.format(root=str(ROOT), files=files)]
+    if method == "analyze-msgspec":  # the compiled scanner turned off
+        return ["env", "PIPEAUDIT_NO_SCANNER=1", py, "-m", "pipeaudit", "analyze", str(d), "--format", "json"]
     if method.startswith("analyze"):
         cmd = [py, "-m", "pipeaudit", "analyze", str(d), "--format", "json"]
         if method != "analyze":
@@ -322,8 +346,8 @@ def main() -> None:
     say(f"## Main comparison: size_x4 ({ranks} ranks, {total / 1e6:.0f} MB JSON, largest rank {largest / 1e6:.0f} MB)")
     say()
     say(HEADER)
-    methods = ["floor", "floor-zlib", "baseline", "analyze", "analyze-j1", "analyze-j2", "hta-load",
-               "hta-breakdown"]
+    methods = ["floor", "floor-zlib", "decode-scan", "baseline", "analyze-msgspec", "analyze", "analyze-j1",
+               "analyze-j2", "hta-load", "hta-breakdown"]
     results = best_of_many(methods, main_set, args.repeat, args.hta_python)
     for m in methods:
         say(row("size_x4", m, results[m], total / 1e6, largest / 1e6))

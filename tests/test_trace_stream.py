@@ -60,10 +60,19 @@ def test_same_result_as_whole_file(path: Path) -> None:
     _same(read_trace(path, columns=cols), read_trace_streaming(path, columns=cols, batch_bytes=batch * 3))
 
 
-def test_max_memory_switches_to_streaming(tmp_path: Path) -> None:
+def test_max_memory_switches_to_streaming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = write(tmp_path / "rank0.json", simple_rank(0))
+    monkeypatch.setenv("PIPEAUDIT_NO_SCANNER", "1")
     assert not needs_streaming(p, 1 << 30) and needs_streaming(p, 100)
     _same(read_trace(p), read_trace(p, max_memory=100))
+
+
+def test_streams_every_size_with_the_scanner(tmp_path: Path) -> None:
+    """With the compiled scanner the streaming decode is the faster one at any size."""
+    from pipeaudit.trace import scanner
+
+    p = write(tmp_path / "rank0.json", simple_rank(0))
+    assert needs_streaming(p, 1 << 30) == scanner.available()
 
 
 def test_pretty_printed_and_odd_layouts(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ import polars as pl
 from pipeaudit.errors import TraceError
 from pipeaudit.trace.model import EVENT_SCHEMA, MEMORY_SCHEMA, RankTrace
 from pipeaudit.trace.naming import rank_from_name
+from pipeaudit.trace.scanner import ScannedBatch
 from pipeaudit.trace.schema import (
     HEADER_KEYS, NO_ARGS, TRACE_DECODER, Event, TraceFile, trace_decoder,
 )
@@ -374,6 +375,16 @@ class TableParts:
         self.memory.append(pl.DataFrame([mts.alias("ts"), total.alias("total_allocated"),
                                          device_id.alias("device_id"),
                                          mts_missing.alias("_ts_missing")]))
+
+    def add_scanned(self, batch: ScannedBatch) -> None:
+        """Add one batch read by the compiled scanner (the columns :meth:`add` builds)."""
+        self.begin_end += batch.begin_end
+        self.n_events += batch.n_events
+        if self.errors:
+            return  # an earlier batch failed: only the counts go on (as in add)
+        self.complete.append(batch.complete)
+        self.memory.append(batch.memory)
+        self.device_types.extend(batch.device_types)
 
     def _checked(self, kind: str, fn):
         if self.errors is None:

@@ -45,6 +45,7 @@ import msgspec
 
 from pipeaudit.errors import TraceError
 from pipeaudit.trace.decode import (
+    DROPPED_CATEGORIES,
     TableParts,
     _decode_problem,
     _parse,
@@ -56,6 +57,8 @@ from pipeaudit.trace.decode import (
     finish_trace,
 )
 from pipeaudit.trace.model import RankTrace
+from pipeaudit.trace.scanner import available as scanner_available
+from pipeaudit.trace.scanner import scan_batch
 from pipeaudit.trace.schema import TRACE_DECODER, Event, batch_decoder
 from pipeaudit.trace.source import (
     GZIP_MAGIC,
@@ -87,13 +90,14 @@ _WS = b" \t\r\n"
 
 
 def needs_streaming(path: str | PathLike[str], max_memory: int) -> bool:
-    """True when the whole-file decode of ``path`` would need more than ``max_memory``, or
-    the file holds more than :data:`STREAM_ABOVE` bytes of JSON."""
+    """True when the whole-file decode of ``path`` would need more than ``max_memory``, the
+    file holds more than :data:`STREAM_ABOVE` bytes of JSON, or the compiled scanner is
+    built (the streaming decode uses it, and is then 2-2.6x faster at every size)."""
     try:
         size = estimated_json_bytes(Path(path))
     except OSError:
         return False  # the whole-file path reports it
-    return size * WHOLE_FILE_FACTOR > max_memory or size > STREAM_ABOVE
+    return scanner_available() or size * WHOLE_FILE_FACTOR > max_memory or size > STREAM_ABOVE
 
 
 def batch_bytes_for(max_memory: int) -> int:
@@ -383,6 +387,14 @@ class _StreamDecoder:
             if attempt == MAX_CUT_TRIES:
                 break
             piece = memoryview(buf.data)[start:cut + 1]
+            scanned = scan_batch(piece, self.parts.columns, DROPPED_CATEGORIES)
+            if scanned is not None:  # the compiled scanner read it: a true event boundary
+                piece.release()
+                self.parts.add_scanned(scanned)
+                self.index += scanned.n_events
+                buf.drop_to(buf.data.index(b"{", cut + 1))
+                self.limit = self.batch
+                return None
             try:
                 events = self._decode(b"".join((b"[", piece, b"]")))
             except msgspec.DecodeError as exc:

@@ -1,0 +1,837 @@
+/* _kscan: a compiled scanner from a batch of Kineto trace events to columns.
+ *
+ * scan(data, dropped, want) reads `data`, the text of complete traceEvents elements
+ * separated by commas (`{...},{...},...{...}`, any whitespace between), and returns the
+ * columns that pipeaudit.trace.decode.TableParts builds from msgspec-decoded events: the kept
+ * complete events (ph "X", category not in `dropped`) and the "[memory]" instant events.
+ * No Python object is made per event: strings are interned (one str per distinct value),
+ * numbers go straight into int64 buffers, and ts/dur are converted from their decimal
+ * text to integer nanoseconds exactly.
+ *
+ * It answers only when its answer is certainly the msgspec path's: on anything else
+ * (a syntax error, a cut that is not an event boundary, a field of the wrong type, an
+ * escape in a kept string, a ts with more than three decimals or an exponent, an args value
+ * that is not an integer, a duplicate key, deep nesting) it returns None and the caller
+ * decodes the batch with msgspec, which gives the exact result or the exact error.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef const unsigned char *cptr;
+
+/* ------------------------------------------------------------------ buffers */
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} Buf;
+
+static int buf_grow(Buf *b, size_t extra)
+{
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *p = PyMem_Realloc(b->data, cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int buf_put(Buf *b, const void *src, size_t n)
+{
+    if (b->len + n > b->cap && buf_grow(b, n) < 0)
+        return -1;
+    memcpy(b->data + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+static inline int put_i64(Buf *b, int64_t v) { return buf_put(b, &v, sizeof v); }
+static inline int put_i32(Buf *b, int32_t v) { return buf_put(b, &v, sizeof v); }
+static inline int put_u8(Buf *b, uint8_t v) { return buf_put(b, &v, 1); }
+
+static PyObject *buf_bytes(Buf *b)
+{
+    return PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len);
+}
+
+/* ------------------------------------------------------------------ interned strings */
+
+typedef struct {
+    uint64_t hash;
+    size_t off;
+    uint32_t len;
+    int32_t code; /* -1: empty slot */
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t mask, count;
+    Buf arena;       /* the bytes of every distinct string */
+    PyObject *list;  /* code -> str */
+} Intern;
+
+static uint64_t fnv1a(cptr s, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static int intern_init(Intern *t)
+{
+    memset(t, 0, sizeof *t);
+    t->mask = 1023;
+    t->slots = PyMem_Malloc(sizeof(Slot) * (t->mask + 1));
+    t->list = PyList_New(0);
+    if (t->slots == NULL || t->list == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i <= t->mask; i++)
+        t->slots[i].code = -1;
+    return 0;
+}
+
+static void intern_free(Intern *t)
+{
+    PyMem_Free(t->slots);
+    PyMem_Free(t->arena.data);
+    Py_XDECREF(t->list);
+}
+
+static int intern_rehash(Intern *t)
+{
+    size_t mask = t->mask * 2 + 1;
+    Slot *slots = PyMem_Malloc(sizeof(Slot) * (mask + 1));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i <= mask; i++)
+        slots[i].code = -1;
+    for (size_t i = 0; i <= t->mask; i++) {
+        Slot s = t->slots[i];
+        if (s.code < 0)
+            continue;
+        size_t j = s.hash & mask;
+        while (slots[j].code >= 0)
+            j = (j + 1) & mask;
+        slots[j] = s;
+    }
+    PyMem_Free(t->slots);
+    t->slots = slots;
+    t->mask = mask;
+    return 0;
+}
+
+/* The code of string `s` (UTF-8 without escapes); -1 with an exception set on failure,
+ * -2 (no exception) when `s` is not valid UTF-8. */
+static int32_t intern(Intern *t, cptr s, size_t n)
+{
+    uint64_t h = fnv1a(s, n);
+    size_t j = h & t->mask;
+    for (;;) {
+        Slot *slot = &t->slots[j];
+        if (slot->code < 0)
+            break;
+        if (slot->hash == h && slot->len == n && memcmp(t->arena.data + slot->off, s, n) == 0)
+            return slot->code;
+        j = (j + 1) & t->mask;
+    }
+    PyObject *str = PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)n, "strict");
+    if (str == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            return -1;
+        PyErr_Clear();
+        return -2;
+    }
+    int rc = PyList_Append(t->list, str);
+    Py_DECREF(str);
+    if (rc < 0)
+        return -1;
+    int32_t code = (int32_t)t->count++;
+    Slot *slot = &t->slots[j];
+    slot->hash = h;
+    slot->off = t->arena.len;
+    slot->len = (uint32_t)n;
+    slot->code = code;
+    if (buf_put(&t->arena, s, n) < 0)
+        return -1;
+    if (t->count * 2 > t->mask && intern_rehash(t) < 0)
+        return -1;
+    return code;
+}
+
+/* ------------------------------------------------------------------ JSON tokens */
+
+enum { K_MISSING = 0, K_STRING, K_NUMBER, K_NULL, K_OBJECT, K_OTHER };
+
+typedef struct {
+    cptr p;     /* string: its content (without quotes); number: its text */
+    size_t n;
+    int kind;
+    int escaped; /* string with a backslash escape */
+    int is_int;  /* number without fraction or exponent */
+} Tok;
+
+#define MAX_DEPTH 64
+
+/* Byte classes: JSON whitespace; bytes that end a run of plain string content. */
+static unsigned char IS_WS[256], STRING_STOP[256];
+
+static void init_tables(void)
+{
+    IS_WS[' '] = IS_WS['\n'] = IS_WS['\r'] = IS_WS['\t'] = 1;
+    for (int c = 0; c < 0x20; c++)
+        STRING_STOP[c] = 1;
+    STRING_STOP['"'] = STRING_STOP['\\'] = 1;
+}
+
+static inline cptr skip_ws(cptr p, cptr end)
+{
+    while (p < end && IS_WS[*p])
+        p++;
+    return p;
+}
+
+static inline int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+static int hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* A string at `p` (its opening quote); returns the position after it, or NULL. */
+static cptr scan_string(cptr p, cptr end, Tok *tok)
+{
+    p++;
+    cptr start = p;
+    int escaped = 0;
+    for (;;) {
+        /* the common case: plain bytes */
+        while (p < end && !STRING_STOP[*p])
+            p++;
+        if (p >= end || *p < 0x20)
+            return NULL;
+        if (*p == '"')
+            break;
+        /* an escape */
+        escaped = 1;
+        if (p + 1 >= end)
+            return NULL;
+        unsigned char c = p[1];
+        if (c == 'u') {
+            if (p + 6 > end)
+                return NULL;
+            int v = 0;
+            for (int i = 2; i < 6; i++) {
+                int h = hexval(p[i]);
+                if (h < 0)
+                    return NULL;
+                v = v * 16 + h;
+            }
+            if (v >= 0xD800 && v <= 0xDFFF)
+                return NULL; /* surrogate pairs: left to msgspec */
+            p += 6;
+        } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
+                   c == 'r' || c == 't') {
+            p += 2;
+        } else {
+            return NULL;
+        }
+    }
+    if (tok) {
+        tok->p = start;
+        tok->n = (size_t)(p - start);
+        tok->kind = K_STRING;
+        tok->escaped = escaped;
+    }
+    return p + 1;
+}
+
+/* A number (strict JSON grammar); returns the position after it, or NULL. */
+static cptr scan_number(cptr p, cptr end, Tok *tok)
+{
+    cptr start = p;
+    int is_int = 1;
+    if (p < end && *p == '-')
+        p++;
+    if (p >= end)
+        return NULL;
+    if (*p == '0')
+        p++;
+    else if (*p >= '1' && *p <= '9')
+        while (p < end && is_digit(*p))
+            p++;
+    else
+        return NULL;
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || !is_digit(*p))
+            return NULL;
+        while (p < end && is_digit(*p))
+            p++;
+        is_int = 0;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= end || !is_digit(*p))
+            return NULL;
+        while (p < end && is_digit(*p))
+            p++;
+        is_int = 0;
+    }
+    if (tok) {
+        tok->p = start;
+        tok->n = (size_t)(p - start);
+        tok->kind = K_NUMBER;
+        tok->is_int = is_int;
+    }
+    return p;
+}
+
+static cptr scan_literal(cptr p, cptr end, const char *word, size_t n)
+{
+    if ((size_t)(end - p) < n || memcmp(p, word, n) != 0)
+        return NULL;
+    return p + n;
+}
+
+static cptr skip_value(cptr p, cptr end, int depth);
+
+static cptr skip_container(cptr p, cptr end, int depth, unsigned char close)
+{
+    if (depth > MAX_DEPTH)
+        return NULL;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == close)
+        return p + 1;
+    for (;;) {
+        if (close == '}') {
+            if (p >= end || *p != '"')
+                return NULL;
+            p = scan_string(p, end, NULL);
+            if (p == NULL)
+                return NULL;
+            p = skip_ws(p, end);
+            if (p >= end || *p != ':')
+                return NULL;
+            p = skip_ws(p + 1, end);
+        }
+        p = skip_value(p, end, depth + 1);
+        if (p == NULL)
+            return NULL;
+        p = skip_ws(p, end);
+        if (p >= end)
+            return NULL;
+        if (*p == close)
+            return p + 1;
+        if (*p != ',')
+            return NULL;
+        p = skip_ws(p + 1, end);
+    }
+}
+
+/* Any JSON value at `p` (no leading whitespace); returns the position after it, or NULL. */
+static cptr skip_value(cptr p, cptr end, int depth)
+{
+    if (p >= end)
+        return NULL;
+    switch (*p) {
+    case '"':
+        return scan_string(p, end, NULL);
+    case '{':
+        return skip_container(p, end, depth, '}');
+    case '[':
+        return skip_container(p, end, depth, ']');
+    case 't':
+        return scan_literal(p, end, "true", 4);
+    case 'f':
+        return scan_literal(p, end, "false", 5);
+    case 'n':
+        return scan_literal(p, end, "null", 4);
+    default:
+        return scan_number(p, end, NULL);
+    }
+}
+
+/* A value read into `tok`: strings, numbers and null are described, other values skipped
+ * (K_OTHER). */
+static cptr read_value(cptr p, cptr end, Tok *tok)
+{
+    if (p >= end)
+        return NULL;
+    if (*p == '"')
+        return scan_string(p, end, tok);
+    if (*p == 'n') {
+        tok->kind = K_NULL;
+        return scan_literal(p, end, "null", 4);
+    }
+    if (*p == '-' || is_digit(*p))
+        return scan_number(p, end, tok);
+    tok->kind = K_OTHER;
+    tok->p = p;
+    cptr q = skip_value(p, end, 1);
+    if (q)
+        tok->n = (size_t)(q - p);
+    return q;
+}
+
+/* ------------------------------------------------------------------ numbers */
+
+#define LIMIT_NS (((int64_t)1) << 62)
+
+/* Exact ns of a decimal number of µs with at most three decimals and no exponent;
+ * 0 on success, -1 when the value is outside what is answered here. */
+static int us_to_ns(const Tok *tok, int64_t *out)
+{
+    if (tok->kind != K_NUMBER)
+        return -1;
+    cptr p = tok->p, end = tok->p + tok->n;
+    int neg = 0;
+    if (*p == '-') {
+        neg = 1;
+        p++;
+    }
+    uint64_t whole = 0;
+    int digits = 0;
+    while (p < end && is_digit(*p)) {
+        whole = whole * 10 + (uint64_t)(*p - '0');
+        if (++digits > 16)
+            return -1;
+        p++;
+    }
+    uint64_t frac = 0;
+    int fdigits = 0;
+    if (p < end && *p == '.') {
+        p++;
+        while (p < end && is_digit(*p)) {
+            if (++fdigits > 3)
+                return -1;
+            frac = frac * 10 + (uint64_t)(*p - '0');
+            p++;
+        }
+    }
+    if (p != end)
+        return -1; /* an exponent */
+    for (int i = fdigits; i < 3; i++)
+        frac *= 10;
+    uint64_t ns = whole * 1000 + frac; /* < 1e19: fits */
+    if (ns >= (uint64_t)LIMIT_NS)
+        return -1;
+    *out = neg ? -(int64_t)ns : (int64_t)ns;
+    return 0;
+}
+
+/* An integer args value: 1 and *out set for an integer, 0 for null or missing,
+ * -1 for anything else (left to the msgspec path). */
+static int arg_int(const Tok *tok, int64_t *out)
+{
+    if (tok->kind == K_MISSING || tok->kind == K_NULL)
+        return 0;
+    if (tok->kind != K_NUMBER || !tok->is_int || tok->n > 18)
+        return -1;
+    cptr p = tok->p, end = tok->p + tok->n;
+    int neg = (*p == '-');
+    if (neg)
+        p++;
+    int64_t v = 0;
+    while (p < end)
+        v = v * 10 + (*p++ - '0');
+    *out = neg ? -v : v;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ one event */
+
+enum { A_CORRELATION, A_TOTAL_ALLOCATED, A_DEVICE_ID, A_DEVICE_TYPE, A_EXTERNAL_ID, A_STREAM,
+       A_DEVICE, N_ARGS };
+static const char *const ARG_KEYS[N_ARGS] = {"correlation", "Total Allocated", "Device Id",
+                                             "Device Type", "External id", "stream", "device"};
+static const size_t ARG_LENS[N_ARGS] = {11, 15, 9, 11, 11, 6, 6};
+
+enum { F_PH, F_NAME, F_CAT, F_TS, F_DUR, F_TID, F_PID, F_ARGS, N_FIELDS };
+static const char *const FIELD_KEYS[N_FIELDS] = {"ph", "name", "cat", "ts", "dur", "tid",
+                                                 "pid", "args"};
+static const size_t FIELD_LENS[N_FIELDS] = {2, 4, 3, 2, 3, 3, 3, 4};
+
+typedef struct {
+    Tok f[N_FIELDS];
+    Tok a[N_ARGS];
+} Event;
+
+static int key_index(cptr s, size_t n, const char *const *keys, const size_t *lens, int nkeys)
+{
+    for (int i = 0; i < nkeys; i++)
+        if (lens[i] == n && memcmp(keys[i], s, n) == 0)
+            return i;
+    return -1;
+}
+
+/* The members of an object at `p` ('{'): the keys in `keys` are read into `toks`
+ * (a duplicate is refused), the others skipped. `args_at`: the index whose value is read as
+ * the args object into `args` (-1: none). */
+static cptr read_object(cptr p, cptr end, const char *const *keys, const size_t *lens,
+                        int nkeys, Tok *toks,
+                        int args_at, Tok *args)
+{
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    for (;;) {
+        Tok key;
+        if (p >= end || *p != '"')
+            return NULL;
+        p = scan_string(p, end, &key);
+        if (p == NULL || key.escaped)
+            return NULL; /* an escaped key may spell a known one: left to msgspec */
+        p = skip_ws(p, end);
+        if (p >= end || *p != ':')
+            return NULL;
+        p = skip_ws(p + 1, end);
+        int i = key_index(key.p, key.n, keys, lens, nkeys);
+        if (i < 0) {
+            p = skip_value(p, end, 2);
+        } else {
+            if (toks[i].kind != K_MISSING)
+                return NULL;
+            if (i == args_at && p < end && *p == '{') {
+                toks[i].kind = K_OBJECT;
+                p = read_object(p, end, ARG_KEYS, ARG_LENS, N_ARGS, args, -1, NULL);
+            } else {
+                p = read_value(p, end, &toks[i]);
+            }
+        }
+        if (p == NULL)
+            return NULL;
+        p = skip_ws(p, end);
+        if (p >= end)
+            return NULL;
+        if (*p == '}')
+            return p + 1;
+        if (*p != ',')
+            return NULL;
+        p = skip_ws(p + 1, end);
+    }
+}
+
+static int is_ascii(cptr s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] >= 0x80)
+            return 0;
+    return 1;
+}
+
+/* msgspec's typed fields: ph/name/cat strings, args an object or null. */
+static int types_ok(const Event *e)
+{
+    for (int i = F_PH; i <= F_CAT; i++)
+        if (e->f[i].kind != K_MISSING && e->f[i].kind != K_STRING)
+            return 0;
+    int args = e->f[F_ARGS].kind;
+    if (args != K_MISSING && args != K_NULL && args != K_OBJECT)
+        return 0;
+    /* the args values msgspec decodes (typed Any) must be values it can decode: integers,
+     * null, or ASCII strings here (a column that needs a string parsed is left to msgspec) */
+    for (int i = 0; i < N_ARGS; i++) {
+        int64_t v;
+        const Tok *a = &e->a[i];
+        if (a->kind == K_STRING && is_ascii(a->p, a->n))
+            continue;
+        if (a->kind != K_MISSING && arg_int(a, &v) < 0)
+            return 0;
+    }
+    return 1;
+}
+
+static int tok_is(const Tok *t, const char *s)
+{
+    size_t n = strlen(s);
+    return t->kind == K_STRING && t->n == n && memcmp(t->p, s, n) == 0;
+}
+
+/* ------------------------------------------------------------------ the columns */
+
+enum { WANT_TID = 1, WANT_PID = 2, WANT_CORRELATION = 4, WANT_EXTERNAL_ID = 8, WANT_STREAM = 16,
+       WANT_DEVICE = 32 };
+
+typedef struct {
+    Intern strings;
+    Buf name, cat, tid, pid, ts, ts_missing, dur, dur_missing;
+    Buf arg[4], arg_valid[4]; /* correlation, external id, stream, device */
+    Buf mts, mts_missing, mem[3], mem_valid[3]; /* total allocated, device id, device type */
+    Py_ssize_t n_events, n_kept, n_mem, begin_end;
+} Columns;
+
+static const int KEPT_ARGS[4] = {A_CORRELATION, A_EXTERNAL_ID, A_STREAM, A_DEVICE};
+static const int KEPT_WANT[4] = {WANT_CORRELATION, WANT_EXTERNAL_ID, WANT_STREAM, WANT_DEVICE};
+static const char *const KEPT_NAMES[4] = {"correlation", "external_id", "stream", "device"};
+static const int MEM_ARGS[3] = {A_TOTAL_ALLOCATED, A_DEVICE_ID, A_DEVICE_TYPE};
+static const char *const MEM_NAMES[3] = {"total_allocated", "device_id", "device_type"};
+
+static void columns_free(Columns *c)
+{
+    intern_free(&c->strings);
+    Buf *all[] = {&c->name, &c->cat, &c->tid, &c->pid, &c->ts, &c->ts_missing, &c->dur,
+                  &c->dur_missing, &c->mts, &c->mts_missing};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        PyMem_Free(all[i]->data);
+    for (int i = 0; i < 4; i++) {
+        PyMem_Free(c->arg[i].data);
+        PyMem_Free(c->arg_valid[i].data);
+    }
+    for (int i = 0; i < 3; i++) {
+        PyMem_Free(c->mem[i].data);
+        PyMem_Free(c->mem_valid[i].data);
+    }
+}
+
+/* Return codes of the emit functions: 0 done, 1 not answered here, -1 error (exception). */
+#define NOT_HERE 1
+
+static const unsigned char EMPTY[1] = {0};
+
+/* A string field (missing: ""). */
+static int put_string(Intern *t, Buf *out, const Tok *tok)
+{
+    if (tok->kind == K_STRING && tok->escaped)
+        return NOT_HERE;
+    int32_t code = tok->kind == K_STRING ? intern(t, tok->p, tok->n) : intern(t, EMPTY, 0);
+    if (code == -2)
+        return NOT_HERE;
+    if (code < 0)
+        return -1;
+    return put_i32(out, code);
+}
+
+/* pid / tid: a number keeps its text, a string its content, null or missing is "". */
+static int put_text(Intern *t, Buf *out, const Tok *tok)
+{
+    if (tok->kind == K_OTHER)
+        return NOT_HERE;
+    if (tok->kind == K_NUMBER) {
+        int32_t code = intern(t, tok->p, tok->n);
+        return code < 0 ? (code == -2 ? NOT_HERE : -1) : put_i32(out, code);
+    }
+    if (tok->kind == K_STRING)
+        return put_string(t, out, tok);
+    return put_string(t, out, &(Tok){.kind = K_MISSING});
+}
+
+static int put_time(Buf *ns, Buf *missing, const Tok *tok)
+{
+    int64_t v = 0;
+    if (tok->kind != K_MISSING && us_to_ns(tok, &v) < 0)
+        return NOT_HERE;
+    if (put_i64(ns, v) < 0 || put_u8(missing, tok->kind == K_MISSING) < 0)
+        return -1;
+    return 0;
+}
+
+static int put_arg(Buf *values, Buf *valid, const Tok *tok)
+{
+    int64_t v = 0;
+    int r = arg_int(tok, &v);
+    if (r < 0)
+        return NOT_HERE;
+    if (put_i64(values, r ? v : 0) < 0 || put_u8(valid, (uint8_t)r) < 0)
+        return -1;
+    return 0;
+}
+
+#define TRY(x)                     \
+    do {                           \
+        int rc_ = (x);             \
+        if (rc_)                   \
+            return rc_;            \
+    } while (0)
+
+static int emit(Columns *c, const Event *e, PyObject *dropped, int want)
+{
+    const Tok *ph = &e->f[F_PH];
+    if (tok_is(ph, "X")) {
+        const Tok *cat = &e->f[F_CAT];
+        if (cat->escaped)
+            return NOT_HERE;
+        size_t n = cat->kind == K_STRING ? cat->n : 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dropped); i++) {
+            PyObject *d = PyTuple_GET_ITEM(dropped, i);
+            if ((size_t)PyBytes_GET_SIZE(d) == n && (n == 0 || memcmp(PyBytes_AS_STRING(d), cat->p, n) == 0))
+                return 0;
+        }
+        TRY(put_string(&c->strings, &c->name, &e->f[F_NAME]));
+        TRY(put_string(&c->strings, &c->cat, cat));
+        TRY(put_time(&c->ts, &c->ts_missing, &e->f[F_TS]));
+        TRY(put_time(&c->dur, &c->dur_missing, &e->f[F_DUR]));
+        if (want & WANT_TID)
+            TRY(put_text(&c->strings, &c->tid, &e->f[F_TID]));
+        if (want & WANT_PID)
+            TRY(put_text(&c->strings, &c->pid, &e->f[F_PID]));
+        for (int i = 0; i < 4; i++)
+            if (want & KEPT_WANT[i])
+                TRY(put_arg(&c->arg[i], &c->arg_valid[i], &e->a[KEPT_ARGS[i]]));
+        c->n_kept++;
+    } else if (tok_is(ph, "i") || tok_is(ph, "I")) {
+        const Tok *name = &e->f[F_NAME];
+        if (name->kind == K_STRING && name->escaped)
+            return NOT_HERE;
+        if (!tok_is(name, "[memory]"))
+            return 0;
+        TRY(put_time(&c->mts, &c->mts_missing, &e->f[F_TS]));
+        for (int i = 0; i < 3; i++)
+            TRY(put_arg(&c->mem[i], &c->mem_valid[i], &e->a[MEM_ARGS[i]]));
+        c->n_mem++;
+    } else if (tok_is(ph, "B") || tok_is(ph, "E")) {
+        c->begin_end++;
+    } else if (ph->kind == K_STRING && ph->escaped) {
+        return NOT_HERE;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ scan() */
+
+static int set_item(PyObject *dict, const char *key, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int rc = PyDict_SetItemString(dict, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+static PyObject *result(Columns *c, int want)
+{
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    int bad = set_item(d, "n_events", PyLong_FromSsize_t(c->n_events)) ||
+              set_item(d, "n_kept", PyLong_FromSsize_t(c->n_kept)) ||
+              set_item(d, "n_memory", PyLong_FromSsize_t(c->n_mem)) ||
+              set_item(d, "begin_end", PyLong_FromSsize_t(c->begin_end)) ||
+              PyDict_SetItemString(d, "strings", c->strings.list) ||
+              set_item(d, "name", buf_bytes(&c->name)) || set_item(d, "cat", buf_bytes(&c->cat)) ||
+              set_item(d, "ts", buf_bytes(&c->ts)) ||
+              set_item(d, "ts_missing", buf_bytes(&c->ts_missing)) ||
+              set_item(d, "dur", buf_bytes(&c->dur)) ||
+              set_item(d, "dur_missing", buf_bytes(&c->dur_missing)) ||
+              set_item(d, "memory_ts", buf_bytes(&c->mts)) ||
+              set_item(d, "memory_ts_missing", buf_bytes(&c->mts_missing));
+    if (!bad && (want & WANT_TID))
+        bad = set_item(d, "tid", buf_bytes(&c->tid));
+    if (!bad && (want & WANT_PID))
+        bad = set_item(d, "pid", buf_bytes(&c->pid));
+    for (int i = 0; i < 4 && !bad; i++) {
+        if (!(want & KEPT_WANT[i]))
+            continue;
+        char key[64];
+        bad = set_item(d, KEPT_NAMES[i], buf_bytes(&c->arg[i]));
+        snprintf(key, sizeof key, "%s_valid", KEPT_NAMES[i]);
+        bad = bad || set_item(d, key, buf_bytes(&c->arg_valid[i]));
+    }
+    for (int i = 0; i < 3 && !bad; i++) {
+        char key[64];
+        bad = set_item(d, MEM_NAMES[i], buf_bytes(&c->mem[i]));
+        snprintf(key, sizeof key, "%s_valid", MEM_NAMES[i]);
+        bad = bad || set_item(d, key, buf_bytes(&c->mem_valid[i]));
+    }
+    if (bad) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* 0: every event read, 1: not answered here, -1: error. */
+static int scan_events(Columns *c, cptr p, cptr end, PyObject *dropped, int want)
+{
+    p = skip_ws(p, end);
+    if (p >= end)
+        return NOT_HERE; /* no event: left to the caller's usual path */
+    for (;;) {
+        if (*p != '{')
+            return NOT_HERE;
+        Event e;
+        memset(&e, 0, sizeof e);
+        p = read_object(p, end, FIELD_KEYS, FIELD_LENS, N_FIELDS, e.f, F_ARGS, e.a);
+        if (p == NULL || !types_ok(&e))
+            return NOT_HERE;
+        TRY(emit(c, &e, dropped, want));
+        c->n_events++;
+        p = skip_ws(p, end);
+        if (p >= end)
+            return 0;
+        if (*p != ',')
+            return NOT_HERE;
+        p = skip_ws(p + 1, end);
+        if (p >= end)
+            return NOT_HERE;
+    }
+}
+
+static PyObject *scan(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *dropped;
+    int want;
+    if (!PyArg_ParseTuple(args, "y*O!i", &view, &PyTuple_Type, &dropped, &want))
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dropped); i++) {
+        if (!PyBytes_Check(PyTuple_GET_ITEM(dropped, i))) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_TypeError, "dropped must be a tuple of bytes");
+            return NULL;
+        }
+    }
+    Columns c;
+    memset(&c, 0, sizeof c);
+    PyObject *out = NULL;
+    if (intern_init(&c.strings) == 0) {
+        cptr p = (cptr)view.buf;
+        int rc = scan_events(&c, p, p + view.len, dropped, want);
+        if (rc == 0)
+            out = result(&c, want);
+        else if (rc == NOT_HERE)
+            out = Py_NewRef(Py_None);
+    }
+    columns_free(&c);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS,
+     "scan(data, dropped, want) -> dict | None: columns of a batch of trace events, or None "
+     "when the batch must be decoded by msgspec."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kscan", "Compiled scanner from Kineto trace events to columns.", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__kscan(void)
+{
+    init_tables();
+    return PyModule_Create(&module);
+}

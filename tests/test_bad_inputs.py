@@ -51,6 +51,7 @@ def _deny(monkeypatch, path: Path) -> None:
         return real_open(file, *args, **kwargs)
 
     monkeypatch.setattr(source, "open", guarded, raising=False)
+    monkeypatch.setattr(importlib.import_module("pipeaudit.trace.stream"), "open", guarded, raising=False)
 
 
 def _invoke(corpus: Path, spec: dict, fmt: str = "json"):

@@ -251,3 +251,18 @@ def test_lean_decode_builds_the_same_columns(path: Path) -> None:
         assert lean.events.equals(full.events.select(lean.events.columns))
         assert lean.memory.equals(full.memory) and lean.header == full.header
         assert set(lean.warnings) <= set(full.warnings)
+
+
+def test_invalid_utf8_is_repaired_as_the_whole_file_decode_does(tmp_path: Path) -> None:
+    """A name with bytes that are not UTF-8 (once an internal error when streamed)."""
+    doc = trace([x("ProfilerStep#1", 1000, 900), x("aten::mm", 1001, 5), x("PP:F0", 1002, 3)])
+    data = msgspec.json.encode(doc).replace(b"aten::mm", b"aten::\xff\xfemm")
+    p = tmp_path / "rank0.json"
+    p.write_bytes(data)
+    whole = read_trace(p)
+    assert "2 invalid UTF-8 byte sequences in strings replaced by U+FFFD" in whole.warnings
+    for batch in (64, 1 << 20):
+        _same(whole, read_trace_streaming(p, batch_bytes=batch))
+    with pytest.raises(UnicodeDecodeError):
+        read_trace_streaming(p, repair_utf8=False)
+    _same(whole, read_trace(p, max_memory=1 << 30))  # streamed for speed, then whole-file

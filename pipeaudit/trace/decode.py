@@ -524,8 +524,15 @@ def read_trace(
             from pipeaudit.trace import stream
 
             if stream.needs_streaming(path, max_memory):
-                return stream.read_trace_streaming(path, rank_hint=rank_hint, columns=cols,
-                                                   max_memory=max_memory)
+                must = stream.must_stream(path, max_memory)
+                try:
+                    return stream.read_trace_streaming(path, rank_hint=rank_hint, columns=cols,
+                                                       max_memory=max_memory, repair_utf8=must)
+                except (TraceError, UnicodeDecodeError):
+                    if must:
+                        raise
+                    # streamed for speed only: the whole-file decode words the error (it can
+                    # say which value of which event is bad) and repairs invalid UTF-8
         data, size, _gz = read_bytes(path)
         tf = _parse(path, data, parse_notes, trace_decoder(cols))
         del data  # the Raw ts/dur values keep views of it alive until the columns are built

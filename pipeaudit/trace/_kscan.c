@@ -265,6 +265,15 @@ static cptr scan_string(cptr p, cptr end, Tok *tok)
     return p + 1;
 }
 
+static cptr one_or_more_digits(cptr p, cptr end)
+{
+    if (p >= end || !is_digit(*p))
+        return NULL;
+    while (p < end && is_digit(*p))
+        p++;
+    return p;
+}
+
 /* A number (strict JSON grammar); returns the position after it, or NULL. */
 static cptr scan_number(cptr p, cptr end, Tok *tok)
 {
@@ -282,21 +291,18 @@ static cptr scan_number(cptr p, cptr end, Tok *tok)
     else
         return NULL;
     if (p < end && *p == '.') {
-        p++;
-        if (p >= end || !is_digit(*p))
+        p = one_or_more_digits(p + 1, end);
+        if (p == NULL)
             return NULL;
-        while (p < end && is_digit(*p))
-            p++;
         is_int = 0;
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         p++;
         if (p < end && (*p == '+' || *p == '-'))
             p++;
-        if (p >= end || !is_digit(*p))
+        p = one_or_more_digits(p, end);
+        if (p == NULL)
             return NULL;
-        while (p < end && is_digit(*p))
-            p++;
         is_int = 0;
     }
     if (tok) {

@@ -504,7 +504,9 @@ def read_trace(
     always; the analysis asks for ``tid`` and ``correlation`` too), to save time and memory.
     ``max_memory`` (bytes): a file whose whole-file decode would need more than this (or
     that holds more than 16 MB of JSON) is decoded in a stream of batches instead (see
-    :mod:`pipeaudit.trace.stream`): same result, bounded memory. ``None``: whole file.
+    :mod:`pipeaudit.trace.stream`): same result, bounded memory; with the compiled scanner
+    built (:mod:`pipeaudit.trace.scanner`) every file is, since that is faster at any size.
+    ``None``: whole file, msgspec only.
     ``salvage=True``: a truncated or corrupt file yields the complete events before the damage
     and ``RankTrace.salvage`` says what was lost (see :mod:`pipeaudit.trace.salvage`); the
     salvage path always decodes the whole file.

@@ -135,6 +135,32 @@ def test_prestart_only_when_the_pool_will_be_used() -> None:
     assert _doc("1f1b_p2_m4", jobs=2) == _doc("1f1b_p2_m4", jobs=1)  # the pool runs on it
 
 
+def test_one_worker_is_spawned_more_fork_from_a_server() -> None:
+    """One pool worker (2 jobs) is spawned: no forkserver left holding a copy of the imports;
+    more fork from a preloaded forkserver (one import for all)."""
+    import multiprocessing
+
+    from pipeaudit.prestart import start_method
+
+    assert start_method(1) == "spawn"
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        assert start_method(2) == start_method(7) == "forkserver"
+
+
+def test_a_prestarted_pool_is_taken_only_when_it_fits() -> None:
+    from pipeaudit import prestart
+
+    small = [str(SAMPLES / "1f1b_p2_m4")]
+    assert prestart.maybe_prestart(small, 2, "local")
+    threads = max(1, prestart.cores() // 2)
+    pool = prestart.take_pool(1, threads)
+    assert pool is not None and prestart.take_pool(1, threads) is None  # taken once
+    with pool:
+        assert pool.submit(abs, -3).result(timeout=60) == 3
+    assert prestart.maybe_prestart(small, 2, "local")
+    assert prestart.take_pool(3, threads) is None  # not the pool asked for: shut down
+
+
 def test_a_dead_worker_names_the_script_guard_when_run_from_a_script(tmp_path):
     """From a script, a dead pool worker may be the script re-imported by the worker: the
     message says how to guard it; from ``python -c`` (no script) it does not."""

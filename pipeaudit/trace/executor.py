@@ -15,10 +15,9 @@ Executors (``--executor``):
     ``jobs`` is ignored: the cluster's workers decide the parallelism.
 
 With ``jobs`` = N the local pool has N - 1 worker processes and this process works as the
-N-th: it starts on the first rank at once, while the workers are being forked. The local
-pool uses the ``forkserver`` start method where the platform has it: one server
-process imports polars, numpy, msgspec and pipeaudit once, and every worker is a cheap
-``fork`` of it (no parent state, no threads). Elsewhere ``spawn``. Each worker gets
+N-th: it starts on the first rank at once, while the workers are starting. How they start
+(one ``spawn`` worker, or forks of a preloaded ``forkserver`` for more) and how the CLI
+starts them early is :mod:`pipeaudit.prestart`'s job. Each worker gets
 ``POLARS_MAX_THREADS = cores // workers`` so that workers do not oversubscribe the cores.
 
 Tasks must be picklable module-level callables. A task never raises across the process
@@ -27,7 +26,6 @@ boundary: it returns its errors as values (see :mod:`pipeaudit.trace.load`).
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
 import sys
@@ -40,7 +38,7 @@ from typing import Any
 
 from pipeaudit.errors import ConfigError, TraceError
 
-from pipeaudit.prestart import PRELOAD  # modules the forkserver imports once for every worker
+from pipeaudit.prestart import PRELOAD, cores, new_pool, take_pool  # noqa: F401 (PRELOAD: tests)
 
 _DASK_RE = re.compile(r"^(dask|tcp|tls)://(?P<addr>[^/\s]+)/?$")
 
@@ -75,10 +73,7 @@ def parse_executor(spec: str | Executor | None) -> Executor:
 
 def cpu_count() -> int:
     """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+    return cores()
 
 
 def _spawn_works() -> bool:
@@ -87,19 +82,6 @@ def _spawn_works() -> bool:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     return path is None or os.path.isfile(path)
-
-
-def _context() -> multiprocessing.context.BaseContext:
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)
-        return ctx
-    return multiprocessing.get_context("spawn")  # pragma: no cover - Windows
-
-
-def _init_worker(polars_threads: int) -> None:
-    # Effective when polars has not started its thread pool yet (true for a fresh worker).
-    os.environ["POLARS_MAX_THREADS"] = str(polars_threads)
 
 
 def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
@@ -119,8 +101,7 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
     claim = _Claims(len(items))
     failure: list[BaseException] = []
     try:
-        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=_context(),
-                                 initializer=_init_worker, initargs=(threads,)) as pool:
+        with take_pool(workers - 1, threads) or new_pool(workers - 1, threads) as pool:
             feeder = threading.Thread(target=_feed, args=(pool, fn, items, results, claim,
                                                            workers - 1, failure, on_done),
                                       daemon=True)

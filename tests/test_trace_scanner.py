@@ -187,3 +187,30 @@ def test_built_where_required() -> None:
     must have been built by the install (a silent fallback would only be slower)."""
     if os.environ.get("PIPEAUDIT_REQUIRE_SCANNER"):
         from pipeaudit.trace import _kscan  # noqa: F401
+
+
+# --------------------------------------------------------------------------- without the scanner
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_traces"
+
+
+@pytest.mark.parametrize("run", ["1f1b_p4_m8_imb_s1x3", "interleaved-1f1b_p4_m8_v2", "1f1b_p2_m4_memory"])
+def test_same_audit_without_the_scanner(run: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a machine without a C compiler computes (msgspec alone) is what the scanner's
+    machines compute: the same audit, and the same streamed tables rank by rank."""
+    import pipeaudit
+    from pipeaudit.trace import read_trace
+    from pipeaudit.trace.stream import read_trace_streaming
+
+    with_scanner = pipeaudit.load(SAMPLES / run, jobs=1).audit().to_dict()
+    streamed = [read_trace_streaming(p, batch_bytes=50_000) for p in sorted((SAMPLES / run).glob("rank*.json.gz"))]
+    monkeypatch.setenv(scanner.DISABLE_ENV, "1")
+    assert not scanner.available()
+    assert pipeaudit.load(SAMPLES / run, jobs=1).audit().to_dict() == with_scanner
+    for rt in streamed:
+        plain = read_trace_streaming(rt.path, batch_bytes=50_000)
+        whole = read_trace(rt.path)
+        for other in (plain, whole):
+            assert rt.events.equals(other.events) and rt.memory.equals(other.memory)
+            assert rt.warnings == other.warnings

@@ -796,6 +796,7 @@ static int scan_events(Columns *c, cptr p, cptr end, PyObject *dropped, int want
 
 static PyObject *scan(PyObject *self, PyObject *args)
 {
+    (void)self;
     Py_buffer view;
     PyObject *dropped;
     int want;
@@ -832,8 +833,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_kscan", "Compiled scanner from Kineto trace events to columns.", -1,
-    methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_kscan",
+    .m_doc = "Compiled scanner from Kineto trace events to columns.",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__kscan(void)

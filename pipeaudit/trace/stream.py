@@ -19,8 +19,9 @@ its peak. For a file bigger than its memory budget the decoder streams instead:
 Why cutting is safe. A cut is tried at the last ``}`` followed by ``,`` and ``{`` in the
 buffer (with any whitespace between: how every writer separates events). JSON is read left
 to right from a known event boundary, so the scanner reads the text as whole events, and
-``[`` + text + ``]`` decodes, only if the cut really closes a top-level event: a cut inside a string leaves the string open (msgspec: truncated),
-a cut inside a nested object leaves it open (msgspec: error at the appended ``]``). Such a
+``[`` + text + ``]`` decodes, only if the cut really closes a top-level event: a cut inside
+a string leaves the string open (msgspec: truncated), a cut inside a nested object leaves
+it open (msgspec: error at the appended ``]``). Such a
 failure moves the cut to the previous candidate. An error *before* the cut is a real error
 in the file, reported with its position in the whole document, as the whole-file decode
 words it. The same reasoning finds the end of the array ("trailing characters" right after

@@ -74,11 +74,11 @@ def _parse(path: Path, data: bytes, notes: list[str] | None = None,
         raise TraceError(path, explain_decode_error(data, str(exc)) or _decode_problem(str(exc))) from None
     except UnicodeDecodeError:
         # a name with bytes that are not UTF-8: keep the trace, mark the bad bytes
-        from pipeaudit.trace.diagnose import repair_utf8
+        from pipeaudit.trace.diagnose import repair_utf8, utf8_repair_note
 
         fixed, count = repair_utf8(data)
         if notes is not None:
-            notes.append(f"{count} invalid UTF-8 byte sequences in strings replaced by U+FFFD")
+            notes.append(utf8_repair_note(count))
         return _parse(path, fixed, None, decoder)
     except MemoryError:
         raise TraceError(path, "out of memory while parsing the JSON") from None

@@ -82,6 +82,11 @@ def explain_decode_error(data: bytes, msg: str) -> str | None:
     return None
 
 
+def utf8_repair_note(count: int) -> str:
+    """The decode warning for :func:`repair_utf8`'s count (every decode path words it so)."""
+    return f"{count} invalid UTF-8 byte sequences in strings replaced by U+FFFD"
+
+
 def repair_utf8(data: bytes) -> tuple[bytes, int]:
     """Replace invalid UTF-8 sequences by U+FFFD; return the new data and how many."""
     text = data.decode("utf-8", errors="replace")

@@ -215,11 +215,11 @@ def _salvage(path: Path, damage: str, notes: list[str] | None = None) -> tuple[A
     try:
         text.decode("utf-8")
     except UnicodeDecodeError:
-        from pipeaudit.trace.diagnose import repair_utf8
+        from pipeaudit.trace.diagnose import repair_utf8, utf8_repair_note
 
         text, count = repair_utf8(text)
         if notes is not None:
-            notes.append(f"{count} invalid UTF-8 byte sequences in strings replaced by U+FFFD")
+            notes.append(utf8_repair_note(count))
     sc = scan(text)
     where = f"the usable data ends at byte {len(text):,}"
     if sc is None:

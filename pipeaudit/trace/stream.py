@@ -60,7 +60,7 @@ from pipeaudit.trace.decode import (
     finish_tables,
     finish_trace,
 )
-from pipeaudit.trace.diagnose import repair_utf8
+from pipeaudit.trace.diagnose import repair_utf8, utf8_repair_note
 from pipeaudit.trace.model import RankTrace
 from pipeaudit.trace.scanner import available as scanner_available
 from pipeaudit.trace.scanner import scan_batch
@@ -403,25 +403,22 @@ class _StreamDecoder:
             piece = memoryview(buf.data)[start:cut + 1]
             scanned = scan_batch(piece, self.parts.columns, DROPPED_CATEGORIES)
             if scanned is not None:  # the compiled scanner read it: a true event boundary
-                piece.release()
                 self.parts.add_scanned(scanned)
                 self.index += scanned.n_events
-                buf.drop_to(buf.data.index(b"{", cut + 1))
-                self.limit = self.batch
-                return None
-            try:
-                events = self._decode(b"".join((b"[", piece, b"]")))
-            except msgspec.DecodeError as exc:
-                msg = str(exc)
-                if "trailing characters" in msg:
-                    return self._array_end(start, msg)
-                at = _error_byte(msg)
-                if "truncated" in msg or (at is not None and at >= len(piece) + 1):
-                    continue  # not an event boundary: try the previous candidate
-                raise _decode_error(self.path, msg, buf.offset + start - 1) from None
+            else:
+                try:
+                    events = self._decode(b"".join((b"[", piece, b"]")))
+                except msgspec.DecodeError as exc:
+                    msg = str(exc)
+                    if "trailing characters" in msg:
+                        return self._array_end(start, msg)
+                    at = _error_byte(msg)
+                    if "truncated" in msg or (at is not None and at >= len(piece) + 1):
+                        continue  # not an event boundary: try the previous candidate
+                    raise _decode_error(self.path, msg, buf.offset + start - 1) from None
+                self._add(events)
+                del events
             piece.release()
-            self._add(events)
-            del events
             buf.drop_to(buf.data.index(b"{", cut + 1))
             self.limit = self.batch
             return None
@@ -463,16 +460,23 @@ class _StreamDecoder:
         """A ``[...]`` batch of events; a wrong type is the file's error (TraceError), a
         syntax error (DecodeError) is left to the caller, which may try another cut."""
         try:
-            return self.decoder.decode(doc)
+            return self._repairing(self.decoder, doc)
         except msgspec.ValidationError as exc:
             raise _validation_error(self.path, str(exc), self.index) from None
+
+    def _repairing(self, decoder: msgspec.json.Decoder, doc: bytes):
+        """``decoder.decode(doc)``; invalid UTF-8 is replaced and counted, as the whole-file
+        decode does (unless ``repair_utf8`` is off), and counted only once the decode succeeds
+        (a failed cut is tried again)."""
+        try:
+            return decoder.decode(doc)
         except UnicodeDecodeError:
             if not self.repair_utf8:
                 raise
-            fixed, count = repair_utf8(doc)  # as the whole-file decode does
-            events = self._decode(fixed)
+            fixed, count = repair_utf8(doc)
+            out = decoder.decode(fixed)
             self.repaired += count
-            return events
+            return out
 
     def _add(self, events: list[Event]) -> None:
         self.parts.add(self.path, events, self.index)
@@ -490,14 +494,7 @@ class _StreamDecoder:
             buf.drop_to(len(buf.data))
         doc = self.header + b"]" + b"".join(parts)
         try:
-            try:
-                return TRACE_DECODER.decode(doc)
-            except UnicodeDecodeError:
-                if not self.repair_utf8:
-                    raise
-                doc, count = repair_utf8(doc)
-                self.repaired += count
-                return TRACE_DECODER.decode(doc)
+            return self._repairing(TRACE_DECODER, doc)
         except msgspec.DecodeError as exc:
             msg = str(exc)
             at = _error_byte(msg)
@@ -541,7 +538,7 @@ def read_trace_streaming(
     tf = dec.rest(trailer)
     base_ns = check_base_ns(path, tf)
     dec.parts.raise_errors()
-    warnings = [f"{dec.repaired} invalid UTF-8 byte sequences in strings replaced by U+FFFD"] if dec.repaired else []
+    warnings = [utf8_repair_note(dec.repaired)] if dec.repaired else []
     events, memory = finish_tables(dec.parts, base_ns, warnings)
     return finish_trace(path, tf, events, memory, path.stat().st_size, rank_hint, warnings,
                         n_events=dec.parts.n_events)

@@ -64,6 +64,12 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def pool_shape(jobs: int) -> tuple[int, int]:
+    """(pool workers, polars threads per worker) for ``jobs`` jobs: this process is one of
+    them, and the workers share the cores."""
+    return jobs - 1, max(1, cores() // jobs)
+
+
 def init_worker(polars_threads: int, preload: Sequence[str] = ()) -> None:
     """Pool worker initializer: polars' thread count (effective before polars starts its
     thread pool, true for a fresh worker), then the imports of a spawned worker."""
@@ -119,11 +125,9 @@ def maybe_prestart(paths: Sequence[str], jobs: int | None, executor: str | None)
     workers = min(files, jobs if jobs is not None else cores())
     if workers < 2 or (jobs is None and executor != "processes" and size < POOL_MIN_JSON_BYTES):
         return False
-    key = (workers - 1, max(1, cores() // workers))  # run_pool's pool for ``workers`` jobs
+    key = pool_shape(workers)  # the pool run_pool will ask for
     try:
-        if _started is not None:
-            _started[1].shutdown(wait=False, cancel_futures=True)
-        pool = new_pool(*key)
+        pool = take_pool(*key) or new_pool(*key)
         pool.submit(os.getpid)  # starts the first worker (a spawn pool starts them on demand)
     except Exception:  # pragma: no cover - run_pool starts one later anyway
         _started = None

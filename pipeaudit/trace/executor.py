@@ -38,7 +38,9 @@ from typing import Any
 
 from pipeaudit.errors import ConfigError, TraceError
 
-from pipeaudit.prestart import PRELOAD, cores, new_pool, take_pool  # noqa: F401 (PRELOAD: tests)
+from pipeaudit.prestart import (  # noqa: F401 (PRELOAD: tests)
+    PRELOAD, cores, new_pool, pool_shape, take_pool,
+)
 
 _DASK_RE = re.compile(r"^(dask|tcp|tls)://(?P<addr>[^/\s]+)/?$")
 
@@ -91,19 +93,19 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
     soon as it is free.
 
     This process works too instead of waiting: it starts at once, while the pool's workers
-    are still being forked, and its items need no pickling back. ``on_done()`` is called
+    are still starting, and its items need no pickling back. ``on_done()`` is called
     as each item is done (from this process's threads).
     """
     if workers <= 1 or len(items) <= 1 or not _spawn_works():
         return run_here(fn, items, on_done)
-    threads = max(1, cpu_count() // workers)
+    size, threads = pool_shape(workers)
     results: list[Any] = [None] * len(items)
     claim = _Claims(len(items))
     failure: list[BaseException] = []
     try:
-        with take_pool(workers - 1, threads) or new_pool(workers - 1, threads) as pool:
+        with take_pool(size, threads) or new_pool(size, threads) as pool:
             feeder = threading.Thread(target=_feed, args=(pool, fn, items, results, claim,
-                                                           workers - 1, failure, on_done),
+                                                           size, failure, on_done),
                                       daemon=True)
             feeder.start()
             try:

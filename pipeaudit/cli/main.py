@@ -64,6 +64,7 @@ class LazyGroup(click.Group):
         except click.exceptions.Abort:
             click.echo("pipeaudit: interrupted", err=True)
             sys.exit(130)
+        _before_exit()
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -110,6 +111,15 @@ class LazyGroup(click.Group):
 
 #: Exit code of an unexpected exception (a bug), distinct from 1 (gate failed) and 2 (bad input).
 INTERNAL_ERROR = 3
+
+
+def _before_exit() -> None:
+    """Spare the interpreter's teardown a collection of everything still alive (the
+    imports and the command's tables): about 0.1 s of every run's exit. Objects are
+    still freed and exit handlers still run."""
+    import gc
+
+    gc.freeze()
 
 
 def _one_line(text: str) -> str:

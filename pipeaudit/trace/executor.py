@@ -103,7 +103,8 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
     claim = _Claims(len(items))
     failure: list[BaseException] = []
     try:
-        with take_pool(size, threads) or new_pool(size, threads) as pool:
+        pool = take_pool(size, threads) or new_pool(size, threads)
+        try:
             feeder = threading.Thread(target=_feed, args=(pool, fn, items, results, claim,
                                                            size, failure, on_done),
                                       daemon=True)
@@ -116,6 +117,10 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
             finally:
                 claim.stop()
                 feeder.join()
+        finally:
+            # Every item is done: the workers' own exit (an interpreter's teardown, about
+            # 0.1 s) overlaps what the caller does next instead of delaying it.
+            pool.shutdown(wait=False, cancel_futures=True)
     except BrokenProcessPool:
         raise TraceError(None, _died_message()) from None
     if failure:

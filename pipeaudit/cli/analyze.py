@@ -42,6 +42,7 @@ from pipeaudit.cli.output import write_output
 def command(paths, fmt, schedule, action_pattern, microbatches, jobs, executor, max_memory,
             allow_missing, salvage, output, html_path, force, with_hta) -> None:
     """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
+    from pipeaudit import timings
     from pipeaudit.prestart import maybe_prestart
 
     maybe_prestart(paths, jobs, executor)  # the worker pool's imports overlap ours
@@ -66,6 +67,7 @@ def command(paths, fmt, schedule, action_pattern, microbatches, jobs, executor, 
     except TraceError as exc:
         raise cli_trace_error(exc, paths, salvage) from None
     result = run.audit()
+    timings.mark("audit")
     if html_path:
         from pipeaudit.report.html import write_html
 
@@ -104,6 +106,8 @@ def command(paths, fmt, schedule, action_pattern, microbatches, jobs, executor, 
             text += ("\n## HTA alongside\n\n```\n" + render_text(hta) + "```\n"
                      if fmt == "markdown" else "\n" + render_text(hta))
     write_output(text, output, force=force)
+    timings.mark("report")
+    timings.report()
 
 
 def cli_trace_error(exc, paths, salvage: bool):

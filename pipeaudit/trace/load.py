@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeaudit import progress
+from pipeaudit import progress, timings
 from pipeaudit.errors import PipeauditError
 from pipeaudit.trace.clock import clock_warnings
 from pipeaudit.trace.decode import read_trace
@@ -224,8 +224,11 @@ def map_ranks(
     tasks = [RankTask(str(f), job, cols, per_task, salvage) for f in files]
     # biggest files first, so that no worker is left with a big one at the end
     biggest_first = sorted(range(len(tasks)), key=lambda i: -sizes[i])
+    timings.mark("start")
     done = run_tasks(run_rank_task, [tasks[i] for i in biggest_first], executor=exe,
                      workers=workers, pool=pool, on_done=_ticker(len(tasks)))
+    timings.mark("ranks", f"{len(tasks)} ranks, " + (str(exe) if exe.kind == "dask" else
+                                                     _jobs(workers if pool else 1)))
     outcomes: list[RankOutcome] = [None] * len(tasks)  # type: ignore[list-item]
     for i, o in zip(biggest_first, done):
         outcomes[i] = o
@@ -244,6 +247,10 @@ def map_ranks(
     rank_warnings = [f"rank {i.rank} ({i.path.name}): {w}" for i in infos for w in i.warnings]
     return RankResults(infos=infos, values=[o.value for o in outcomes], manifest=manifest,  # type: ignore[arg-type]
                        warnings=set_warnings + rank_warnings)
+
+
+def _jobs(n: int) -> str:
+    return "1 job" if n == 1 else f"{n} jobs"
 
 
 def find_manifest(files: Sequence[Path], warnings: list[str]) -> dict | None:

@@ -129,3 +129,36 @@ def test_end_to_end_subprocess(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "pipeaudit", "analyze", str(tmp_path / "nope")],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "nope" in missing.stderr
+
+
+def test_timeline_caption_names_the_step_drawn_and_the_median():
+    """Two steps: the median step time is their mean; the timeline draws the shorter one and
+    says both times (the numbers come from the JSON report of the same run)."""
+    d = json.loads(run("analyze", SAMPLE, "--format", "json").output)
+    times = sorted((s["step_time_us"], s["step"]) for s in d["steps"])
+    assert len(times) == 2
+    (short_us, short), (long_us, _) = times
+    text = run("analyze", SAMPLE).output
+    m = re.search(r"Timeline of step (\d+) \(([0-9.]+) ms; of the two middle steps by time, "
+                  r"the shorter: the median step time, ([0-9.]+) ms, is their mean\)", text)
+    assert m, text
+    assert int(m[1]) == short
+    assert float(m[2]) == pytest.approx(short_us / 1000, abs=0.006)
+    assert float(m[3]) == pytest.approx((short_us + long_us) / 2000, abs=0.006)
+    md = run("analyze", SAMPLE, "--format", "markdown").output
+    assert f"## Timeline of step {short}\n\n{m[2]} ms; of the two middle steps" in md
+
+
+def test_timeline_caption_with_an_odd_number_of_steps(tmp_path):
+    """Three steps of 1x, 3x and 2x the durations: the median step is the 2x one, drawn and
+    named as such with its own time."""
+    scale = {0: 1, 1: 3, 2: 2}
+    built = build_run(tmp_path, one_f_one_b_orders(2, 4), steps=3,
+                      step_dur=lambda st, s, k, m: scale[st] * {"F": 1000, "B": 2000}[k])
+    d = json.loads(run("analyze", built.directory, "--format", "json").output)
+    median = sorted(d["steps"], key=lambda s: s["step_time_us"])[1]
+    text = run("analyze", built.directory).output
+    m = re.search(r"Timeline of step (\d+) \(the median step, ([0-9.]+) ms\)", text)
+    assert m, text
+    assert int(m[1]) == median["step"] == 2
+    assert float(m[2]) == pytest.approx(median["step_time_us"] / 1000, abs=0.006)

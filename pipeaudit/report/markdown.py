@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report.formatting import mib, ms, num, pct
+from pipeaudit.report.step_view import timeline_caption
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -44,7 +45,11 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
                      ms(x.compute_us), ms(x.comm_us), ms(x.exposed_comm_us), pct(x.overlap),
                      mib(x.peak_allocated_bytes)] for x in r.ranks])]
     if timeline_text:
-        out += ["", f"## Timeline of step {timeline_step}", "", "```", timeline_text, "```"]
+        out += ["", f"## Timeline of step {timeline_step}", ""]
+        caption = timeline_caption(r, timeline_step)[1:-1] if timeline_step is not None else ""
+        if caption:
+            out += [caption[:1].upper() + caption[1:] + ".", ""]
+        out += ["```", timeline_text, "```"]
     out += ["", "## Findings", ""]
     if not r.findings:
         out.append("None: the run matches its schedule's theory.")

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report.formatting import mib, ms, num, pct
+from pipeaudit.report.step_view import timeline_caption
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -25,7 +26,9 @@ def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = ""
         _stages(con, result)
     _ranks(con, result)
     if timeline_text:
-        con.print(f"\n[bold]Timeline of step {timeline_step}[/] (the median step)")
+        caption = timeline_caption(result, timeline_step) if timeline_step is not None else ""
+        con.print(f"\n[bold]Timeline of step {timeline_step}[/] {caption}".rstrip(),
+                  soft_wrap=True)
         con.print(timeline_text, markup=False)
     _findings(con, result)
     for n in result.notes:

@@ -17,9 +17,11 @@ Sets (``benchmarks/data/<name>/rank{r}.json.gz`` + ``manifest.json``):
   CEO's "4 ranks x 100 MB").
 * ``ranks_2``, ``ranks_8``: 2 and 8 ranks of 26 steps (about 50 MB per rank, as
   ``size_x2``, which is the 4-rank point): growth with the number of ranks.
+* ``large_r8``: 8 ranks of 104 steps (about 200 MB per rank, 1.6 GB of JSON): how
+  ``--jobs`` scales once the per-rank work outweighs the fixed cost of a run.
 
 A set that already exists (its manifest is there) is skipped; ``--force`` remakes it.
-On this 2-core machine all sets take about 10-15 minutes.
+On this 2-core machine all sets take about 20-25 minutes (``large_r8`` about 10).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ SETS: dict[str, tuple[int, int]] = {
     "size_x4": (4, 52),
     "ranks_2": (2, 26),
     "ranks_8": (8, 26),
+    "large_r8": (8, 104),
 }
 
 

@@ -30,6 +30,11 @@ Methods (MB/s are MB of *uncompressed* JSON per second of wall time):
 * ``baseline``     ``analyze`` of another source tree (``--baseline``), e.g. before a change.
 * ``hta-load``     HTA ``TraceAnalysis(trace_dir=...)`` (its parser and process pool).
 * ``hta-breakdown`` HTA load + ``get_temporal_breakdown()``.
+
+The last table puts ``--jobs 1`` against ``--jobs 2`` on size_x4, ranks_8 and large_r8,
+end to end and for the ranks phase alone (decode + reduction of every rank, the part the
+jobs run in parallel), read from analyze's ``PIPEAUDIT_TIMINGS`` line. The VM's stolen
+CPU time during the run is printed at the end: above a few percent, timings are noisy.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
@@ -48,6 +54,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DATA = HERE / "data"
 PAGE = os.sysconf("SC_PAGE_SIZE")
+#: The decode + reduction of every rank (the part --jobs runs in parallel) in analyze's
+#: PIPEAUDIT_TIMINGS line.
+_RANKS_PHASE = re.compile(r"pipeaudit timings: .*?ranks ([0-9.]+) s")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -190,7 +199,8 @@ def _sample(pid: int) -> tuple[int, float, int] | None:
 
 def measure(cmd: list[str]) -> dict:
     """Run ``cmd`` and watch its process tree; return the figures."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               PIPEAUDIT_TIMINGS="1")  # analyze's phases on stderr (pipeaudit.timings)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
@@ -222,8 +232,9 @@ def measure(cmd: list[str]) -> dict:
     th.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     children_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    phase = _RANKS_PHASE.search(err.decode(errors="replace"))
     return {
-        "rc": proc.returncode, "wall_s": wall, "cpu_s": max(sum(cpu.values()), children_cpu),
+        "rc": proc.returncode, "wall_s": wall, "ranks_s": float(phase.group(1)) if phase else None, "cpu_s": max(sum(cpu.values()), children_cpu),
         "peak_rss_mb": peak_one / 1e6, "peak_sum_mb": peak_sum / 1e6, "peak_pss_mb": peak_pss / 1e6,
         "ru_maxrss_children_mb": after.ru_maxrss / 1e3, "stdout": out.decode(errors="replace")[-2000:],
         "stderr": err.decode(errors="replace")[-2000:],
@@ -270,6 +281,8 @@ def best_of_many(methods: list[str], d: Path, repeat: int, hta_python: str | Non
             continue
         best = dict(min(ok, key=lambda r: r["wall_s"]))
         best["cpu_s"] = min(r["cpu_s"] for r in ok)
+        phases = [r["ranks_s"] for r in ok if r["ranks_s"] is not None]
+        best["ranks_s"] = min(phases) if phases else None
         for k in ("peak_rss_mb", "peak_sum_mb", "peak_pss_mb"):
             best[k] = max(r[k] for r in ok)
         out[m] = best
@@ -277,6 +290,17 @@ def best_of_many(methods: list[str], d: Path, repeat: int, hta_python: str | Non
 
 
 # --------------------------------------------------------------------------- report
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(all, steal) CPU ticks of the machine so far, from /proc/stat: the share of time a
+    virtual machine's host gave its CPUs to others, which makes timings noisy."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(fields[:8]), fields[7] if len(fields) > 7 else 0
 
 
 def machine() -> str:
@@ -336,6 +360,7 @@ def main() -> None:
         print(text, flush=True)
         lines.append(text)
 
+    ticks0 = cpu_ticks()
     say(f"machine: {machine()}")
     say(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     say()
@@ -362,13 +387,15 @@ def main() -> None:
             say(f"HTA load / analyze wall: {h['wall_s'] / a['wall_s']:.1f}x")
         j1, j2 = results.get("analyze-j1"), results.get("analyze-j2")
         if j1 and j2 and "failed" not in j1 and "failed" not in j2:
-            say(f"jobs=1 / jobs=2 wall: {j1['wall_s'] / j2['wall_s']:.2f}x")
+            phase = (f" (ranks phase alone: {j1['ranks_s'] / j2['ranks_s']:.2f}x)"
+                     if j1.get("ranks_s") and j2.get("ranks_s") else "")
+            say(f"jobs=1 / jobs=2 wall: {j1['wall_s'] / j2['wall_s']:.2f}x{phase}")
         say(f"RSS budget 200 MB + 3 x largest rank JSON = {200 + 3 * largest / 1e6:.0f} MB; analyze: "
             f"peak PSS sum {a['peak_pss_mb']:.0f} MB, RSS sum {a['peak_sum_mb']:.0f} MB, largest "
             f"process {a['peak_rss_mb']:.0f} MB")
         say()
     if args.quick:
-        _write(args.out, lines)
+        _finish(args.out, lines, say, ticks0)
         return
     for title, sets in (("Growth with trace size (4 ranks)", ["size_x1", "size_x2", "size_x4"]),
                         ("Growth with the number of ranks (about 50 MB JSON per rank)",
@@ -387,8 +414,44 @@ def main() -> None:
             for m, r in res.items():
                 say(row(label, m, r, total / 1e6, largest / 1e6))
         say()
-    say(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    _write(args.out, lines)
+    jobs_scaling(args.data, args.repeat, say)
+    _finish(args.out, lines, say, ticks0)
+
+
+JOBS_SETS = ["size_x4", "ranks_8", "large_r8"]
+
+
+def jobs_scaling(data: Path, repeat: int, say) -> None:
+    """``--jobs 1`` against ``--jobs 2``: end to end, and the ranks phase alone (the part
+    the jobs run in parallel; the rest is the same work whatever the jobs)."""
+    say("## Scaling with --jobs (2 cores)")
+    say()
+    say("| set | jobs 1 wall s | jobs 2 wall s | wall ratio | jobs 1 ranks phase s | "
+        "jobs 2 ranks phase s | ranks phase ratio | rest (jobs 1 / jobs 2) s |")
+    say("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name in JOBS_SETS:
+        d = data / name
+        if not d.is_dir():
+            say(f"| {name} | (missing: make_traces.py {name}) | | | | | | |")
+            continue
+        total, largest, ranks = json_bytes(d)
+        res = best_of_many(["analyze-j1", "analyze-j2"], d, repeat, None)
+        j1, j2 = res["analyze-j1"], res["analyze-j2"]
+        if not j1 or not j2 or "failed" in j1 or "failed" in j2 or j1["ranks_s"] is None or j2["ranks_s"] is None:
+            say(f"| {name} | failed | | | | | | |")
+            continue
+        say(f"| {name} ({ranks}x{largest / 1e6:.0f} MB) | {j1['wall_s']:.2f} | {j2['wall_s']:.2f} | "
+            f"{j1['wall_s'] / j2['wall_s']:.2f}x | {j1['ranks_s']:.2f} | {j2['ranks_s']:.2f} | "
+            f"{j1['ranks_s'] / j2['ranks_s']:.2f}x | {j1['wall_s'] - j1['ranks_s']:.2f} / "
+            f"{j2['wall_s'] - j2['ranks_s']:.2f} |")
+    say()
+
+
+def _finish(out: Path | None, lines: list[str], say, ticks0: tuple[int, int]) -> None:
+    total, steal = (a - b for a, b in zip(cpu_ticks(), ticks0))
+    say(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; CPU time "
+        f"stolen by the VM's host during the run: {100 * steal / max(total, 1):.1f}%")
+    _write(out, lines)
 
 
 def _write(out: Path | None, lines: list[str]) -> None:

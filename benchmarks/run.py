@@ -4,6 +4,7 @@
     python benchmarks/run.py                    # main comparison + scaling tables
     python benchmarks/run.py --hta-python /path/to/venv/bin/python   # with HTA
     python benchmarks/run.py --quick            # main comparison only
+    python benchmarks/run.py --jobs-only        # the --jobs scaling table only
 
 Every measurement runs in a fresh process, watched from outside: wall time, CPU time and
 memory of the whole process tree (the analysis, its forkserver and pool workers, HTA's
@@ -347,6 +348,7 @@ def main() -> None:
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON"),
                     help="python of an environment with HolisticTraceAnalysis installed")
     ap.add_argument("--quick", action="store_true", help="only the main comparison on size_x4")
+    ap.add_argument("--jobs-only", action="store_true", help="only the --jobs scaling table")
     ap.add_argument("--baseline", default=None,
                     help="a pipeaudit source tree (e.g. from git archive) to time as 'baseline'")
     ap.add_argument("--out", type=Path, default=None, help="also write the tables here (markdown)")
@@ -364,6 +366,10 @@ def main() -> None:
     say(f"machine: {machine()}")
     say(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     say()
+    if args.jobs_only:
+        jobs_scaling(args.data, args.repeat, say)
+        _finish(args.out, lines, say, ticks0)
+        return
     main_set = args.data / "size_x4"
     if not main_set.is_dir():
         sys.exit(f"{main_set} missing: run python benchmarks/make_traces.py first")

@@ -162,3 +162,25 @@ def test_timeline_caption_with_an_odd_number_of_steps(tmp_path):
     assert m, text
     assert int(m[1]) == median["step"] == 2
     assert float(m[2]) == pytest.approx(median["step_time_us"] / 1000, abs=0.006)
+
+
+def test_header_names_the_directory_once(tmp_path):
+    text = run("analyze", SAMPLE).output
+    assert text.splitlines()[0] == (f"pipeaudit analyze  {SAMPLE}/ (4 traces: rank0.json.gz ... "
+                                    "rank3.json.gz)")
+    # a directory whose name looks like rich markup is printed as it is
+    odd = tmp_path / "run[bold]"
+    odd.mkdir()
+    for f in SAMPLE.iterdir():
+        (odd / f.name).write_bytes(f.read_bytes())
+    assert run("analyze", odd).output.splitlines()[0].startswith(f"pipeaudit analyze  {odd}/ (4 traces")
+
+
+def test_inputs_line_shapes():
+    from pipeaudit.report.formatting import inputs_line
+
+    assert inputs_line(["a/x.json"]) == "a/x.json"
+    assert inputs_line(["d/r0.json", "d/r1.json"]) == "d/ (2 traces: r0.json, r1.json)"
+    assert inputs_line([f"d/r{i}" for i in range(8)]) == "d/ (8 traces: r0 ... r7)"
+    assert inputs_line(["a/x.json", "b/y.json"]) == "a/x.json, b/y.json"
+    assert inputs_line([f"d{i}/r" for i in range(6)]) == "d0/r, d1/r, d2/r, d3/r (+2 more)"

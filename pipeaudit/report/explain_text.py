@@ -7,7 +7,7 @@ from itertools import groupby
 from pipeaudit.explain.critical import COMM, COMPUTE, CriticalPath, PathItem
 from pipeaudit.explain.explain import Explanation
 from pipeaudit.explain.whatif import Prediction
-from pipeaudit.report.formatting import ms, pct
+from pipeaudit.report.formatting import inputs_line, ms, pct
 
 NEAR_CRITICAL = 0.01  # slack below this share of the step counts as near-critical
 
@@ -85,8 +85,7 @@ def render_explain_text(e: Explanation, *, step: CriticalPath | None = None,
                         timeline_text: str = "", top: int = 5) -> str:
     """The explain report: shares, the chain, slack, top causes and the marked timeline."""
     p = step or e.median_step
-    out = ["pipeaudit explain  " + ", ".join(e.inputs[:4])
-           + (f" (+{len(e.inputs) - 4} more)" if len(e.inputs) > 4 else "")]
+    out = ["pipeaudit explain  " + inputs_line(e.inputs)]
     if p is None:
         return "\n".join(out + ["no step to explain"]) + "\n"
     out.append(f"{len(e.steps)} step(s); critical path of every step:")
@@ -110,8 +109,7 @@ def render_explain_text(e: Explanation, *, step: CriticalPath | None = None,
 def render_whatif_text(p: Prediction) -> str:
     """The whatif report: measured vs predicted step time and bubble, and the assumptions."""
     b, a = p.before, p.after
-    out = ["pipeaudit whatif  " + ", ".join(p.inputs[:4])
-           + (f" (+{len(p.inputs) - 4} more)" if len(p.inputs) > 4 else ""),
+    out = ["pipeaudit whatif  " + inputs_line(p.inputs),
            f"changes: {', '.join(p.changes) or 'none'}",
            f"run:        {b.get('schedule') or 'unknown'} P={b['num_ranks']} "
            f"M={b['num_microbatches']} v={b.get('num_chunks')}",

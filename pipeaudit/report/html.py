@@ -23,7 +23,7 @@ from typing import Any
 from pipeaudit import __version__
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report import palette
-from pipeaudit.report.formatting import mib, ms, num, pct
+from pipeaudit.report.formatting import inputs_line, mib, ms, num, pct
 from pipeaudit.report.series import (
     device_label,
     downsample,
@@ -203,8 +203,7 @@ def _json_for_script(data: dict[str, Any]) -> str:
 def render_html(tl: Timeline, result: AuditResult, *, title: str | None = None) -> str:
     """The self-contained HTML report of one run."""
     title = title or "pipeaudit report"
-    inputs = ", ".join(result.inputs[:4]) + (f" (+{len(result.inputs) - 4} more)"
-                                              if len(result.inputs) > 4 else "")
+    inputs = inputs_line(result.inputs)
     pipeline = result.pipeline_found
     body = {
         "title": _e(title),

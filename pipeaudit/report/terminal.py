@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pipeaudit.audit.result import AuditResult
-from pipeaudit.report.formatting import mib, ms, num, pct
+from pipeaudit.report.formatting import inputs_line, mib, ms, num, pct
 from pipeaudit.report.step_view import timeline_caption
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -36,8 +37,7 @@ def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = ""
 
 
 def _header(con: Console, r: AuditResult) -> None:
-    con.print("[bold]pipeaudit analyze[/]  " + ", ".join(r.inputs[:4]) +
-              (f" (+{len(r.inputs) - 4} more)" if len(r.inputs) > 4 else ""), markup=True)
+    con.print("[bold]pipeaudit analyze[/]  " + escape(inputs_line(r.inputs)), markup=True)
     if not r.pipeline_found:
         con.print(f"{r.num_ranks} rank(s), device {r.device_type}: no pipeline actions found; "
                   "per-rank busy/idle/communication below.")

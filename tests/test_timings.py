@@ -42,7 +42,7 @@ def test_phases_sum_to_the_run(jobs, said):
     phases = [float(m[k]) for k in ("start", "ranks", "audit", "report")]
     total = float(m["total"])
     assert all(p >= 0 for p in phases)
-    assert abs(sum(phases) - total) <= 0.02  # each phase is rounded to 10 ms
+    assert abs(sum(phases) - total) <= 0.03  # five figures, each rounded to 10 ms
     # measured from the process's start: no more than the wall time seen from outside
     # (/proc's start time has a clock tick's resolution)
     assert 0 < total <= wall + 0.05

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from run import cpu_ticks  # benchmarks/run.py, beside this script
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -63,6 +65,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     go = Path(f"/tmp/pipeaudit-two-cores-{os.getpid()}")
+    ticks0 = cpu_ticks()
     one, two = [], []
     for _ in range(args.repeat):
         one.append(arm(args.file, 1, 2, go))
@@ -72,6 +75,8 @@ def main() -> None:
     print(f"two processes, one rank each, at once:      {' '.join(f'{x:.2f}' for x in two)} s")
     print(f"ceiling of jobs 2 / jobs 1 for the ranks phase: best {min(one) / min(two):.2f}x, "
           f"median {sorted(one)[len(one) // 2] / sorted(two)[len(two) // 2]:.2f}x")
+    total, steal = (a - b for a, b in zip(cpu_ticks(), ticks0))
+    print(f"CPU time stolen by the VM's host meanwhile: {100 * steal / max(total, 1):.1f}%")
 
 
 if __name__ == "__main__":

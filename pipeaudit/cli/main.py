@@ -115,7 +115,7 @@ INTERNAL_ERROR = 3
 
 def _before_exit() -> None:
     """Spare the interpreter's teardown a collection of everything still alive (the
-    imports and the command's tables): about 0.1 s of every run's exit. Objects are
+    imports and the command's tables): 0.1-0.3 s of every run's exit here. Objects are
     still freed and exit handlers still run."""
     import gc
 

@@ -525,8 +525,8 @@ def read_trace(
         if max_memory is not None:
             from pipeaudit.trace import stream
 
-            if stream.needs_streaming(path, max_memory):
-                must = stream.must_stream(path, max_memory)
+            must = stream.must_stream(path, max_memory)
+            if must or stream.streams_for_speed(path):
                 try:
                     return stream.read_trace_streaming(path, rank_hint=rank_hint, columns=cols,
                                                        max_memory=max_memory, repair_utf8=must)

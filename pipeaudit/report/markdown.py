@@ -46,7 +46,7 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
                      mib(x.peak_allocated_bytes)] for x in r.ranks])]
     if timeline_text:
         out += ["", f"## Timeline of step {timeline_step}", ""]
-        caption = timeline_caption(r, timeline_step)[1:-1] if timeline_step is not None else ""
+        caption = timeline_caption(r, timeline_step) if timeline_step is not None else ""
         if caption:
             out += [caption[:1].upper() + caption[1:] + ".", ""]
         out += ["```", timeline_text, "```"]

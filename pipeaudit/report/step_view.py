@@ -18,20 +18,20 @@ def median_step(result: AuditResult) -> int | None:
 
 
 def timeline_caption(result: AuditResult, step: int) -> str:
-    """What the timeline of ``step`` shows, with its time: ``(the median step, 485.01 ms)``;
+    """What the timeline of ``step`` shows, with its time: ``the median step, 485.01 ms``;
     with an even number of steps the median time averages the two middle ones, so the step
-    drawn (the lower middle one) says both."""
+    drawn (the lower middle one) says both. Empty when ``step`` was not audited."""
     times = {s.step: s.step_time_us for s in result.steps}
     median = result.step_time_us
     if step not in times or median is None:
         return ""
     own = times[step] / 1000.0
     if step != median_step(result):
-        return f"({own:.2f} ms)"
+        return f"{own:.2f} ms"
     if abs(times[step] - median) < 0.5:
-        return f"(the median step, {own:.2f} ms)"
-    return (f"({own:.2f} ms; of the two middle steps by time, the shorter: the median step "
-            f"time, {median / 1000.0:.2f} ms, is their mean)")
+        return f"the median step, {own:.2f} ms"
+    return (f"{own:.2f} ms; of the two middle steps by time, the shorter: the median step "
+            f"time, {median / 1000.0:.2f} ms, is their mean")
 
 
 def step_items(tl: Timeline, step: int) -> list[Item]:

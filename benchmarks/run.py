@@ -235,7 +235,8 @@ def measure(cmd: list[str]) -> dict:
     children_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     phase = _RANKS_PHASE.search(err.decode(errors="replace"))
     return {
-        "rc": proc.returncode, "wall_s": wall, "ranks_s": float(phase.group(1)) if phase else None, "cpu_s": max(sum(cpu.values()), children_cpu),
+        "rc": proc.returncode, "wall_s": wall, "cpu_s": max(sum(cpu.values()), children_cpu),
+        "ranks_s": float(phase.group(1)) if phase else None,
         "peak_rss_mb": peak_one / 1e6, "peak_sum_mb": peak_sum / 1e6, "peak_pss_mb": peak_pss / 1e6,
         "ru_maxrss_children_mb": after.ru_maxrss / 1e3, "stdout": out.decode(errors="replace")[-2000:],
         "stderr": err.decode(errors="replace")[-2000:],
@@ -440,10 +441,10 @@ def jobs_scaling(data: Path, repeat: int, say) -> None:
         if not d.is_dir():
             say(f"| {name} | (missing: make_traces.py {name}) | | | | | | |")
             continue
-        total, largest, ranks = json_bytes(d)
+        _, largest, ranks = json_bytes(d)
         res = best_of_many(["analyze-j1", "analyze-j2"], d, repeat, None)
         j1, j2 = res["analyze-j1"], res["analyze-j2"]
-        if not j1 or not j2 or "failed" in j1 or "failed" in j2 or j1["ranks_s"] is None or j2["ranks_s"] is None:
+        if any(r is None or "failed" in r or r["ranks_s"] is None for r in (j1, j2)):
             say(f"| {name} | failed | | | | | | |")
             continue
         say(f"| {name} ({ranks}x{largest / 1e6:.0f} MB) | {j1['wall_s']:.2f} | {j2['wall_s']:.2f} | "

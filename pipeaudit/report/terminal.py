@@ -28,8 +28,8 @@ def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = ""
     _ranks(con, result)
     if timeline_text:
         caption = timeline_caption(result, timeline_step) if timeline_step is not None else ""
-        con.print(f"\n[bold]Timeline of step {timeline_step}[/]" + (f" ({caption})" if caption else ""),
-                  soft_wrap=True)
+        heading = f"\n[bold]Timeline of step {timeline_step}[/]"
+        con.print(heading + (f" ({caption})" if caption else ""), soft_wrap=True)
         con.print(timeline_text, markup=False)
     _findings(con, result)
     for n in result.notes:

@@ -68,6 +68,24 @@ def test_known_answers() -> None:
 
 
 @needs_scanner
+def test_nccl_p2p_metadata_columns() -> None:
+    """torch copies record_param_comms' metadata onto NCCL kernels: ``Src Rank`` (recv),
+    ``Dst Rank`` (send) and ``Seq`` become the src_rank, dst_rank and seq columns."""
+    data = (b'{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "ts": 10, "dur": 5,'
+            b' "args": {"Collective name": "recv", "Src Rank": 3, "Seq": 41, "stream": 20}},'
+            b' {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "ts": 20, "dur": 5,'
+            b' "args": {"Collective name": "send", "Dst Rank": 5, "Seq": 42}},'
+            b' {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 30, "dur": 5}')
+    got = scan_batch(data, FULL, DROPPED_CATEGORIES)
+    assert got is not None
+    df = got.complete
+    assert df["src_rank"].to_list() == [3, None, None]
+    assert df["dst_rank"].to_list() == [None, 5, None]
+    assert df["seq"].to_list() == [41, 42, None]
+    assert _check(data, FULL) and _check(data, LEAN)
+
+
+@needs_scanner
 @pytest.mark.parametrize("data", [
     b'{"ph": "X", "name": "a", "ts": 1.2345}',             # four decimals: rounding left to polars
     b'{"ph": "X", "name": "a", "ts": 1e3}',                # exponent

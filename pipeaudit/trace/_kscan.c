@@ -469,10 +469,11 @@ static int arg_int(const Tok *tok, int64_t *out)
 /* ------------------------------------------------------------------ one event */
 
 enum { A_CORRELATION, A_TOTAL_ALLOCATED, A_DEVICE_ID, A_DEVICE_TYPE, A_EXTERNAL_ID, A_STREAM,
-       A_DEVICE, N_ARGS };
+       A_DEVICE, A_SRC_RANK, A_DST_RANK, A_SEQ, N_ARGS };
 static const char *const ARG_KEYS[N_ARGS] = {"correlation", "Total Allocated", "Device Id",
-                                             "Device Type", "External id", "stream", "device"};
-static const size_t ARG_LENS[N_ARGS] = {11, 15, 9, 11, 11, 6, 6};
+                                             "Device Type", "External id", "stream", "device",
+                                             "Src Rank", "Dst Rank", "Seq"};
+static const size_t ARG_LENS[N_ARGS] = {11, 15, 9, 11, 11, 6, 6, 8, 8, 3};
 
 enum { F_PH, F_NAME, F_CAT, F_TS, F_DUR, F_TID, F_PID, F_ARGS, N_FIELDS };
 static const char *const FIELD_KEYS[N_FIELDS] = {"ph", "name", "cat", "ts", "dur", "tid",
@@ -578,19 +579,25 @@ static int tok_is(const Tok *t, const char *s)
 /* ------------------------------------------------------------------ the columns */
 
 enum { WANT_TID = 1, WANT_PID = 2, WANT_CORRELATION = 4, WANT_EXTERNAL_ID = 8, WANT_STREAM = 16,
-       WANT_DEVICE = 32 };
+       WANT_DEVICE = 32, WANT_SRC_RANK = 64, WANT_DST_RANK = 128, WANT_SEQ = 256 };
+
+/* The integer args kept as event columns (N_KEPT of them). */
+#define N_KEPT 7
 
 typedef struct {
     Intern strings;
     Buf name, cat, tid, pid, ts, ts_missing, dur, dur_missing;
-    Buf arg[4], arg_valid[4]; /* correlation, external id, stream, device */
+    Buf arg[N_KEPT], arg_valid[N_KEPT]; /* KEPT_NAMES, in that order */
     Buf mts, mts_missing, mem[3], mem_valid[3]; /* total allocated, device id, device type */
     Py_ssize_t n_events, n_kept, n_mem, begin_end;
 } Columns;
 
-static const int KEPT_ARGS[4] = {A_CORRELATION, A_EXTERNAL_ID, A_STREAM, A_DEVICE};
-static const int KEPT_WANT[4] = {WANT_CORRELATION, WANT_EXTERNAL_ID, WANT_STREAM, WANT_DEVICE};
-static const char *const KEPT_NAMES[4] = {"correlation", "external_id", "stream", "device"};
+static const int KEPT_ARGS[N_KEPT] = {A_CORRELATION, A_EXTERNAL_ID, A_STREAM, A_DEVICE,
+                                      A_SRC_RANK, A_DST_RANK, A_SEQ};
+static const int KEPT_WANT[N_KEPT] = {WANT_CORRELATION, WANT_EXTERNAL_ID, WANT_STREAM, WANT_DEVICE,
+                                      WANT_SRC_RANK, WANT_DST_RANK, WANT_SEQ};
+static const char *const KEPT_NAMES[N_KEPT] = {"correlation", "external_id", "stream", "device",
+                                               "src_rank", "dst_rank", "seq"};
 static const int MEM_ARGS[3] = {A_TOTAL_ALLOCATED, A_DEVICE_ID, A_DEVICE_TYPE};
 static const char *const MEM_NAMES[3] = {"total_allocated", "device_id", "device_type"};
 
@@ -601,7 +608,7 @@ static void columns_free(Columns *c)
                   &c->dur_missing, &c->mts, &c->mts_missing};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         PyMem_Free(all[i]->data);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < N_KEPT; i++) {
         PyMem_Free(c->arg[i].data);
         PyMem_Free(c->arg_valid[i].data);
     }
@@ -692,7 +699,7 @@ static int emit(Columns *c, const Event *e, PyObject *dropped, int want)
             TRY(put_text(&c->strings, &c->tid, &e->f[F_TID]));
         if (want & WANT_PID)
             TRY(put_text(&c->strings, &c->pid, &e->f[F_PID]));
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < N_KEPT; i++)
             if (want & KEPT_WANT[i])
                 TRY(put_arg(&c->arg[i], &c->arg_valid[i], &e->a[KEPT_ARGS[i]]));
         c->n_kept++;
@@ -746,7 +753,7 @@ static PyObject *result(Columns *c, int want)
         bad = set_item(d, "tid", buf_bytes(&c->tid));
     if (!bad && (want & WANT_PID))
         bad = set_item(d, "pid", buf_bytes(&c->pid));
-    for (int i = 0; i < 4 && !bad; i++) {
+    for (int i = 0; i < N_KEPT && !bad; i++) {
         if (!(want & KEPT_WANT[i]))
             continue;
         char key[64];

@@ -283,7 +283,9 @@ ALL_COLUMNS: tuple[str, ...] = tuple(EVENT_SCHEMA)
 #: Columns that are always built (the sort and the drop rules need them).
 REQUIRED_COLUMNS: frozenset[str] = frozenset({"name", "cat", "ph", "ts", "dur"})
 _ARG_COLUMNS = (("correlation", "args.correlation"), ("external_id", 'args["External id"]'),
-                ("stream", "args.stream"), ("device", "args.device"))
+                ("stream", "args.stream"), ("device", "args.device"),
+                ("src_rank", 'args["Src Rank"]'), ("dst_rank", 'args["Dst Rank"]'),
+                ("seq", "args.Seq"))
 
 
 def split_events(events: list[Event]) -> tuple[list[Event], list[Event], int]:

@@ -15,6 +15,9 @@ correlation     Int64    args.correlation (links a cuda_runtime launch and its k
 external_id     Int64    args["External id"] (links a CPU op and its launches)
 stream          Int64    args.stream (GPU events; ROCm's hex text "0x0" is parsed)
 device          Int64    args.device
+src_rank        Int64    args["Src Rank"] (NCCL recv: the global rank it receives from)
+dst_rank        Int64    args["Dst Rank"] (NCCL send: the global rank it sends to)
+seq             Int64    args.Seq (the process group's collective sequence number)
 ==============  =======  ==============================================================
 
 ``RankTrace.memory`` columns: ``ts`` Int64 (absolute ns), ``total_allocated`` Int64,
@@ -42,6 +45,9 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "external_id": pl.Int64(),
     "stream": pl.Int64(),
     "device": pl.Int64(),
+    "src_rank": pl.Int64(),
+    "dst_rank": pl.Int64(),
+    "seq": pl.Int64(),
 }
 
 MEMORY_SCHEMA: dict[str, pl.DataType] = {

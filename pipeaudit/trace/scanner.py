@@ -32,8 +32,9 @@ except ImportError:  # built without a C compiler: msgspec alone
 #: Set to a non-empty value to decode with msgspec alone.
 DISABLE_ENV = "PIPEAUDIT_NO_SCANNER"
 
-_WANT = {"tid": 1, "pid": 2, "correlation": 4, "external_id": 8, "stream": 16, "device": 32}
-_ARG_COLUMNS = ("correlation", "external_id", "stream", "device")
+_WANT = {"tid": 1, "pid": 2, "correlation": 4, "external_id": 8, "stream": 16, "device": 32,
+         "src_rank": 64, "dst_rank": 128, "seq": 256}
+_ARG_COLUMNS = ("correlation", "external_id", "stream", "device", "src_rank", "dst_rank", "seq")
 
 
 @dataclass

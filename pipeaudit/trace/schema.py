@@ -40,6 +40,9 @@ class Args(LeanArgs, frozen=True):
     external_id: Any = msgspec.field(default=None, name="External id")
     stream: Any = None
     device: Any = None
+    src_rank: Any = msgspec.field(default=None, name="Src Rank")
+    dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
+    seq: Any = msgspec.field(default=None, name="Seq")
 
 
 #: Shared defaults of a missing ``args`` (never mutated).
@@ -125,7 +128,8 @@ class LeanTraceFile(TraceFile):
 
 
 #: Event columns that need the full :class:`Event` (the lean one skips their keys unread).
-FULL_ONLY_COLUMNS: frozenset[str] = frozenset({"pid", "external_id", "stream", "device"})
+FULL_ONLY_COLUMNS: frozenset[str] = frozenset({"pid", "external_id", "stream", "device",
+                                               "src_rank", "dst_rank", "seq"})
 _LEAN_TRACE_DECODER = msgspec.json.Decoder(LeanTraceFile)
 _BATCH_DECODER = msgspec.json.Decoder(list[Event])
 _LEAN_BATCH_DECODER = msgspec.json.Decoder(list[LeanEvent])

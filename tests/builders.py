@@ -69,10 +69,28 @@ def one_f_one_b_orders(P: int, M: int) -> list[list[tuple[int, str, int]]]:
     return out
 
 
-def _place(orders, placement, dur, latency, host_delay):
-    """Independent event-driven placement: returns {(stage,kind,mb): (start, end)} in µs."""
+@dataclass
+class Slot:
+    """Where the independent scheduler put one action (µs)."""
+
+    start: int  #: compute starts (its input has arrived and the rank is free)
+    end: int  #: the action ends (its send, if any, takes the last µs)
+    post: int  #: the rank reached the action: a recv is posted then
+    dep_rank: int | None = None  #: rank of the producer when the input crosses ranks
+    send_start: int | None = None  #: producer's send starts (its compute end)
+    arrival: int | None = None  #: the input arrived
+
+
+def place(orders, placement, dur, latency, host_delay, rendezvous=False) -> dict[tuple, Slot]:
+    """Independent event-driven placement of every action.
+
+    An action starts when its rank is free (+ ``host_delay``) and its input has arrived: a
+    cross-rank input arrives ``latency`` µs after the producer's send µs (its last µs). With
+    ``rendezvous`` (NCCL point-to-point), the transfer starts only once both sides are there:
+    the send posted (producer's compute end) and the recv posted (the consumer reached the
+    action), and takes ``latency + 1`` µs."""
     S = len(placement)
-    done: dict[tuple, tuple[int, int]] = {}
+    done: dict[tuple, Slot] = {}
     pos = [0] * len(orders)
     free = [0] * len(orders)
     progress = True
@@ -91,12 +109,21 @@ def _place(orders, placement, dur, latency, host_delay):
                     dep = (s, "F", m)
                 if dep is not None and dep not in done:
                     break
-                ready = free[r] + host_delay(r)
+                post = free[r] + host_delay(r)
+                ready, slot_extra = post, {}
                 if dep is not None:
-                    cross = placement[dep[0]] != r
-                    ready = max(ready, done[dep][1] + (latency if cross else 0))
+                    producer = done[dep]
+                    if placement[dep[0]] != r:
+                        send_start = producer.end - 1
+                        arrival = (max(send_start, post) + latency + 1 if rendezvous
+                                   else producer.end + latency)
+                        slot_extra = {"dep_rank": placement[dep[0]], "send_start": send_start,
+                                      "arrival": arrival}
+                        ready = max(ready, arrival)
+                    else:
+                        ready = max(ready, producer.end)
                 d = dur(s, k, m)
-                done[(s, k, m)] = (ready, ready + d)
+                done[(s, k, m)] = Slot(ready, ready + d, post, **slot_extra)
                 free[r] = ready + d
                 pos[r] += 1
                 progress = True
@@ -107,7 +134,8 @@ def _place(orders, placement, dur, latency, host_delay):
 
 def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1, annotate=True,
               host_delay=None, gzip_files=False, step_gap=500, memory=False, world_size=None,
-              with_profiler_steps=True, gpu=False, name="built", step_dur=None) -> BuiltRun:
+              with_profiler_steps=True, gpu=False, name="built", step_dur=None,
+              rendezvous=False) -> BuiltRun:
     """Write one Kineto trace per rank for ``orders`` (per rank lists of (stage, kind, mb)).
 
     ``dur(stage, kind, mb)`` gives integer µs durations (default F=1000, B=2000, I=W=1000);
@@ -117,6 +145,8 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
     durations can vary from step to step.
     A span whose input comes from another rank opens as soon as its rank is
     free, so the recv wait lies inside the span with no event (not compute).
+    ``rendezvous``: point-to-point transfers start once both sides are there (see
+    :func:`place`; :func:`build_gpu_run` traces always do).
     With ``gpu=True`` compute is a kernel on stream 7 launched (``cudaLaunchKernel``,
     same correlation id) when the span opens, and transfers are NCCL kernels on stream 20.
     """
@@ -132,7 +162,8 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
     t0 = 1000
     for step in range(steps):
         step_d = dur if step_dur is None else (lambda s, k, m, _st=step: step_dur(_st, s, k, m))
-        placed = _place(orders, placement, step_d, latency, host_delay)
+        slots = place(orders, placement, step_d, latency, host_delay, rendezvous)
+        placed = {act: (sl.start, sl.end) for act, sl in slots.items()}
         hi = max(e for _, e in placed.values())
         compute[step] = {r: [] for r in range(P)}
         for r in range(P):
@@ -203,3 +234,194 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
 
 def _x(name: str, cat: str, ts: int, dur: int, rank: int) -> dict:
     return x(name, ts, dur, cat=cat, pid=100 + rank, tid=100 + rank)
+
+
+# ---------------------------------------------------------------- GPU traces
+
+NCCL_NEW = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+NCCL_OLD = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
+COMPUTE_STREAM, SIDE_STREAM, NCCL_STREAM = 7, 13, 20
+#: Kineto moves "Stream Sync" events to a row of their own: tid = stream + this offset.
+SYNC_TID_OFFSET = 1_000_000
+
+
+def _consumers(orders, slots) -> dict[tuple, tuple[int, tuple]]:
+    """Producer action -> (consumer rank, consumer action) for every cross-rank edge."""
+    rank_of = {act: r for r, order in enumerate(orders) for act in order}
+    out = {}
+    for act, sl in slots.items():
+        if sl.dep_rank is None:
+            continue
+        s, k, m = act
+        if k == "F":
+            prod = (s - 1, "F", m)
+        else:
+            prod = (s + 1, "I", m) if (s + 1, "I", m) in slots and rank_of.get((s + 1, "I", m)) == sl.dep_rank \
+                else (s + 1, "B", m)
+        out[prod] = (rank_of[act], act)
+    return out
+
+
+def build_gpu_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1,
+                  host_delay=None, name="built_gpu", p2p="runtime", nccl="new", p2p_args=True,
+                  drop_launches=0.0, shuffle=False, hosts=None, clock_offset_us=None,
+                  world_size=None, seed=0, with_profiler_steps=True) -> BuiltRun:
+    """The GPU (Kineto kernel-level) trace of the run :func:`build_run` writes for the same
+    arguments with ``rendezvous=True``: the same compute intervals, now kernels.
+
+    What real GPU traces do, and these do too: the CPU runs about one action ahead of the
+    GPU (launches long before their kernels); every host annotation has a
+    ``gpu_user_annotation`` copy (same name and External id, 1 ns wider than the kernels it
+    covers, on their stream); backward kernels are partly launched from the autograd thread
+    (outside every host annotation's thread) and run on a second stream; P2P transfers are
+    NCCL kernels on their own stream that cover the wait for the peer (a recv kernel starts
+    when posted and ends when the data is in); "Stream Sync" events sit on the stream's
+    tid + 1,000,000. ``p2p``: "runtime" wraps each send/recv in a ``PP:<stage>SEND_F<mb>``
+    style span (torch's runtime schedules), "ops" leaves bare ``c10d::send``/``recv_`` ops.
+    ``nccl``: "new" (``ncclDevKernel_*``) or "old" (``ncclKernel_*``) names. ``p2p_args``:
+    kernels carry ``Src Rank``/``Dst Rank``/``Seq``. ``drop_launches``: share of main-thread
+    compute launches left out (those kernels are found through the GPU copy). ``shuffle``:
+    events in random order. ``hosts``: rank -> host name; ``clock_offset_us``: host ->
+    µs its clock reads ahead of the true time (every event of its ranks is shifted).
+
+    ``extra["recv"]``: per rank, the truth of every recv kernel: (stage, kind, mb, start,
+    end, waiting, transfer) in µs of true time.
+    """
+    import random
+
+    P = len(orders)
+    placement = placement or list(range(P))
+    dur = dur or (lambda s, k, m: {"F": 1000, "B": 2000, "I": 1000, "W": 1000}[k])
+    host_delay = host_delay or (lambda r: 0)
+    S = len(placement)
+    rng = random.Random(seed)
+    kernel_name = NCCL_NEW if nccl == "new" else NCCL_OLD
+    directory = tmp / name
+    directory.mkdir(parents=True, exist_ok=True)
+    events: dict[int, list[dict]] = {r: [] for r in range(P)}
+    compute: dict[int, dict[int, list[tuple[int, int]]]] = {}
+    recv_truth: dict[int, list[tuple]] = {r: [] for r in range(P)}
+    ids = iter(range(10_000, 10**9))
+    seq: dict[tuple[int, int], int] = {}
+    t0 = 1000
+    for step in range(steps):
+        slots = place(orders, placement, dur, latency, host_delay, rendezvous=True)
+        consumers = _consumers(orders, slots)
+        hi = max(sl.end for sl in slots.values())
+        compute[step] = {r: [] for r in range(P)}
+        for r in range(P):
+            ev = events[r]
+            main, autograd = 100 + r, 900 + r
+            dev = r % 8
+
+            def cpu(name_, cat, ts, d, tid=main, **args):
+                e = {"ph": "X", "cat": cat, "name": name_, "pid": 100 + r, "tid": tid, "ts": ts, "dur": d}
+                if args:
+                    e["args"] = args
+                ev.append(e)
+
+            def gpu(name_, cat, ts, d, stream, **args):
+                ev.append({"ph": "X", "cat": cat, "name": name_, "pid": dev, "tid": stream, "ts": ts,
+                           "dur": d, "args": {"device": dev, "stream": stream, **args}})
+
+            def launch(ts, tid=main, keep=True):
+                corr = next(ids)
+                if keep:
+                    cpu("cudaLaunchKernel", "cuda_runtime", ts, 1, tid, correlation=corr)
+                return corr
+
+            def annotated(name_, ts, d):
+                ext = next(ids)
+                cpu(name_, "user_annotation", ts, d, **{"External id": ext})
+                return ext
+
+            def copy(name_, ext, lo, hi_, stream):
+                gpu(name_, "gpu_user_annotation", round(t0 + lo - 0.001, 3), round(hi_ - lo + 0.002, 3),
+                    stream, **{"External id": ext})
+
+            step_cpu = t0 - 40
+            cursor, prev_gpu = step_cpu, None
+            for (s, k, m) in orders[r]:
+                sl = slots[(s, k, m)]
+                a, b = sl.start, sl.end
+                cross_out = (s, k, m) in consumers
+                c1 = b - 1 if cross_out else b
+                L = cursor if prev_gpu is None else max(cursor, t0 + prev_gpu)
+                direction = "F" if k == "F" else "B"
+                if sl.dep_rank is not None:  # recv kernel: posted when the rank gets here
+                    name_ = f"PP:{s}RECV_{direction}{m}"
+                    ext = annotated(name_, L, 4) if p2p == "runtime" else None
+                    cpu("c10d::recv_", "cpu_op", L + 1, 3)
+                    corr = launch(L + 2)
+                    key = (sl.dep_rank, r)
+                    seq[key] = seq.get(key, 0) + 1
+                    args = {"correlation": corr}
+                    if p2p_args:
+                        args.update({"Collective name": "recv", "Src Rank": sl.dep_rank, "Seq": seq[key]})
+                    assert L + 2 < t0 + sl.post, "launch after its kernel"
+                    gpu(kernel_name, "kernel", t0 + sl.post, sl.arrival - sl.post, NCCL_STREAM, **args)
+                    if ext is not None:
+                        copy(name_, ext, sl.post, sl.arrival, NCCL_STREAM)
+                    waiting = min(max(sl.send_start - sl.post, 0), sl.arrival - sl.post)
+                    recv_truth[r].append((s, k, m, t0 + sl.post, t0 + sl.arrival, waiting,
+                                          sl.arrival - sl.post - waiting))
+                ext = annotated(f"PP:{s}{k}{m}", L + 5, 15)
+                cpu("aten::mm" if k == "F" else "aten::ones_like", "cpu_op", L + 6, 3)
+                keep = rng.random() >= drop_launches
+                corr1 = launch(L + 7, keep=keep)
+                assert L + 7 < t0 + a, "launch after its kernel"
+                if k == "F":
+                    gpu("sm90_xmma_gemm_f16f16_tn", "kernel", t0 + a, c1 - a, COMPUTE_STREAM, correlation=corr1)
+                    copy(f"PP:{s}{k}{m}", ext, a, c1, COMPUTE_STREAM)
+                else:
+                    mid = a + (c1 - a) // 2
+                    gpu("elementwise_kernel", "kernel", t0 + a, mid - a, COMPUTE_STREAM, correlation=corr1)
+                    copy(f"PP:{s}{k}{m}", ext, a, mid, COMPUTE_STREAM)
+                    cpu("autograd::engine::evaluate_function: MmBackward0", "cpu_op", L + 10, 4, autograd)
+                    corr2 = launch(L + 11, autograd)
+                    gpu("sm90_xmma_gemm_f16f16_nt", "kernel", t0 + mid, c1 - mid, SIDE_STREAM, correlation=corr2)
+                gpu("Stream Sync", "cuda_sync", t0 + c1, 1, COMPUTE_STREAM + SYNC_TID_OFFSET)
+                compute[step][r].append((t0 + a, t0 + c1))
+                if cross_out:
+                    dst_rank, dst_act = consumers[(s, k, m)]
+                    arrival = slots[dst_act].arrival
+                    name_ = f"PP:{s}SEND_{direction}{m}"
+                    ext = annotated(name_, L + 21, 4) if p2p == "runtime" else None
+                    cpu("c10d::send", "cpu_op", L + 22, 2)
+                    corr = launch(L + 23)
+                    key = (r, dst_rank)
+                    seq[key] = seq.get(key, 0) + 1
+                    args = {"correlation": corr}
+                    if p2p_args:
+                        args.update({"Collective name": "send", "Dst Rank": dst_rank, "Seq": seq[key]})
+                    gpu(kernel_name, "kernel", t0 + c1, arrival - c1, NCCL_STREAM, **args)
+                    if ext is not None:
+                        copy(name_, ext, c1, arrival, NCCL_STREAM)
+                cursor, prev_gpu = L + 26, a
+            if with_profiler_steps:
+                cpu(f"ProfilerStep#{step + 1}", "user_annotation", step_cpu - 10, max(t0 + hi, cursor) + 100 - step_cpu)
+        t0 += hi + 500
+    files = []
+    for r in range(P):
+        ev = events[r]
+        host = (hosts or {}).get(r)
+        shift = (clock_offset_us or {}).get(host, 0)
+        if shift:
+            for e in ev:
+                e["ts"] = round(e["ts"] + shift, 3)
+        if shuffle:
+            rng.shuffle(ev)
+        doc = {
+            "schemaVersion": 1,
+            "deviceProperties": [{"id": r % 8, "name": "NVIDIA H100"}],
+            "distributedInfo": {"backend": "nccl", "rank": r, "world_size": world_size or P},
+            "baseTimeNanoseconds": BASE_NS,
+            "traceEvents": ev,
+        }
+        if host is not None:
+            doc["host_name"] = host
+        path = directory / f"rank{r}.json"
+        path.write_bytes(json.dumps(doc).encode())
+        files.append(path)
+    return BuiltRun(directory, files, compute, [list(o) for o in orders], list(placement),
+                    extra={"recv": recv_truth})

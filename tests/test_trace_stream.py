@@ -237,14 +237,14 @@ def test_streaming_memory_is_bounded(tmp_path: Path) -> None:
 def test_lean_decode_builds_the_same_columns(path: Path) -> None:
     """The analysis columns come from the lean Structs (no pid, fewer args keys): the same
     values as the full decode, whole-file and streamed."""
-    from pipeaudit.timeline.build import REDUCE_COLUMNS
     from pipeaudit.trace.decode import check_columns
     from pipeaudit.trace.schema import is_lean
 
-    assert is_lean(check_columns(REDUCE_COLUMNS)) and not is_lean(check_columns(None))
+    lean_columns = ("tid", "correlation")
+    assert is_lean(check_columns(lean_columns)) and not is_lean(check_columns(None))
     full = _outcome(read_trace, path)
-    for lean in (_outcome(read_trace, path, columns=REDUCE_COLUMNS),
-                 _outcome(read_trace_streaming, path, columns=REDUCE_COLUMNS)):
+    for lean in (_outcome(read_trace, path, columns=lean_columns),
+                 _outcome(read_trace_streaming, path, columns=lean_columns)):
         if isinstance(full, str):
             assert lean == full
             continue

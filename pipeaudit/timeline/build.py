@@ -17,8 +17,11 @@ import polars as pl
 from pipeaudit.timeline.model import Timeline
 from pipeaudit.timeline.rank import RankTimeline, reduce_rank
 
-#: Event columns :func:`reduce_rank` reads besides name, cat, ph, ts and dur.
-REDUCE_COLUMNS = ("tid", "correlation")
+#: Event columns :func:`reduce_rank` reads besides name, cat, ph, ts and dur: threads and
+#: launch correlation (CPU and GPU), ``External id`` (pairs an annotation with its GPU copy),
+#: the GPU event's process, stream and device, and NCCL's P2P peers and sequence numbers.
+REDUCE_COLUMNS = ("tid", "pid", "correlation", "external_id", "stream", "device", "src_rank",
+                  "dst_rank", "seq")
 
 
 def stage_hints(manifest: dict[str, Any] | None) -> dict[int, int]:

@@ -84,7 +84,9 @@ def _infer_window(starts, ends, comm, send, bwd, stage: int, tid: str) -> list[t
         candidates = sorted(keep, key=lambda c: c[1])
     out = []
     for mb, (_, a, b) in enumerate(candidates):
-        out.append((stage, "F", mb, tid, int(starts[a]), int(ends[a:b + 1].max()), "inferred"))
+        out.append((stage, "F", mb, tid, int(starts[a]), int(ends[a:b + 1].max()), "inferred",
+                    None, None))
     for mb, (_, a, b) in enumerate(backward_runs):
-        out.append((stage, "B", mb, tid, int(starts[a]), int(ends[a:b + 1].max()), "inferred"))
+        out.append((stage, "B", mb, tid, int(starts[a]), int(ends[a:b + 1].max()), "inferred",
+                    None, None))
     return out

@@ -91,4 +91,4 @@ class Timeline:
 
 
 _ACTION_DTYPES = [pl.Int64, pl.Int64, pl.Utf8, pl.Int64, pl.Int64, pl.Int64, pl.Utf8, pl.Int64,
-                  pl.Int64, pl.Int64, pl.Int64, pl.Int64, pl.Utf8]
+                  pl.Int64, pl.Int64, pl.Int64, pl.Int64, pl.Utf8, pl.Int64, pl.Int64]

@@ -3,12 +3,22 @@
 A *compute unit* is a piece of compute that can be attributed to an action:
 on CPU traces a top-level (not nested in another op) non-communication CPU op;
 on GPU traces a non-communication kernel, attributed through the time of its
-launch (the ``cuda_runtime``/``hip`` call with the same correlation id).
+launch (the ``cuda_runtime``/``hip`` call with the same correlation id), or,
+for a kernel without a launch event, through the GPU copy of the annotation it
+ran in (``gpu_user_annotation``).
 
 Columns of :attr:`RankOps.units`: ``start``, ``end`` (when the compute ran),
 ``anchor`` (the time used to attribute the unit to an action span: the op's
-start on CPU, the launch time on GPU), ``tid`` (thread of the anchor),
-``name`` and ``backward`` (an autograd-engine op, used for inference).
+start on CPU, the launch time on GPU; null for a kernel whose launch is not in
+the trace), ``tid`` (thread of the anchor), ``name``, ``backward`` (an
+autograd-engine op, used for inference), ``device`` and ``stream`` (GPU units;
+null on CPU).
+
+Kineto writes every ``record_function`` span twice on GPU traces: the CPU
+``user_annotation`` and a ``gpu_user_annotation`` copy per stream, covering the
+kernels launched inside it (1 ns wider on each side), with the same
+``External id``. Only the CPU spans are action candidates (:attr:`RankOps.spans`);
+the copies are kept apart (:attr:`RankOps.gpu_spans`).
 """
 
 from __future__ import annotations
@@ -21,14 +31,23 @@ import polars as pl
 from pipeaudit.timeline import intervals as iv
 
 COMM_OP_RE = r"^(c10d::|gloo:|nccl:|record_param_comms|ProcessGroup|c10d_functional::|_c10d_functional::)"
-COMM_KERNEL_RE = r"(?i)(nccl|rccl|sendrecv|allreduce|all_reduce|allgather|reducescatter|broadcast)"
+#: NCCL/RCCL kernels: ``ncclKernel_*`` (NCCL < 2.19), ``ncclDevKernel_*`` (current), and the
+#: collective names other libraries use.
+COMM_KERNEL_RE = (r"(?i)(nccl|rccl|sendrecv|allreduce|all_reduce|allgather|all_gather|"
+                  r"reducescatter|reduce_scatter|broadcast|alltoall)")
 SEND_OP_RE = r"^c10d::(send|isend)|^gloo:send|^nccl:send"
 P2P_OP_RE = r"^c10d::(send|isend|recv_|irecv|recv_any_source_)|^(gloo|nccl):(send|recv)"
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
 GPU_ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
 CPU_OP_CATS = ("cpu_op", "operator", "")
-ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation", "cpu_instant_event")
+#: Categories of host-side annotation spans (``record_function``): action candidates.
+HOST_SPAN_CATS = ("user_annotation", "cpu_op", "python_function", "")
+GPU_SPAN_CAT = "gpu_user_annotation"
+ANNOTATION_CATS = ("user_annotation", GPU_SPAN_CAT, "cpu_instant_event")
+
+UNIT_SCHEMA = {"start": pl.Int64, "end": pl.Int64, "anchor": pl.Int64, "tid": pl.Utf8,
+               "name": pl.Utf8, "backward": pl.Boolean, "device": pl.Int64, "stream": pl.Int64}
 
 
 @dataclass
@@ -37,19 +56,21 @@ class RankOps:
 
     rank: int
     on_gpu: bool
-    units: pl.DataFrame
-    cpu_ops: pl.DataFrame  # top-level CPU ops of every thread: tid, start, end, name, comm, backward, send
+    units: pl.DataFrame  # UNIT_SCHEMA
+    cpu_ops: pl.DataFrame  # top-level CPU ops of every thread: tid, start, end, name, comm, backward, send, p2p
     comm: iv.Intervals
     activity: iv.Intervals
-    spans: pl.DataFrame  # annotation spans (user_annotation and friends): name, tid, start, end
+    spans: pl.DataFrame  # host annotation spans: name, tid, start, end, cat, external_id
+    #: GPU copies of annotation spans: name, stream, device, start, end, external_id
+    gpu_spans: pl.DataFrame
+    #: communication kernels (GPU traces): name, start, end, anchor, tid, device, stream,
+    #: correlation, src_rank, dst_rank, seq
+    comm_kernels: pl.DataFrame
 
-    @property
-    def first_activity(self) -> int | None:
-        return int(self.activity[0][0]) if self.activity[0].size else None
 
-    @property
-    def last_activity(self) -> int | None:
-        return int(self.activity[1][-1]) if self.activity[1].size else None
+def _col(df: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
+    """Column ``name`` when the decode built it, else nulls of ``dtype``."""
+    return pl.col(name) if name in df.columns else pl.lit(None, dtype=dtype)
 
 
 def _top_level(ops: pl.DataFrame) -> pl.DataFrame:
@@ -68,6 +89,7 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
     x = events.with_columns(
         start=pl.col("ts"), end=pl.col("ts") + pl.col("dur"),
         _lifetime=pl.col("name").str.contains(r"^(gloo|nccl):"),
+        external_id=_col(events, "external_id", pl.Int64()),
     )
     cats = x.get_column("cat")
     on_gpu = bool(cats.is_in(list(GPU_ACTIVITY_CATS)).any())
@@ -80,10 +102,11 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
         p2p=pl.col("name").str.contains(P2P_OP_RE),
     )
     lifetimes = x.filter(pl.col("cat").is_in(list(ANNOTATION_CATS)) & pl.col("_lifetime"))
-    spans = x.filter(
-        pl.col("cat").is_in(["user_annotation", "gpu_user_annotation", "cpu_op", "python_function", ""])
-        & ~pl.col("_lifetime")
-    ).select("name", "tid", "start", "end", "cat")
+    spans = x.filter(pl.col("cat").is_in(list(HOST_SPAN_CATS)) & ~pl.col("_lifetime")).select(
+        "name", "tid", "start", "end", "cat", "external_id")
+    gpu_spans = x.filter((pl.col("cat") == GPU_SPAN_CAT) & ~pl.col("_lifetime")).select(
+        "name", stream=_stream(x), device=_device(x), start="start", end="end",
+        external_id="external_id")
 
     if on_gpu:
         units, comm_kernels, gpu_activity = _gpu_units(x)
@@ -96,7 +119,8 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
     else:
         compute_ops = top.filter(~pl.col("comm"))
         units = compute_ops.select(
-            "start", "end", anchor=pl.col("start"), tid="tid", name="name", backward="backward"
+            "start", "end", anchor=pl.col("start"), tid="tid", name="name", backward="backward",
+            device=pl.lit(None, dtype=pl.Int64), stream=pl.lit(None, dtype=pl.Int64),
         )
         comm_ops = top.filter(pl.col("comm"))
         comm = iv.merge(
@@ -105,28 +129,50 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
         )
         compute = iv.merge(units["start"].to_numpy(), units["end"].to_numpy())
         activity = iv.union(compute, comm)
+        comm_kernels = _empty_comm_kernels()
     return RankOps(rank=rank, on_gpu=on_gpu, units=units, cpu_ops=top, comm=comm,
-                   activity=activity, spans=spans)
+                   activity=activity, spans=spans, gpu_spans=gpu_spans,
+                   comm_kernels=comm_kernels)
+
+
+def _stream(x: pl.DataFrame) -> pl.Expr:
+    """A GPU event's stream: ``args.stream``, else its tid (Kineto writes the stream there)."""
+    return pl.coalesce(_col(x, "stream", pl.Int64()), pl.col("tid").cast(pl.Int64, strict=False))
+
+
+def _device(x: pl.DataFrame) -> pl.Expr:
+    """A GPU event's device: ``args.device``, else its pid (Kineto's GPU process is the device)."""
+    pid = _col(x, "pid", pl.Utf8()).cast(pl.Int64, strict=False)
+    return pl.coalesce(_col(x, "device", pl.Int64()), pid)
+
+
+def _empty_comm_kernels() -> pl.DataFrame:
+    return pl.DataFrame(schema={
+        "name": pl.Utf8, "start": pl.Int64, "end": pl.Int64, "anchor": pl.Int64, "tid": pl.Utf8,
+        "device": pl.Int64, "stream": pl.Int64, "correlation": pl.Int64,
+        "src_rank": pl.Int64, "dst_rank": pl.Int64, "seq": pl.Int64})
 
 
 def _gpu_units(x: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Compute kernels with their launch time; communication kernels; all GPU activity."""
+    """Compute kernels with their launch; communication kernels with theirs; all GPU activity."""
     gpu = x.filter(pl.col("cat").is_in(list(GPU_ACTIVITY_CATS)))
     is_comm = pl.col("name").str.contains(COMM_KERNEL_RE)
-    kernels = gpu.filter((pl.col("cat") == "kernel") & ~is_comm)
-    comm_kernels = gpu.filter((pl.col("cat") == "kernel") & is_comm)
     launches = (
         x.filter(pl.col("cat").is_in(list(LAUNCH_CATS)) & pl.col("correlation").is_not_null())
-        .select("correlation", anchor=pl.col("start"), tid=pl.col("tid"))
+        .select("correlation", anchor=pl.col("start"), launch_tid=pl.col("tid"))
         .unique("correlation", keep="first")
     )
-    joined = kernels.join(launches.rename({"tid": "launch_tid"}), on="correlation", how="left")
-    units = joined.select(
-        "start",
-        "end",
-        anchor=pl.coalesce("anchor", "start"),
-        tid=pl.coalesce("launch_tid", "tid"),
-        name="name",
-        backward=pl.lit(False),
+    kernels = gpu.filter(pl.col("cat") == "kernel").with_columns(
+        device=_device(gpu), stream=_stream(gpu)
+    ).join(launches, on="correlation", how="left")
+    units = kernels.filter(~is_comm).select(
+        "start", "end", "anchor", tid="launch_tid", name="name", backward=pl.lit(False),
+        device="device", stream="stream",
+    )
+    comm_kernels = kernels.filter(is_comm).select(
+        "name", "start", "end", "anchor", tid="launch_tid", device="device", stream="stream",
+        correlation="correlation",
+        src_rank=_col(kernels, "src_rank", pl.Int64()), dst_rank=_col(kernels, "dst_rank", pl.Int64()),
+        seq=_col(kernels, "seq", pl.Int64()),
     )
     return units, comm_kernels, gpu

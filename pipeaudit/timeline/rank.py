@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from pipeaudit.timeline import intervals as iv
-from pipeaudit.timeline.attribute import COMPUTE_SCHEMA, attribute
+from pipeaudit.timeline.attribute import COMPUTE_SCHEMA, attribute, pair_gpu_copies
 from pipeaudit.timeline.infer import infer_spans
 from pipeaudit.timeline.ops import classify
 from pipeaudit.timeline.recognise import (
@@ -24,9 +24,12 @@ from pipeaudit.timeline.recognise import (
 )
 from pipeaudit.timeline.steps import assign_steps, profiler_steps
 
+#: ``start``/``end``: where the action ran (CPU traces: its span; GPU traces: on the device,
+#: its kernels and GPU copy); ``host_start``/``host_end``: its span on the host (on GPU
+#: traces, when the CPU issued it).
 ACTION_COLUMNS = [
     "rank", "stage", "kind", "microbatch", "step", "profiler_step", "tid", "start", "end",
-    "compute_ns", "compute_start", "compute_end", "source",
+    "compute_ns", "compute_start", "compute_end", "source", "host_start", "host_end",
 ]
 
 
@@ -65,7 +68,7 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
         spans, source = torch_runtime_spans(ops), "annotation"
     if spans.height == 0:
         spans, source = gpipe_spans(ops, default_stage), "annotation"
-    if spans.height == 0 and not ops.on_gpu:
+    if spans.height == 0:
         windows = list(steps.select("start", "end").iter_rows()) if steps.height else [
             (int(ops.cpu_ops["start"].min() or 0), int(ops.cpu_ops["end"].max() or 0) + 1)
         ]
@@ -74,7 +77,8 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
         source = "none"
     spans = spans.sort("start")
 
-    compute = attribute(spans, ops) if spans.height else pl.DataFrame(schema=COMPUTE_SCHEMA)
+    copies = pair_gpu_copies(spans, ops.gpu_spans) if ops.on_gpu else None
+    compute = attribute(spans, ops, copies) if spans.height else pl.DataFrame(schema=COMPUTE_SCHEMA)
     per_action = compute.group_by("action").agg(
         compute_ns=(pl.col("end") - pl.col("start")).sum(),
         compute_start=pl.col("start").min(),
@@ -88,9 +92,12 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
             pl.col("compute_start").fill_null(pl.col("start")),
             pl.col("compute_end").fill_null(pl.col("start")),
             rank=pl.lit(trace.rank, dtype=pl.Int64),
+            host_start=pl.col("start"), host_end=pl.col("end"),
         )
     )
-    actions, outside = assign_steps(actions, steps)
+    if ops.on_gpu:
+        actions = _device_spans(actions, copies)
+    actions, outside = assign_steps(actions, steps, at="host_start")
     # renumber action ids to the kept rows so compute.action indexes actions
     keep_ids = actions["action"]
     compute = compute.filter(pl.col("action").is_in(keep_ids.implode()))
@@ -125,3 +132,23 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
         activity=ops.activity, other_compute=other, steps=steps, memory_peak=peaks,
         memory=memory, source=source, outside_steps=outside, warnings=warnings,
     )
+
+
+def _device_spans(actions: pl.DataFrame, copies: pl.DataFrame | None) -> pl.DataFrame:
+    """GPU traces: an action's ``start``/``end`` become its span on the device (its kernels and
+    its GPU copies, which Kineto widens by 1 ns on each side of the kernels they cover); one
+    with neither keeps its host span."""
+    has_compute = pl.col("compute_ns") > 0
+    if copies is not None and copies.height:
+        bounds = copies.group_by("action").agg(copy_start=pl.col("start").min() + 1,
+                                               copy_end=pl.col("end").max() - 1)
+        actions = actions.join(bounds, on="action", how="left")
+    else:
+        actions = actions.with_columns(copy_start=pl.lit(None, dtype=pl.Int64),
+                                       copy_end=pl.lit(None, dtype=pl.Int64))
+    return actions.with_columns(
+        start=pl.min_horizontal(pl.when(has_compute).then(pl.col("compute_start")), "copy_start")
+        .fill_null(pl.col("host_start")),
+        end=pl.max_horizontal(pl.when(has_compute).then(pl.col("compute_end")), "copy_end")
+        .fill_null(pl.col("host_end")),
+    ).drop("copy_start", "copy_end")

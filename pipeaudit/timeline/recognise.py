@@ -11,7 +11,8 @@ Sources, in order of preference on each rank:
 3. ``ScheduleGPipe``'s ``Forward <mb>`` / ``Backward <mb>``.
 
 The result is a table of action spans: ``stage, kind, microbatch, tid, start,
-end, source``. When nothing matches, :mod:`pipeaudit.timeline.infer` takes over.
+end, source`` and the span's own ``name`` and ``external_id`` (to find its GPU copy).
+When nothing matches, :mod:`pipeaudit.timeline.infer` takes over.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import polars as pl
 
 from pipeaudit.errors import ConfigError
-from pipeaudit.timeline.ops import BACKWARD_OP_PREFIX, RankOps
+from pipeaudit.timeline.ops import RankOps
 
 PP_ACTION_RE = r"^PP:(\d+)([FBIW])(\d+)$"
 PP_OVERLAP_RE = r"^PP:\((.*)\)OVERLAP_F_B$"
@@ -41,6 +42,8 @@ SPAN_SCHEMA = {
     "start": pl.Int64,
     "end": pl.Int64,
     "source": pl.Utf8,
+    "name": pl.Utf8,
+    "external_id": pl.Int64,
 }
 
 _KIND_WORDS = {
@@ -49,11 +52,6 @@ _KIND_WORDS = {
     "i": "I", "dgrad": "I", "input": "I", "backward_input": "I",
     "w": "W", "wgrad": "W", "weight": "W", "backward_weight": "W",
 }
-
-
-def empty_spans() -> pl.DataFrame:
-    """An action-span table with no rows."""
-    return pl.DataFrame(schema=SPAN_SCHEMA)
 
 
 def _drop_nested_duplicates(spans: pl.DataFrame) -> pl.DataFrame:
@@ -73,7 +71,8 @@ def torch_runtime_spans(ops: RankOps) -> pl.DataFrame:
         stage=pl.col("name").str.extract(PP_ACTION_RE, 1).cast(pl.Int64, strict=False),
         kind=pl.col("name").str.extract(PP_ACTION_RE, 2),
         microbatch=pl.col("name").str.extract(PP_ACTION_RE, 3).cast(pl.Int64, strict=False),
-        tid="tid", start="start", end="end", source=pl.lit("annotation"),
+        tid="tid", start="start", end="end", source=pl.lit("annotation"), name="name",
+        external_id="external_id",
     ).filter(_valid_indices())
     overlap = s.filter(pl.col("name").str.contains(PP_OVERLAP_RE))
     parts = [plain]
@@ -91,7 +90,8 @@ def _split_overlap(overlap: pl.DataFrame, ops: RankOps) -> pl.DataFrame:
     bwd = ops.cpu_ops.filter(pl.col("backward")).sort("start")
     bwd_starts = bwd["start"].to_numpy()
     rows = []
-    for name, tid, start, end in overlap.select("name", "tid", "start", "end").iter_rows():
+    for name, tid, start, end, ext in overlap.select("name", "tid", "start", "end",
+                                                      "external_id").iter_rows():
         subs = re.match(PP_OVERLAP_RE, name).group(1).split(";")  # type: ignore[union-attr]
         acts = []
         for sub in subs:
@@ -104,7 +104,7 @@ def _split_overlap(overlap: pl.DataFrame, ops: RankOps) -> pl.DataFrame:
         split = int(bwd_starts[i]) if i < bwd_starts.size and bwd_starts[i] < end else end
         bounds = _sub_bounds(acts, start, end, split)
         for (stage, kind, mb), (a, b) in zip(acts, bounds):
-            rows.append((stage, kind, mb, tid, a, b, "annotation"))
+            rows.append((stage, kind, mb, tid, a, b, "annotation", name, ext))
     return pl.DataFrame(rows, schema=SPAN_SCHEMA, orient="row")
 
 
@@ -132,7 +132,8 @@ def pattern_spans(ops: RankOps, pattern: str, default_stage: int) -> pl.DataFram
             "(?P<stage>...) is optional"
         )
     rows = []
-    for name, tid, start, end in ops.spans.select("name", "tid", "start", "end").iter_rows():
+    for name, tid, start, end, ext in ops.spans.select("name", "tid", "start", "end",
+                                                        "external_id").iter_rows():
         m = rx.search(name)
         if m is None:
             continue
@@ -143,7 +144,7 @@ def pattern_spans(ops: RankOps, pattern: str, default_stage: int) -> pl.DataFram
         stage = _pattern_int(pattern, "stage", stage_text, name) if stage_text else default_stage
         mb = _pattern_int(pattern, mb_group, m.group(mb_group), name)
         if stage < MAX_INDEX and mb < MAX_INDEX:
-            rows.append((stage, kind, mb, tid, start, end, "pattern"))
+            rows.append((stage, kind, mb, tid, start, end, "pattern", name, ext))
     spans = pl.DataFrame(rows, schema=SPAN_SCHEMA, orient="row")
     return _drop_nested_duplicates(spans).sort("start")
 
@@ -155,7 +156,8 @@ def gpipe_spans(ops: RankOps, default_stage: int) -> pl.DataFrame:
         stage=pl.lit(default_stage, dtype=pl.Int64),
         kind=pl.col("name").str.extract(GPIPE_RE, 1).str.slice(0, 1),
         microbatch=pl.col("name").str.extract(GPIPE_RE, 2).cast(pl.Int64, strict=False),
-        tid="tid", start="start", end="end", source=pl.lit("annotation"),
+        tid="tid", start="start", end="end", source=pl.lit("annotation"), name="name",
+        external_id="external_id",
     ).filter(_valid_indices())
     return _drop_nested_duplicates(spans).sort("start")
 
@@ -179,8 +181,3 @@ def _pattern_int(pattern: str, group: str, text: str | None, name: str) -> int:
         raise ConfigError(f"--action-pattern {pattern!r}: group {group} matched a negative number "
                           f"{text!r} in the span {name[:60]!r}")
     return value
-
-
-def is_backward_op(name: str) -> bool:
-    """True for the autograd engine's per-node backward ops."""
-    return name.startswith(BACKWARD_OP_PREFIX)

@@ -25,8 +25,11 @@ def profiler_steps(spans: pl.DataFrame) -> pl.DataFrame:
     return steps.sort("start").unique("profiler_step", keep="first", maintain_order=True)
 
 
-def assign_steps(actions: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """Add ``step`` and ``profiler_step`` columns; return the table and how many actions fell outside every step."""
+def assign_steps(actions: pl.DataFrame, steps: pl.DataFrame,
+                 at: str = "start") -> tuple[pl.DataFrame, int]:
+    """Add ``step`` and ``profiler_step`` columns; return the table and how many actions fell
+    outside every step. ``at``: the column of the action's time that a step span must hold
+    (the host span's start: ProfilerStep spans are host spans)."""
     if steps.height == 0:
         out = actions.with_columns(
             step=pl.int_range(pl.len()).over(["stage", "kind", "microbatch"]).cast(pl.Int64),
@@ -35,7 +38,7 @@ def assign_steps(actions: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFra
         return out, 0
     st = steps["start"].to_numpy()
     en = steps["end"].to_numpy()
-    a = actions["start"].to_numpy()
+    a = actions[at].to_numpy()
     k = np.searchsorted(st, a, side="right") - 1
     inside = (k >= 0) & (a < en[np.maximum(k, 0)])
     prof = np.where(inside, steps["profiler_step"].to_numpy()[np.maximum(k, 0)], -1)

@@ -194,6 +194,7 @@ def test_columns_and_filtering(tmp_path: Path) -> None:
     assert df.row(0, named=True) == {
         "name": "a", "cat": "kernel", "ph": "X", "ts": 10000, "dur": 0, "pid": "0", "tid": "7",
         "correlation": 3, "external_id": 9, "stream": 7, "device": 0,
+        "src_rank": None, "dst_rank": None, "seq": None,
     }
     assert df.row(1, named=True)["cat"] == "" and df.row(1, named=True)["correlation"] is None
     assert df.row(2, named=True)["pid"] == "Spans" and df.row(2, named=True)["tid"] == "Trace 1"

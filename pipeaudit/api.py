@@ -67,6 +67,16 @@ class Run:
         """Per-step window, step time, bubble and replay ideal."""
         return pl.DataFrame([asdict(s) for s in self._audit.steps])
 
+    def pipelines(self) -> pl.DataFrame:
+        """One row per pipeline replica: ranks, bubble, replay ideal, median step time, slowest
+        stage (one row for a single pipeline)."""
+        rows = [asdict(p) for p in self._audit.pipelines]
+        return pl.DataFrame(rows) if rows else pl.DataFrame()
+
+    def pipeline(self, index: int) -> "Run":
+        """The run of pipeline replica ``index`` alone (its own audit, explain and what-if)."""
+        return Run(self.timeline.replica(index), schedule=self._schedule)
+
     def findings(self) -> pl.DataFrame:
         """Findings as a table (code, severity, rank, stage, measured, expected, message)."""
         schema = {"code": pl.Utf8, "severity": pl.Utf8, "rank": pl.Int64, "stage": pl.Int64,
@@ -84,6 +94,8 @@ def load(
     schedule: str | None = None,
     action_pattern: str | None = None,
     num_microbatches: int | None = None,
+    num_steps: int | None = None,
+    layout: str | None = None,
     jobs: int | None = None,
     allow_missing: bool = False,
     executor: str | None = None,
@@ -99,13 +111,17 @@ def load(
     docs/performance.md; :mod:`pipeaudit.progress` reports ranks as they are done.
     ``salvage=True``: analyse the complete events of truncated or corrupt trace files; the
     steps the damage cut are excluded and the audit says what was lost (``TRUNCATED_TRACE``).
+    ``num_microbatches`` / ``num_steps``: state M or the number of steps for traces that
+    show neither (see :mod:`pipeaudit.timeline.stepping`); ``layout``: e.g. ``"pp=4,dp=2"``
+    when the traces do not say which ranks form each pipeline replica.
     """
     from pipeaudit.timeline.build import build_timeline
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     tl = build_timeline([str(p) for p in paths], pattern=action_pattern,
-                        num_microbatches=num_microbatches, jobs=jobs,
+                        num_microbatches=num_microbatches, num_steps=num_steps,
+                        layout=layout, jobs=jobs,
                         allow_missing=allow_missing, executor=executor,
                         max_memory=max_memory, salvage=salvage)
     return Run(tl, schedule=schedule)

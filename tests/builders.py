@@ -35,18 +35,26 @@ class BuiltRun:
     placement: list[int]
     extra: dict = field(default_factory=dict)
 
-    def true_bubble(self) -> dict[int, float]:
-        """Per rank, the DESIGN.md bubble averaged over steps, counted on a 1 µs grid."""
+    def true_bubble(self, groups: list[list[int]] | None = None) -> dict[int, float]:
+        """Per rank, the DESIGN.md bubble averaged over steps, counted on a 1 µs grid; with
+        ``groups`` (the ranks of each pipeline replica) each group has its own step window."""
         out: dict[int, list[float]] = {}
         for step, by_rank in self.compute.items():
-            lo = min(s for iv in by_rank.values() for s, _ in iv)
-            hi = max(e for iv in by_rank.values() for _, e in iv)
-            for r, ivs in by_rank.items():
-                grid = np.zeros(hi - lo, dtype=bool)
-                for s, e in ivs:
-                    grid[s - lo:e - lo] = True
-                out.setdefault(r, []).append(1 - grid.sum() / (hi - lo))
+            for group in groups or [list(by_rank)]:
+                ivs_of = {r: by_rank[r] for r in group}
+                lo = min(s for iv in ivs_of.values() for s, _ in iv)
+                hi = max(e for iv in ivs_of.values() for _, e in iv)
+                for r, ivs in ivs_of.items():
+                    grid = np.zeros(hi - lo, dtype=bool)
+                    for s, e in ivs:
+                        grid[s - lo:e - lo] = True
+                    out.setdefault(r, []).append(1 - grid.sum() / (hi - lo))
         return {r: float(np.mean(v)) for r, v in out.items()}
+
+    def replica_groups(self) -> list[list[int]]:
+        """The ranks of each replica of a :func:`build_replicas` run."""
+        P, dp, tp = self.extra["pp"], self.extra["dp"], self.extra["tp"]
+        return [[(p * dp + d) * tp + t for p in range(P) for t in range(tp)] for d in range(dp)]
 
 
 def gpipe_orders(P: int, M: int) -> list[list[tuple[int, str, int]]]:
@@ -135,7 +143,8 @@ def place(orders, placement, dur, latency, host_delay, rendezvous=False) -> dict
 def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1, annotate=True,
               host_delay=None, gzip_files=False, step_gap=500, memory=False, world_size=None,
               with_profiler_steps=True, gpu=False, name="built", step_dur=None,
-              rendezvous=False) -> BuiltRun:
+              rendezvous=False, realistic=False, split_marks=None, optimizer=None,
+              batched_recvs=False) -> BuiltRun:
     """Write one Kineto trace per rank for ``orders`` (per rank lists of (stage, kind, mb)).
 
     ``dur(stage, kind, mb)`` gives integer µs durations (default F=1000, B=2000, I=W=1000);
@@ -145,6 +154,16 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
     durations can vary from step to step.
     A span whose input comes from another rank opens as soon as its rank is
     free, so the recv wait lies inside the span with no event (not compute).
+    ``realistic`` (CPU traces): actions made of several top-level ops as torch runs them (a
+    forward of five ops, the last stage's with its loss; a backward of six autograd-engine
+    ops), the bookkeeping around them that is no action (``aten::ones_like`` before a
+    backward on the last stage, ``aten::detach_`` before a backward's send), the batch split
+    (``aten::tensor_split``) at the start of each step on the first and last stage
+    (``split_marks``, default: ``realistic``) and the optimizer's annotated ops at each step's
+    start and end (``optimizer``, default: ``realistic``). The truth compute is the
+    forward's and backward's own ops.
+    ``batched_recvs``: a rank posts the recvs of consecutive actions of one kind together,
+    before the first of them (so those actions follow each other with no op between).
     ``rendezvous``: point-to-point transfers start once both sides are there (see
     :func:`place`; :func:`build_gpu_run` traces always do).
     With ``gpu=True`` compute is a kernel on stream 7 launched (``cudaLaunchKernel``,
@@ -155,6 +174,8 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
     dur = dur or (lambda s, k, m: {"F": 1000, "B": 2000, "I": 1000, "W": 1000}[k])
     host_delay = host_delay or (lambda r: 0)
     S = len(placement)
+    split_marks = realistic if split_marks is None else split_marks
+    optimizer = realistic if optimizer is None else optimizer
     directory = tmp / name
     directory.mkdir(parents=True, exist_ok=True)
     events: dict[int, list[dict]] = {r: [] for r in range(P)}
@@ -170,7 +191,17 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
             ev = events[r]
             if with_profiler_steps:
                 ev.append(_x("ProfilerStep#%d" % (step + 1), "user_annotation", t0 - 50, hi + 100, r))
+            holds = {s for s, rr in enumerate(placement) if rr == r}
+            if split_marks and holds & {0, S - 1}:
+                ev.append(_x("aten::tensor_split", "cpu_op", t0 - 30, 1, r))
+            if optimizer:
+                ev.append(_x("Optimizer.zero_grad#SGD.zero_grad", "user_annotation", t0 - 45, 3, r))
+                ev.append(_x("aten::zero_", "cpu_op", t0 - 44, 1, r))
+                ev.append(_x("Optimizer.step#SGD.step", "user_annotation", t0 + hi + 5, 40, r))
+                for i in range(3):
+                    ev.append(_x("aten::add_", "cpu_op", t0 + hi + 6 + 12 * i, 10, r))
             prev_end = 0
+            prev_kind = None
             for (s, k, m) in orders[r]:
                 a, b = placed[(s, k, m)]
                 cross_in = (k == "F" and s > 0 and placement[s - 1] != r) or \
@@ -178,7 +209,9 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
                 span_start = min(a, prev_end + host_delay(r)) if cross_in else a
                 if annotate:
                     ev.append(_x(f"PP:{s}{k}{m}", "user_annotation", t0 + span_start, b - span_start, r))
-                if cross_in:
+                posted = batched_recvs and prev_kind == k
+                prev_kind = k
+                if cross_in and not posted:
                     ev.append(_x("c10d::recv_", "cpu_op", t0 + span_start, min(1, a - span_start), r))
                     ev.append(_x("gloo:recv", "user_annotation", t0 + span_start, max(a - span_start, 1), r))
                 cross_out = (k == "F" and s < S - 1 and placement[s + 1] != r) or \
@@ -197,10 +230,15 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
                         ev.append({"ph": "X", "name": "ncclDevKernel_SendRecv", "cat": "kernel",
                                    "ts": t0 + span_start, "dur": a - span_start, "pid": 0, "tid": 20,
                                    "args": {"stream": 20, "device": 0}})
+                elif realistic:
+                    lo, hi_ = _realistic_ops(ev, r, t0, a, c1, k, last=(s == S - 1), first=(s == 0),
+                                             sends=cross_out)
+                    compute[step][r].append((t0 + lo, t0 + hi_))
                 else:
                     ev.append(_x(name_, "cpu_op", t0 + a, c1 - a, r))
                     ev.append(_x("aten::t", "cpu_op", t0 + a + 1, max(1, (c1 - a) // 10), r))
-                compute[step][r].append((t0 + a, t0 + c1))
+                if gpu or not realistic:
+                    compute[step][r].append((t0 + a, t0 + c1))
                 if cross_out and gpu:
                     ev.append({"ph": "X", "name": "ncclDevKernel_SendRecv", "cat": "kernel",
                                "ts": t0 + c1, "dur": max(latency, 1), "pid": 0, "tid": 20,
@@ -230,6 +268,35 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
         path.write_bytes(gzip.compress(raw) if gzip_files else raw)
         files.append(path)
     return BuiltRun(directory, files, compute, [list(o) for o in orders], list(placement))
+
+
+FORWARD_OPS = ("aten::layer_norm", "aten::linear", "aten::gelu", "aten::linear", "aten::add")
+BACKWARD_OPS = tuple("autograd::engine::evaluate_function: " + n for n in (
+    "AddBackward0", "AddmmBackward0", "GeluBackward0", "AddmmBackward0",
+    "NativeLayerNormBackward0", "torch::autograd::AccumulateGrad"))
+
+
+def _realistic_ops(ev, r, t0, a, c1, kind, *, last, first, sends) -> tuple[int, int]:
+    """Write one action's ops in [a, c1) as torch runs them; return its own compute [lo, hi)."""
+    lo, hi = a, c1
+    if kind == "F":
+        names = (() if first else ("aten::detach", "aten::requires_grad_")) + FORWARD_OPS \
+            + (("aten::mse_loss",) if last else ())
+    else:
+        names = BACKWARD_OPS
+        if last:  # torch.autograd.backward(loss) makes the loss's gradient first
+            ev.append(_x("aten::ones_like", "cpu_op", t0 + a, 2, r))
+            lo = a + 2
+        if sends:  # the gradient to send is detached after the backward
+            ev.append(_x("aten::detach_", "cpu_op", t0 + c1 - 2, 2, r))
+            hi = c1 - 2
+    n = len(names)
+    bounds = [lo + (hi - lo) * i // n for i in range(n + 1)]
+    for name_, x0, x1 in zip(names, bounds, bounds[1:]):
+        ev.append(_x(name_, "cpu_op", t0 + x0, x1 - x0, r))
+        if name_ == "aten::linear":
+            ev.append(_x("aten::addmm", "cpu_op", t0 + x0, max(1, (x1 - x0) // 2), r))
+    return lo, hi
 
 
 def _x(name: str, cat: str, ts: int, dur: int, rank: int) -> dict:
@@ -425,3 +492,97 @@ def build_gpu_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, ste
         files.append(path)
     return BuiltRun(directory, files, compute, [list(o) for o in orders], list(placement),
                     extra={"recv": recv_truth})
+
+
+# ---------------------------------------------------------------- pipeline replicas
+
+def mesh_pg_config(pp: int, dp: int, tp: int = 1) -> list[dict]:
+    """``distributedInfo.pg_config`` as a DeviceMesh ("pp", "dp", "tp"), pp outermost, writes it."""
+    world = pp * dp * tp
+
+    def rank(p, d, t):
+        return (p * dp + d) * tp + t
+
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cpu:gloo",
+               "pg_size": world, "ranks": list(range(world))}]
+    n = 1
+    for d in range(dp):
+        for t in range(tp):
+            groups.append({"pg_name": str(n), "pg_desc": "mesh_pp", "pg_size": pp,
+                           "ranks": [rank(p, d, t) for p in range(pp)]})
+            n += 1
+    for p in range(pp):
+        for t in range(tp):
+            groups.append({"pg_name": str(n), "pg_desc": "mesh_dp", "pg_size": dp,
+                           "ranks": [rank(p, d, t) for d in range(dp)]})
+            n += 1
+    if tp > 1:
+        for p in range(pp):
+            for d in range(dp):
+                groups.append({"pg_name": str(n), "pg_desc": "mesh_tp", "pg_size": tp,
+                               "ranks": [rank(p, d, t) for t in range(tp)]})
+                n += 1
+    return groups
+
+
+def build_replicas(tmp: Path, orders, *, dp: int, tp: int = 1, dur_of=None, steps: int = 2,
+                   latency: int = 0, allreduce_us: int = 300, pg_config: bool = True,
+                   name: str = "replicas", **kw) -> BuiltRun:
+    """D data-parallel replicas (× T tensor-parallel peers per stage) of one pipeline,
+    relabelled as a DeviceMesh ("pp", "dp", "tp") with pp outermost lays ranks out.
+
+    ``dur_of(replica, tp_index)`` gives each copy its own ``dur(stage, kind, mb)`` (a slower
+    replica, a straggler rank). After each step's last backward every rank all-reduces its
+    gradients with its data-parallel peers (``c10d::allreduce_`` + ``gloo:all_reduce``): the
+    all-reduce starts when the rank's last compute ends and ends ``allreduce_us`` after the
+    last of its peers started, so waiting for the slowest replica is part of it. ``extra``:
+    ``replica_truth[(d, t)]``: the copy's own BuiltRun (ranks numbered within it) and
+    ``allreduce[rank]``: per step (start, end, waiting) in µs."""
+    P = len(orders)
+    world = P * dp * tp
+
+    def rank(p, d, t):
+        return (p * dp + d) * tp + t
+
+    copies = {}
+    for d in range(dp):
+        for t in range(tp):
+            copies[(d, t)] = build_run(tmp / f"_{name}_{d}_{t}", orders, steps=steps, latency=latency,
+                                       dur=dur_of(d, t) if dur_of else None, name="run", **kw)
+    directory = tmp / name
+    directory.mkdir(parents=True, exist_ok=True)
+    docs = {}
+    for (d, t), built in copies.items():
+        for p, f in enumerate(built.files):
+            doc = json.loads(gzip.decompress(f.read_bytes()) if f.name.endswith(".gz") else f.read_bytes())
+            g = rank(p, d, t)
+            doc["distributedInfo"].update({"rank": g, "world_size": world})
+            if pg_config:
+                doc["distributedInfo"]["pg_config"] = mesh_pg_config(P, dp, tp)
+            for e in doc["traceEvents"]:
+                if "pid" in e:
+                    e["pid"] = 100 + g
+                    e["tid"] = 100 + g
+            docs[g] = doc
+    allreduce: dict[int, list[tuple[int, int, int]]] = {r: [] for r in range(world)}
+    for step in range(steps):
+        for p in range(P):
+            for t in range(tp):
+                ends = {d: max(e for _, e in copies[(d, t)].compute[step][p]) for d in range(dp)}
+                last = max(ends.values())
+                for d in range(dp):
+                    g = rank(p, d, t)
+                    start, end = ends[d] + 2, last + 2 + allreduce_us
+                    docs[g]["traceEvents"] += [
+                        _x("c10d::allreduce_", "cpu_op", start, 3, g),
+                        _x("gloo:all_reduce", "user_annotation", start, end - start, g)]
+                    allreduce[g].append((start, end, last - ends[d]))
+    files = []
+    for g in range(world):
+        path = directory / f"rank{g}.json"
+        path.write_bytes(json.dumps(docs[g]).encode())
+        files.append(path)
+    compute = {step: {rank(p, d, t): copies[(d, t)].compute[step][p] for (d, t) in copies
+                      for p in range(P)} for step in range(steps)}
+    return BuiltRun(directory, files, compute, [list(o) for o in orders], list(range(P)),
+                    extra={"replica_truth": copies, "allreduce": allreduce, "pp": P, "dp": dp, "tp": tp})

@@ -133,3 +133,32 @@ def missing_ranks(given: list[int], world_size: int) -> Finding:
                    f"Only {len(given)} of {world_size} ranks are in the traces (missing "
                    f"{missing}): the figures cover ranks {format_ranks(given)} only; "
                    "the stages on the missing ranks are not audited.")
+
+
+def no_actions(rank: int, position: int | None, source: str) -> Finding:
+    """A rank of the pipeline whose trace holds no action that could be found."""
+    where = f" (stage position {position})" if position is not None else ""
+    return Finding("NO_ACTIONS_FOUND", "error", rank, None, 0, None,
+                   f"Rank {rank}{where} has a trace but no pipeline action could be found in it "
+                   f"(no PP:/Forward/Backward annotation and no F/B inferable from its ops): its "
+                   "stage is missing from every figure; profile with the pipeline annotations or "
+                   "give --action-pattern.")
+
+
+def slow_replica(pipeline: int, stage: int | None, step_us: float, median_us: float) -> Finding:
+    """The pipeline replica whose steps are longest: the data-parallel sync waits for it."""
+    where = f", stage {stage} the slowest of it" if stage is not None else ""
+    return Finding("SLOW_PIPELINE_REPLICA", "warning", None, stage, round(step_us, 1),
+                   round(median_us, 1),
+                   f"Pipeline replica {pipeline} takes {step_us / 1000:.2f} ms per step against "
+                   f"{median_us / 1000:.2f} ms for the median other replica{where}: every replica "
+                   "waits for it at the data-parallel gradient sync, so it sets the job's step.")
+
+
+def slower_than_peers(rank: int, position: int, us: float, median_us: float, peers: int) -> Finding:
+    """A rank that computes its stage more slowly than the same stage in other replicas."""
+    return Finding("SLOWER_THAN_PEERS", "warning", rank, None, round(us, 1), round(median_us, 1),
+                   f"Rank {rank} computes {us / 1000:.2f} ms per step at stage position {position}, "
+                   f"{us / median_us:.2f}x the median of its {peers} peers in the other replicas "
+                   f"({median_us / 1000:.2f} ms): the same work on slower hardware (a throttled "
+                   "or shared device, a busy host).")

@@ -49,6 +49,17 @@ class RankMetrics:
     peak_allocated_bytes: int | None
     device_type: str
     path: str
+    #: the pipeline replica the rank belongs to, and its stage position in it
+    pipeline: int | None = 0
+    position: int | None = None
+    #: "step window" (DESIGN.md's bubble) or "own window" (ranks of the pipeline missing: the
+    #: rank's first to last compute in each step, a per-rank figure)
+    bubble_scope: str | None = None
+    #: mean per step, µs: span (the window stretched by the step's collectives), compute,
+    #: bubble, exposed_p2p, exposed_dp, dp_comm (see pipeaudit.audit.breakdown)
+    breakdown: dict[str, float] | None = None
+    #: data-parallel collectives: time spent waiting for the slowest peer, mean per step (µs)
+    dp_wait_us: float | None = None
 
 
 @dataclass
@@ -62,6 +73,7 @@ class StageMetrics:
     mean_compute_us: dict[str, float]
     peak_inflight: int
     expected_peak_inflight: int | None
+    pipeline: int | None = 0
 
 
 @dataclass
@@ -90,11 +102,31 @@ class BubbleSummary:
     overhead_part: float | None  # measured - replay_ideal: communication, waits, host overhead
     ratio: float | None = None
     ratio_formula: str | None = None
+    #: "step window" or "own window" (see RankMetrics.bubble_scope)
+    scope: str | None = None
+
+
+@dataclass
+class PipelineSummary:
+    """One pipeline replica of the job: its ranks, bubble, step time and what held it back."""
+
+    pipeline: int
+    ranks: list[int]  #: the replica's ranks in stage order (TP peers together), present or not
+    ranks_missing: list[int]
+    bubble: float | None
+    replay_ideal: float | None
+    step_time_us: float | None  #: median over the audited steps
+    slowest_stage: int | None  #: the stage with the most compute per step
+    slowest_stage_compute_us: float | None  #: ... its compute per step
 
 
 @dataclass
 class AuditResult:
-    """Everything `analyze` measured about a run."""
+    """Everything `analyze` measured about a run.
+
+    ``num_ranks`` is the pipeline's P (from the job: process groups, world size, manifest),
+    not the number of files given; ``ranks_present`` and ``ranks_missing`` say which of the
+    job's ranks had a trace."""
 
     schedule: str | None
     schedule_source: str  # declared | manifest | detected | unknown
@@ -118,6 +150,17 @@ class AuditResult:
     manifest: dict[str, Any] | None = None
     #: damaged traces read with ``--salvage``: SalvageReport.to_dict() of each (empty otherwise)
     salvage: list[dict[str, Any]] = field(default_factory=list)
+    #: the job's layout: pp, dp, tp, source, world_size, replicas
+    layout: dict[str, Any] | None = None
+    pipelines: list[PipelineSummary] = field(default_factory=list)
+    ranks_present: list[int] = field(default_factory=list)
+    ranks_missing: list[int] = field(default_factory=list)
+    #: what the steps were found from (ProfilerStep spans, optimizer annotations, ...)
+    step_evidence: str | None = None
+    #: inferred actions: share of the pipeline threads' compute that lies in an action
+    inference_coverage: float | None = None
+    #: job-level figures when the job has several pipeline replicas (see audit.job)
+    job: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document of this result."""

@@ -1,4 +1,9 @@
-"""Which schedule a run ran, its closed-form theory, and where its order leaves the catalogue."""
+"""Which schedule a run ran, its closed-form theory, and where its order leaves the catalogue.
+
+Ranks are read by stage position (``representatives[p]``: the rank read at position p, None
+where its trace is missing), so that one rank's file is compared with its own position's
+order in the schedule, not with the first rank's.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +12,37 @@ from dataclasses import replace
 from pipeaudit.audit import findings as F
 from pipeaudit.audit.result import Finding
 from pipeaudit.errors import ScheduleError
-from pipeaudit.schedules import build_schedule, detect_schedule, replay, theory
+from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, replay, theory
 from pipeaudit.timeline.model import Timeline
 
 
-def choose_schedule(tl, declared, P, M, v, pranks, placement, notes):
-    """The schedule to audit against: declared, else the manifest's, else detected from
-    the first step's order. Returns (name, source, detected names, catalogue Schedule or None)."""
-    rank_index = {r: i for i, r in enumerate(pranks)}
-    detected: list[str] = []
-    if sorted(placement) == list(range(len(placement))):
-        step0 = tl.orders(tl.steps[0])
-        orders = [step0.get(r, []) for r in pranks]
-        place = [rank_index[placement[s]] for s in range(len(placement))]
+def detect_on_positions(orders: dict[int, list], stage_pos: dict[int, int], P: int, M: int,
+                        v: int) -> list[str]:
+    """Catalogue schedules whose placement and per-position orders equal the observed ones at
+    every position present (``orders``: position -> its actions in execution order)."""
+    if not orders or P < 1:
+        return []
+    found = []
+    for name in SCHEDULE_NAMES:
         try:
-            detected = detect_schedule(orders, place, M)
+            sched = build_schedule(name, P, M, v if v > 1 else None)
         except ScheduleError:
-            detected = []
+            continue
+        if any(s >= sched.num_stages or sched.placement[s] != p for s, p in stage_pos.items()):
+            continue
+        if all(tuple(o) == sched.orders[p] for p, o in orders.items() if p < len(sched.orders)):
+            found.append(name)
+    return found
+
+
+def choose_schedule(tl: Timeline, declared, P, M, v, representatives, stage_pos, notes, step):
+    """The schedule to audit against: declared, else the manifest's, else detected from
+    ``step``'s order. Returns (name, source, detected names, catalogue Schedule or None)."""
+    detected: list[str] = []
+    by_rank = tl.orders(step)
+    orders = {p: by_rank.get(r, []) for p, r in enumerate(representatives) if r is not None}
+    if orders and all(0 <= p < P for p in stage_pos.values()):
+        detected = detect_on_positions(orders, stage_pos, P, M, v)
     manifest_name = (tl.manifest or {}).get("schedule")
     if declared:
         name, source = declared, "declared"
@@ -68,14 +87,17 @@ def closed_form_theory(name, sched, P, M, v, kind_means, notes):
     return th
 
 
-def order_violations(tl: Timeline, sched, pranks: list[int], steps: list[int]) -> list[Finding]:
-    """The first place each rank's order leaves the catalogue order (first audited step)."""
+def order_violations(tl: Timeline, sched, representatives, steps: list[int]) -> list[Finding]:
+    """The first place each rank's order leaves the catalogue order at its position (first
+    audited step)."""
     out = []
     for k in steps[:1]:
         orders = tl.orders(k)
-        for i, r in enumerate(pranks):
+        for p, r in enumerate(representatives):
+            if r is None:
+                continue
             seen = orders.get(r, [])
-            want = list(sched.orders[i]) if i < len(sched.orders) else []
+            want = list(sched.orders[p]) if p < len(sched.orders) else []
             for pos, (a, b) in enumerate(zip(seen, want)):
                 if a != b:
                     out.append(F.schedule_violation(sched.name, r, pos, str(a), str(b)))

@@ -1,4 +1,7 @@
-"""Ranks that start their actions late: after their inputs and the rank itself were ready."""
+"""Ranks that start their actions late: after their inputs and the rank itself were ready.
+
+An action whose producer ran on a rank without a trace has no known ready time and is not
+counted: a rank's figure does not change when another rank's trace is left out."""
 
 from __future__ import annotations
 
@@ -22,29 +25,34 @@ def _producer_keys(act: tuple, S: int) -> tuple[tuple, ...]:
     return tuple((p.stage, p.kind, p.microbatch) for p in producers(Action(*act), S))
 
 
-def straggler_findings(tl: Timeline, wb, S: int) -> list[Finding]:
-    """Per rank, time its actions started after their inputs and the rank were ready."""
+def straggler_findings(tl: Timeline, steps, S: int) -> list[Finding]:
+    """Per rank, time its actions started after their inputs and the rank were ready
+    (``steps``: the audited StepMetrics)."""
     delays: dict[int, float] = defaultdict(float)
     by_step = tl.step_rows(("stage", "kind", "microbatch", "compute_start", "compute_end"))
-    for k in wb:
+    stages_present = {int(s) for s in tl.actions["stage"].unique().to_list()}
+    for k in (s.step for s in steps):
         ends: dict[tuple, int] = {}  # (stage, kind, microbatch) -> compute end
         rows = []
-        for rt, steps in zip(tl.ranks, by_step):
+        for rt, rank_steps in zip(tl.ranks, by_step):
             prev_end = None
-            for s, kind, m, cs, ce in steps.get(k, []):
+            for s, kind, m, cs, ce in rank_steps.get(k, []):
                 act = (int(s), str(kind), int(m))
                 ends[act] = int(ce)
                 rows.append((rt.rank, act, int(cs), prev_end))
                 prev_end = int(ce)
         for rank, act, start, prev_end in rows:
-            ready = [e for e in [prev_end] + [ends.get(p) for p in _producer_keys(act, S)] if e is not None]
+            deps = _producer_keys(act, S)
+            if any(p[0] not in stages_present for p in deps):
+                continue  # the producer's rank has no trace: its ready time is unknown
+            ready = [e for e in [prev_end] + [ends.get(p) for p in deps] if e is not None]
             if ready:
                 delays[rank] += max(0, start - max(ready)) / US
     if len(delays) < 3:
         return []
-    nsteps = max(len(wb), 1)
+    nsteps = max(len(steps), 1)
     per_step = {r: d / nsteps for r, d in delays.items()}
-    step_us = sum(w[1] - w[0] for w, _, _ in wb.values()) / US / nsteps
+    step_us = sum(s.step_time_us for s in steps) / nsteps
     out = []
     for r, d in per_step.items():
         others = [x for rr, x in per_step.items() if rr != r]

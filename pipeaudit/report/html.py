@@ -170,6 +170,8 @@ def _ranks_table(r: AuditResult) -> str:
 
 
 def _header(r: AuditResult) -> str:
+    from pipeaudit.report.run_facts import PIPELINE_COLUMNS, fact_lines, job_lines, pipeline_rows
+
     if not r.pipeline_found:
         return (f"<p>{r.num_ranks} rank(s), device {_e(r.device_type)}: no pipeline actions found; "
                 "per-rank busy, idle and communication below.</p>")
@@ -178,10 +180,11 @@ def _header(r: AuditResult) -> str:
     text = (f"Schedule <b>{_e(r.schedule or 'unknown')}</b> ({_e(how)}); P={r.num_ranks} ranks, "
             f"{r.num_stages} stages (v={r.num_chunks}), M={r.num_microbatches} microbatches, "
             f"{r.num_steps} step(s), device {_e(r.device_type)}.")
-    if r.actions_inferred:
-        text += (" <span class='warn'>Actions were inferred from the ops (no per-action "
-                 "annotations).</span>")
-    return f"<p>{text}</p>"
+    facts = "".join(f"<li>{_e(line)}</li>" for line in fact_lines(r) + job_lines(r))
+    replicas = ""
+    if len(r.pipelines) > 1:
+        replicas = "<h3>Pipeline replicas</h3>" + _table(list(PIPELINE_COLUMNS), pipeline_rows(r), "num")
+    return f"<p>{text}</p>" + (f"<ul class='facts'>{facts}</ul>" if facts else "") + replicas
 
 
 def _finite(x: Any) -> Any:

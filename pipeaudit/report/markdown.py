@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report.formatting import mib, ms, num, pct
+from pipeaudit.report.run_facts import (
+    PIPELINE_COLUMNS,
+    bubble_title,
+    fact_lines,
+    job_lines,
+    pipeline_rows,
+)
 from pipeaudit.report.step_view import timeline_caption
 
 
@@ -20,16 +27,18 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
         out.append(f"Schedule **{r.schedule or 'unknown'}** ({r.schedule_source}), P={r.num_ranks}, "
                    f"{r.num_stages} stages (v={r.num_chunks}), M={r.num_microbatches}, "
                    f"{r.num_steps} step(s), device {r.device_type}.")
-        if r.actions_inferred:
-            out.append("\n> Actions were inferred from the ops (the trace has no per-action annotations).")
+        out += [""] + [f"- {line}" for line in fact_lines(r)]
         b = r.bubble
-        out += ["", "## Pipeline bubble", "",
+        out += ["", "## " + bubble_title(r), "",
                 _table(["measured", "theory", "formula", "replay ideal", "imbalance part",
                         "overhead part", "median step (ms)"],
                        [[pct(b.measured), pct(b.theory), f"`{b.theory_formula}`" if b.theory_formula
                          else "-", pct(b.replay_ideal), pct(b.imbalance_part), pct(b.overhead_part),
-                         ms(r.step_time_us)]]),
-                "", "## Stages", "",
+                         ms(r.step_time_us)]])]
+        if len(r.pipelines) > 1:
+            out += ["", "## Pipeline replicas", "", _table(list(PIPELINE_COLUMNS), pipeline_rows(r)),
+                    ""] + [f"- {line}" for line in job_lines(r)]
+        out += ["", "## Stages", "",
                 _table(["stage", "rank", "F", "B", "I", "W", "F ms", "B ms", "I ms", "W ms",
                         "in-flight", "expected"],
                        [[str(s.stage), str(s.rank), *(str(s.actions[k]) for k in "FBIW"),

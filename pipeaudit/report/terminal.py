@@ -10,6 +10,13 @@ from rich.table import Table
 
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report.formatting import inputs_line, mib, ms, num, pct
+from pipeaudit.report.run_facts import (
+    PIPELINE_COLUMNS,
+    bubble_title,
+    fact_lines,
+    job_lines,
+    pipeline_rows,
+)
 from pipeaudit.report.step_view import timeline_caption
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -24,6 +31,7 @@ def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = ""
     _header(con, result)
     if result.pipeline_found:
         _summary(con, result)
+        _pipelines(con, result)
         _stages(con, result)
     _ranks(con, result)
     if timeline_text:
@@ -48,15 +56,13 @@ def _header(con: Console, r: AuditResult) -> None:
     con.print(f"schedule [bold]{sched}[/] ({how}); P={r.num_ranks} ranks, {r.num_stages} stages "
               f"(v={r.num_chunks}), M={r.num_microbatches} microbatches, {r.num_steps} step(s), "
               f"device {r.device_type}")
-    if r.actions_inferred:
-        con.print("[yellow]actions were inferred from the ops (no per-action annotations): "
-                  "F/B split at send/recv and autograd ops, microbatches numbered by order[/]")
+    for line in fact_lines(r):
+        con.print(line, markup=False, style="yellow" if line.startswith(("actions", "ranks")) else None)
 
 
 def _summary(con: Console, r: AuditResult) -> None:
     b = r.bubble
-    t = Table(title="Pipeline bubble (fraction of the step, mean over ranks and steps)",
-              title_justify="left", show_header=True)
+    t = Table(title=bubble_title(r), title_justify="left", show_header=True)
     for c in ("measured", "theory", "formula", "replay ideal", "imbalance part", "overhead part",
               "median step"):
         t.add_column(c, justify="right")
@@ -68,14 +74,29 @@ def _summary(con: Console, r: AuditResult) -> None:
               style="dim")
 
 
+def _pipelines(con: Console, r: AuditResult) -> None:
+    if len(r.pipelines) < 2:
+        return
+    t = Table(title="Pipeline replicas (the job's step is its slowest replica's)", title_justify="left")
+    for c in PIPELINE_COLUMNS:
+        t.add_column(c, justify="right")
+    for row in pipeline_rows(r):
+        t.add_row(*row)
+    con.print(t)
+    for line in job_lines(r):
+        con.print(line, markup=False)
+
+
 def _stages(con: Console, r: AuditResult) -> None:
     t = Table(title="Stages (mean compute per action, ms; in-flight = peak microbatches held)",
               title_justify="left")
-    for c in ("stage", "rank", "F", "B", "I", "W", "F ms", "B ms", "I ms", "W ms", "in-flight",
-              "expected"):
+    replicas = len(r.pipelines) > 1
+    for c in (("pipe",) if replicas else ()) + ("stage", "rank", "F", "B", "I", "W", "F ms", "B ms",
+                                                "I ms", "W ms", "in-flight", "expected"):
         t.add_column(c, justify="right")
     for s in r.stages:
-        t.add_row(str(s.stage), str(s.rank), *(str(s.actions[k]) for k in "FBIW"),
+        t.add_row(*((str(s.pipeline),) if replicas else ()), str(s.stage), str(s.rank),
+                  *(str(s.actions[k]) for k in "FBIW"),
                   *(ms(s.mean_compute_us[k]) if s.actions[k] else "-" for k in "FBIW"),
                   str(s.peak_inflight),
                   "-" if s.expected_peak_inflight is None else str(s.expected_peak_inflight))
@@ -97,11 +118,14 @@ def _ranks(con: Console, r: AuditResult) -> None:
         return
     t = Table(title="Ranks (times in ms; compute/window over audited steps, comm/idle over the "
                     "whole trace)", title_justify="left")
-    for c in ("rank", "stages", "bubble", "replay", "idle", "compute", "window", "comm",
-              "exposed", "overlap", "peak MiB"):
+    replicas = len(r.pipelines) > 1
+    for c in ("rank",) + (("pipe",) if replicas else ()) + (
+            "stages", "bubble", "replay", "idle", "compute", "window", "comm", "exposed",
+            "overlap", "peak MiB"):
         t.add_column(c, justify="right")
     for x in r.ranks:
-        t.add_row(str(x.rank), ",".join(map(str, x.stages)) or "-", pct(x.bubble),
+        t.add_row(str(x.rank), *((str(x.pipeline),) if replicas else ()),
+                  ",".join(map(str, x.stages)) or "-", pct(x.bubble),
                   pct(x.replay_bubble), pct(x.idle_fraction), ms(x.compute_us), ms(x.window_us),
                   ms(x.comm_us), ms(x.exposed_comm_us), pct(x.overlap),
                   mib(x.peak_allocated_bytes))

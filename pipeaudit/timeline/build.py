@@ -14,8 +14,10 @@ from typing import Any, Sequence
 
 import polars as pl
 
+from pipeaudit.timeline.layout import detect_layout, parse_layout
 from pipeaudit.timeline.model import Timeline
 from pipeaudit.timeline.rank import RankTimeline, reduce_rank
+from pipeaudit.timeline.stepping import settle_steps
 
 #: Event columns :func:`reduce_rank` reads besides name, cat, ph, ts and dur: threads and
 #: launch correlation (CPU and GPU), ``External id`` (pairs an annotation with its GPU copy),
@@ -36,17 +38,6 @@ def stage_hints(manifest: dict[str, Any] | None) -> dict[int, int]:
     return {r: s[0] for r, s in by_rank.items() if len(s) == 1}
 
 
-def renumber_inferred(rt: RankTimeline, num_microbatches: int | None) -> RankTimeline:
-    """Without ProfilerStep spans, inferred microbatch k is microbatch k % M of step k // M."""
-    if rt.source != "inferred" or not num_microbatches or rt.steps.height:
-        return rt
-    rt.actions = rt.actions.with_columns(
-        step=pl.col("microbatch") // num_microbatches,
-        microbatch=pl.col("microbatch") % num_microbatches,
-    )
-    return rt
-
-
 def reduce_trace(trace, *, hints: dict[int, int], pattern: str | None) -> RankTimeline:
     """The per-rank task: a decoded trace -> its reduced timeline (runs in a worker)."""
     return reduce_rank(trace, stage_hint=hints.get(trace.rank), pattern=pattern)
@@ -57,6 +48,8 @@ def build_timeline(
     *,
     pattern: str | None = None,
     num_microbatches: int | None = None,
+    num_steps: int | None = None,
+    layout: str | None = None,
     jobs: int | None = None,
     allow_missing: bool = False,
     executor: str | None = None,
@@ -75,9 +68,12 @@ def build_timeline(
     from pipeaudit.trace.load import load_traces, map_ranks
     from pipeaudit.trace.cut import PARTIAL_KEY
 
-    if num_microbatches is not None and not (
-            isinstance(num_microbatches, int) and num_microbatches >= 1):
-        raise ConfigError(f"--microbatches must be an integer >= 1, got {num_microbatches!r}")
+    for flag, value in (("--microbatches", num_microbatches), ("--steps", num_steps)):
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                      and value >= 1):
+            raise ConfigError(f"{flag} must be an integer >= 1, got {value!r}")
+    if layout is not None:
+        parse_layout(layout)  # a bad --layout fails before any file is read
     salvaged: list[Any] = []
     full_decode = salvage
     if not salvage:
@@ -91,20 +87,42 @@ def build_timeline(
         full_decode = any(i.header.get(PARTIAL_KEY) is not None for i in res.infos)
         if not full_decode:
             values, manifest, set_warnings = res.values, res.manifest, res.warnings
-            inputs = [str(i.path) for i in res.infos]
+            inputs, headers = [str(i.path) for i in res.infos], [i.header for i in res.infos]
     if full_decode:
         ts = load_traces(list(paths), jobs=jobs, allow_missing=allow_missing, executor=executor,
                          max_memory=max_memory, salvage=salvage)
         hints = stage_hints(ts.manifest)
         values = [reduce_trace(t, hints=hints, pattern=pattern) for t in ts.ranks]
         manifest, inputs, set_warnings = ts.manifest, [str(t.path) for t in ts.ranks], ts.warnings
+        headers = [t.header for t in ts.ranks]
         salvaged = ts.salvaged
-    m = num_microbatches or (manifest or {}).get("num_microbatches")
-    if not (isinstance(m, int) and not isinstance(m, bool) and m >= 1):
-        m = None  # a manifest value we cannot use
-    ranks = [renumber_inferred(rt, m) for rt in values]
+    world = next((rt.world_size for rt in values if rt.world_size is not None), None)
+    lay = detect_layout(
+        headers=headers, ranks=[rt.rank for rt in values], world_size=world, manifest=manifest,
+        rank_stages={rt.rank: frozenset(int(s) for s in rt.actions["stage"].unique().to_list())
+                     for rt in values if not rt.stage_from_rank and rt.actions.height},
+        spec=layout,
+    )
+    positions = {}
+    for rt in values:
+        where = lay.position(rt.rank)
+        if where is None:
+            continue
+        positions[rt.rank] = where[1]
+        if rt.stage_from_rank and rt.actions.height:
+            rt.actions = rt.actions.with_columns(stage=pl.lit(where[1], dtype=pl.Int64))
+    decision = settle_steps(values, positions=positions, num_stages=lay.pp,
+                            stated_microbatches=num_microbatches, stated_steps=num_steps,
+                            manifest_microbatches=_manifest_microbatches(manifest))
     warnings = list(set_warnings)
-    for rt in ranks:
+    for rt in values:
         warnings.extend(w for w in rt.warnings if w not in warnings)
-    return Timeline(ranks=ranks, manifest=manifest, inputs=inputs, warnings=warnings,
-                    salvage=salvaged)
+    warnings.extend(lay.notes)
+    warnings.extend(decision.notes)
+    return Timeline(ranks=list(values), manifest=manifest, inputs=inputs, warnings=warnings,
+                    salvage=salvaged, layout=lay, step_evidence=decision.evidence)
+
+
+def _manifest_microbatches(manifest: dict[str, Any] | None) -> int | None:
+    m = (manifest or {}).get("num_microbatches")
+    return m if isinstance(m, int) and not isinstance(m, bool) and m >= 1 else None

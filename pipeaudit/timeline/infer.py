@@ -1,26 +1,34 @@
 """Infer F and B actions on traces that carry no per-action annotation.
 
-torch's ``Schedule1F1B`` writes none, so its actions are read off the ops:
-on the thread that runs the autograd engine, the top-level ops form runs
-separated by point-to-point communication (``c10d::send``/``c10d::recv_``) and
-by switches between backward ops (``autograd::engine::evaluate_function: …``)
-and other ops.
+torch's ``Schedule1F1B`` writes none, so its actions are read off the ops of the thread
+that runs the schedule (the one that issues the point-to-point ``c10d::send``/``recv_``
+ops), together with the autograd engine's ops wherever they run (on GPU the engine runs
+backward on its own thread while the schedule's thread waits). Ops inside the optimizer's
+own annotations (``Optimizer.step#…``, ``Optimizer.zero_grad#…``) are not pipeline work.
 
-- every maximal run of backward ops is one B action;
-- a run of other ops is a forward candidate when the next thing after it is a
-  send or a backward run (a forward's output goes somewhere); within a step the
-  candidates with the most compute are kept, as many as there are B actions
-  (each microbatch has one F and one B per stage in the schedules this applies
-  to: GPipe and 1F1B with one stage per rank), which drops bookkeeping such as
-  ``aten::detach_`` after a backward;
-- microbatches are numbered by execution order within the step.
+1. The op sequence is cut into *blocks*: maximal runs of backward ops
+   (``autograd::engine::evaluate_function: …``) or of other compute ops, separated by
+   point-to-point ops and by switches between the two (collectives such as a
+   tensor-parallel all-reduce belong to the block around them).
+2. Every backward block is one B (a block that is the same backward several times over,
+   op for op, is that many Bs).
+3. A stage runs the same ops for every microbatch, so its forward has one op sequence (its
+   *signature*): the commonest sequence among the largest non-backward blocks. Every
+   occurrence of it is one F, whatever stands around it (the split of the batch at the
+   start of a step, bookkeeping such as ``aten::detach_``) and even when forwards follow
+   each other with nothing between. There is one F per B (GPipe, 1F1B and naive hold one
+   stage per rank and run every microbatch forward and backward once per step); when the
+   signature does not give that many, the largest blocks are taken instead.
 
-Ranks without any point-to-point op (send/recv) are not pipeline stages and
-get no inferred actions. This works for one stage per rank. Multi-stage schedules in torch are always
-annotated (``PP:`` spans), and other frameworks can use ``--action-pattern``.
+Microbatches are numbered by execution order (steps and microbatches are settled across
+ranks later, :mod:`pipeaudit.timeline.stepping`). The share of the thread's compute that
+lands in an action is the inference's *coverage*, reported with the result.
 """
 
 from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -28,65 +36,238 @@ import polars as pl
 from pipeaudit.timeline.ops import RankOps
 from pipeaudit.timeline.recognise import SPAN_SCHEMA
 
+#: Host annotations whose ops are not pipeline work.
+EXCLUDED_SPAN_RE = r"^Optimizer\.(step|zero_grad)#"
+#: The op torch.distributed.pipelining splits the batch into microbatches with (first and
+#: last stage, once per ``schedule.step()``).
+SPLIT_OP = "aten::tensor_split"
 
-def main_thread(ops: RankOps) -> str | None:
-    """The thread that runs the pipeline: most backward ops, else most compute time."""
+_COMPUTE, _BACKWARD, _SEND, _RECV, _COMM, _EXCLUDED = range(6)
+#: Blocks longer than this (ops) are not searched for repeated stretches (quadratic).
+TANDEM_MAX_OPS = 2000
+
+
+@dataclass
+class Inferred:
+    """What the ops say about one rank's actions."""
+
+    spans: pl.DataFrame  #: SPAN_SCHEMA; microbatch = execution order of that kind on the rank
+    compute_ns: int  #: compute on the pipeline thread (optimizer excluded)
+    attributed_ns: int  #: ... of which inside an inferred action
+    signature: str  #: "forward signature" | "largest blocks" | "none"
+
+    @property
+    def coverage(self) -> float | None:
+        """Share of the pipeline thread's compute that lands in an action."""
+        return self.attributed_ns / self.compute_ns if self.compute_ns else None
+
+
+def pipeline_thread(ops: RankOps) -> str | None:
+    """The thread that runs the schedule: most point-to-point ops, else most backward ops,
+    else most compute time."""
     top = ops.cpu_ops
     if top.height == 0:
         return None
     by_tid = top.group_by("tid").agg(
-        nb=pl.col("backward").sum(), busy=(pl.col("end") - pl.col("start")).sum()
-    ).sort(["nb", "busy"], descending=True)
+        np2p=pl.col("p2p").sum(), nb=pl.col("backward").sum(),
+        busy=(pl.col("end") - pl.col("start")).sum(),
+    ).sort(["np2p", "nb", "busy", "tid"], descending=[True, True, True, False])
     return str(by_tid["tid"][0])
 
 
-def infer_spans(ops: RankOps, stage: int, windows: list[tuple[int, int]]) -> pl.DataFrame:
-    """F/B action spans of one rank, inferred from its ops within each step window."""
-    tid = main_thread(ops)
+def infer_actions(ops: RankOps, stage: int) -> Inferred:
+    """F/B action spans of one rank (one stage per rank), inferred from its ops."""
+    empty = Inferred(pl.DataFrame(schema=SPAN_SCHEMA), 0, 0, "none")
+    tid = pipeline_thread(ops)
     if tid is None or not bool(ops.cpu_ops["p2p"].any()):
         # no point-to-point traffic: data-parallel or single-process training, not a pipeline
-        return pl.DataFrame(schema=SPAN_SCHEMA)
-    seq = ops.cpu_ops.filter(pl.col("tid") == tid).sort("start")
+        return empty
+    top = ops.cpu_ops
+    seq = top.filter((pl.col("tid") == tid) | pl.col("backward")).sort("start")
+    if seq.height == 0:
+        return empty
     starts = seq["start"].to_numpy()
     ends = seq["end"].to_numpy()
+    cls = np.full(seq.height, _COMPUTE, dtype=np.int8)
+    cls[seq["backward"].to_numpy()] = _BACKWARD
     comm = seq["comm"].to_numpy()
+    p2p = seq["p2p"].to_numpy()
     send = seq["send"].to_numpy()
-    bwd = seq["backward"].to_numpy()
-    rows: list[tuple] = []
-    for lo, hi in windows:
-        i0 = int(np.searchsorted(starts, lo, side="left"))
-        i1 = int(np.searchsorted(starts, hi, side="left"))
-        rows.extend(_infer_window(starts[i0:i1], ends[i0:i1], comm[i0:i1], send[i0:i1],
-                                  bwd[i0:i1], stage, tid))
-    return pl.DataFrame(rows, schema=SPAN_SCHEMA, orient="row")
+    cls[comm] = _COMM
+    cls[p2p & send] = _SEND
+    cls[p2p & ~send] = _RECV
+    cls[_inside(starts, _excluded_spans(ops, tid))] = _EXCLUDED
+    _, codes = np.unique(seq["name"].to_numpy(), return_inverse=True)
+    busy = ends - starts
+
+    blocks = _blocks(cls)
+    backward = _split_repeats([b for b in blocks if cls[b[0]] == _BACKWARD], codes)
+    forward_blocks = [b for b in blocks if cls[b[0]] == _COMPUTE]
+    forward, how = _forwards(forward_blocks, len(backward), codes, busy)
+
+    rows = []
+    for kind, found in (("F", forward), ("B", backward)):
+        for mb, (i0, i1) in enumerate(sorted(found)):
+            rows.append((stage, kind, mb, tid, int(starts[i0]), int(ends[i0:i1 + 1].max()),
+                         "inferred", None, None))
+    spans = pl.DataFrame(rows, schema=SPAN_SCHEMA, orient="row")
+    compute_mask = (cls == _COMPUTE) | (cls == _BACKWARD)
+    in_action = np.zeros(seq.height, dtype=bool)
+    for i0, i1 in forward + backward:
+        in_action[i0:i1 + 1] = True
+    return Inferred(spans, int(busy[compute_mask].sum()), int(busy[compute_mask & in_action].sum()),
+                    how)
 
 
-def _infer_window(starts, ends, comm, send, bwd, stage: int, tid: str) -> list[tuple]:
-    # runs: (class, first index, last index); class "c" comm (one op each), "b" backward, "o" other
-    runs: list[list] = []
-    for i in range(starts.size):
-        cls = "c" if comm[i] else ("b" if bwd[i] else "o")
-        if runs and cls != "c" and runs[-1][0] == cls:
-            runs[-1][2] = i
-        else:
-            runs.append([cls, i, i])
-    backward_runs = [r for r in runs if r[0] == "b"]
-    candidates = []
-    for j, (cls, a, b) in enumerate(runs):
-        if cls != "o" or j + 1 >= len(runs):
+def _excluded_spans(ops: RankOps, tid: str) -> tuple[np.ndarray, np.ndarray]:
+    ex = ops.spans.filter(pl.col("name").str.contains(EXCLUDED_SPAN_RE)).sort("start")
+    return ex["start"].to_numpy(), ex["end"].to_numpy()
+
+
+def _inside(points: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Which points fall inside one of the (sorted, disjoint) spans."""
+    lo, hi = spans
+    if lo.size == 0:
+        return np.zeros(points.size, dtype=bool)
+    k = np.searchsorted(lo, points, side="right") - 1
+    ok = k >= 0
+    ok[ok] &= points[ok] < hi[k[ok]]
+    return ok
+
+
+def _blocks(cls: np.ndarray) -> list[tuple[int, int]]:
+    """Maximal runs of backward or of other compute ops: (first index, last index).
+
+    Point-to-point ops and excluded ops end a run; collectives do not (tensor-parallel
+    all-reduces run inside a forward or a backward) and belong to the run around them."""
+    out: list[tuple[int, int]] = []
+    kind = start = last = -1
+    for i in range(cls.size):
+        c = int(cls[i])
+        if c == _COMM:
             continue
-        nxt_cls, nxt_a, _ = runs[j + 1]
-        if nxt_cls == "b" or (nxt_cls == "c" and send[nxt_a]):
-            busy = int((ends[a:b + 1] - starts[a:b + 1]).sum())
-            candidates.append((busy, a, b))
-    if len(candidates) > len(backward_runs):
-        keep = sorted(candidates, key=lambda c: -c[0])[: len(backward_runs)]
-        candidates = sorted(keep, key=lambda c: c[1])
-    out = []
-    for mb, (_, a, b) in enumerate(candidates):
-        out.append((stage, "F", mb, tid, int(starts[a]), int(ends[a:b + 1].max()), "inferred",
-                    None, None))
-    for mb, (_, a, b) in enumerate(backward_runs):
-        out.append((stage, "B", mb, tid, int(starts[a]), int(ends[a:b + 1].max()), "inferred",
-                    None, None))
+        if c == kind:
+            last = i
+            continue
+        if kind >= 0:
+            out.append((start, last))
+            kind = -1
+        if c in (_COMPUTE, _BACKWARD):
+            kind, start, last = c, i, i
+    if kind >= 0:
+        out.append((start, last))
     return out
+
+
+def _modal(blocks: list[tuple[int, int]], codes: np.ndarray) -> tuple | None:
+    """The commonest op sequence among the blocks' primitive roots (None if no block)."""
+    if not blocks:
+        return None
+    counts = Counter(_primitive(tuple(codes[a:b + 1])) for a, b in blocks)
+    return counts.most_common(1)[0][0]
+
+
+def _primitive(seq: tuple) -> tuple:
+    """The shortest ``u`` such that ``seq`` is ``u`` repeated (``seq`` itself if none)."""
+    n = len(seq)
+    if n < 2:
+        return seq
+    pi = [0] * n  # prefix function
+    for i in range(1, n):
+        k = pi[i - 1]
+        while k and seq[i] != seq[k]:
+            k = pi[k - 1]
+        if seq[i] == seq[k]:
+            k += 1
+        pi[i] = k
+    period = n - pi[-1]
+    return seq[:period] if period < n and n % period == 0 else seq
+
+
+def _tandem_unit(seq: tuple) -> tuple | None:
+    """The unit of the longest stretch of ``seq`` that is one op sequence repeated (at least
+    twice), e.g. three forwards with nothing between them inside a block that also holds
+    other ops; None when nothing repeats."""
+    n = len(seq)
+    best: tuple[int, int, int] | None = None  # (covered ops, -period, start)
+    for period in range(1, n // 2 + 1):
+        run = 0
+        for i in range(n - period):
+            run = run + 1 if seq[i] == seq[i + period] else 0
+            if run >= period:
+                start = i - run + 1
+                covered = (run + period) // period * period
+                key = (covered, -period, -start)
+                if best is None or key > best:
+                    best = key
+    if best is None:
+        return None
+    period, start = -best[1], -best[2]
+    return seq[start:start + period]
+
+
+def _split_repeats(blocks: list[tuple[int, int]], codes: np.ndarray) -> list[tuple[int, int]]:
+    """A block that is the commonest unit's ops k times over is k blocks."""
+    unit = _modal(blocks, codes)
+    if unit is None:
+        return blocks
+    n = len(unit)
+    out = []
+    for a, b in blocks:
+        length = b - a + 1
+        if length > n and length % n == 0 and _primitive(tuple(codes[a:b + 1])) == unit:
+            out.extend((a + j * n, a + (j + 1) * n - 1) for j in range(length // n))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _occurrences(unit: tuple, blocks: list[tuple[int, int]], codes: np.ndarray) -> list[tuple[int, int]]:
+    """Non-overlapping occurrences of the op sequence ``unit`` inside the blocks, left to right."""
+    n = len(unit)
+    first = unit[0]
+    out = []
+    for a, b in blocks:
+        i = a
+        while i + n - 1 <= b:
+            if codes[i] == first and tuple(codes[i:i + n]) == unit:
+                out.append((i, i + n - 1))
+                i += n
+            else:
+                i += 1
+    return out
+
+
+def _forwards(blocks: list[tuple[int, int]], wanted: int, codes: np.ndarray,
+              busy: np.ndarray) -> tuple[list[tuple[int, int]], str]:
+    """``wanted`` forwards among the non-backward blocks (see the module docstring).
+
+    The candidates for the forward's op sequence are the primitive roots of the largest
+    blocks and the units of their longest repeated stretches (a block of several forwards
+    with nothing between them is one sequence repeated, with maybe other ops around it); the
+    one that occurs exactly ``wanted`` times and does the most work is the forward."""
+    if wanted == 0 or not blocks:
+        return [], "none"
+
+    def work(block: tuple[int, int]) -> int:
+        return int(busy[block[0]:block[1] + 1].sum())
+
+    largest = sorted(blocks, key=lambda b: (-work(b), b[0]))[:wanted]
+    best: tuple[int, list[tuple[int, int]]] | None = None
+    candidates = {_primitive(tuple(codes[a:b + 1])) for a, b in largest}
+    candidates |= {u for u in (_tandem_unit(tuple(codes[a:b + 1])) for a, b in largest[:8]
+                               if b - a < TANDEM_MAX_OPS) if u}
+    for unit in candidates:
+        found = _occurrences(unit, blocks, codes)
+        if len(found) == wanted:
+            total = sum(work(b) for b in found)
+            if best is None or total > best[0]:
+                best = (total, found)
+    if best is not None:
+        return best[1], "forward signature"
+    unit = _modal(largest, codes)
+    if unit is not None:
+        found = _occurrences(unit, blocks, codes)
+        if len(found) > wanted:
+            return sorted(sorted(found, key=lambda b: (-work(b), b[0]))[:wanted]), "forward signature"
+    return sorted(largest), "largest blocks"

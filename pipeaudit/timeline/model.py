@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from pipeaudit.actions import Action
+from pipeaudit.timeline.layout import Layout
 from pipeaudit.timeline.rank import ACTION_COLUMNS, RankTimeline
 
 
@@ -21,6 +22,26 @@ class Timeline:
     warnings: list[str] = field(default_factory=list)
     #: SalvageReports of damaged ranks read with ``salvage=True`` (empty otherwise)
     salvage: list[Any] = field(default_factory=list)
+    #: the job's pipeline replicas (None: every rank given is one pipeline)
+    layout: Layout | None = None
+    #: what the steps were found from (see :mod:`pipeaudit.timeline.stepping`)
+    step_evidence: str | None = None
+
+    def replica(self, index: int) -> "Timeline":
+        """The timeline of pipeline replica ``index`` alone: its ranks, and a layout of that
+        one replica (so that its audit, critical path and what-if replay stand on their own)."""
+        if self.layout is None or not 0 <= index < len(self.layout.replicas):
+            count = len(self.layout.replicas) if self.layout is not None else 1
+            raise IndexError(f"pipeline {index} does not exist (the job has {count})")
+        lay = self.layout
+        rep = lay.replicas[index]
+        members = {r for peers in rep for r in peers}
+        sub = Layout(lay.pp, 1, lay.tp, (rep,), f"{lay.source}, pipeline {index}", None, lay.notes)
+        return Timeline(ranks=[rt for rt in self.ranks if rt.rank in members], manifest=self.manifest,
+                        inputs=[i for rt, i in zip(self.ranks, self.inputs) if rt.rank in members]
+                        if len(self.inputs) == len(self.ranks) else self.inputs,
+                        warnings=self.warnings, salvage=self.salvage, layout=sub,
+                        step_evidence=self.step_evidence)
 
     @property
     def actions(self) -> pl.DataFrame:

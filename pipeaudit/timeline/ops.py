@@ -37,6 +37,8 @@ COMM_KERNEL_RE = (r"(?i)(nccl|rccl|sendrecv|allreduce|all_reduce|allgather|all_g
                   r"reducescatter|reduce_scatter|broadcast|alltoall)")
 SEND_OP_RE = r"^c10d::(send|isend)|^gloo:send|^nccl:send"
 P2P_OP_RE = r"^c10d::(send|isend|recv_|irecv|recv_any_source_)|^(gloo|nccl):(send|recv)"
+#: Point-to-point communication kernels (NCCL/RCCL send/recv, old and new names).
+P2P_KERNEL_RE = r"(?i)sendrecv|nccl(dev)?kernel_(send|recv)"
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
 GPU_ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
@@ -66,6 +68,11 @@ class RankOps:
     #: communication kernels (GPU traces): name, start, end, anchor, tid, device, stream,
     #: correlation, src_rank, dst_rank, seq
     comm_kernels: pl.DataFrame
+    #: collective instances (all-reduce, reduce-scatter, all-gather, ...): name, start, end;
+    #: gloo/nccl lifetime spans or NCCL kernels where the trace has them, else the c10d ops
+    collectives: pl.DataFrame
+    #: point-to-point instances (send/recv), the same way: name, start, end
+    p2p: pl.DataFrame
 
 
 def _col(df: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
@@ -74,10 +81,13 @@ def _col(df: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
 
 
 def _top_level(ops: pl.DataFrame) -> pl.DataFrame:
-    """Keep the ops not nested inside another op of the same thread."""
+    """Keep the ops not nested inside another op of the same thread. An op of no duration
+    that starts with another comes before it, not inside it (a recv that found its data
+    already there, then the forward that uses it)."""
     if ops.height == 0:
         return ops
-    ops = ops.sort(["tid", "start", "end"], descending=[False, False, True])
+    ops = ops.with_columns(_lasts=pl.col("end") > pl.col("start")).sort(
+        ["tid", "start", "_lasts", "end"], descending=[False, False, False, True]).drop("_lasts")
     prev_end = pl.col("end").cum_max().shift(1).over("tid")
     return ops.filter(prev_end.is_null() | (pl.col("start") >= prev_end))
 
@@ -130,9 +140,32 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
         compute = iv.merge(units["start"].to_numpy(), units["end"].to_numpy())
         activity = iv.union(compute, comm)
         comm_kernels = _empty_comm_kernels()
+    collectives, p2p = _instances(top, lifetimes, comm_kernels, on_gpu)
     return RankOps(rank=rank, on_gpu=on_gpu, units=units, cpu_ops=top, comm=comm,
                    activity=activity, spans=spans, gpu_spans=gpu_spans,
-                   comm_kernels=comm_kernels)
+                   comm_kernels=comm_kernels, collectives=collectives, p2p=p2p)
+
+
+def _instances(top: pl.DataFrame, lifetimes: pl.DataFrame, comm_kernels: pl.DataFrame,
+               on_gpu: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(collective instances, point-to-point instances), each ``name, start, end``: on GPU
+    the NCCL kernels, on CPU the gloo/nccl lifetime spans, else the c10d ops."""
+    cols = ["name", "start", "end"]
+    if on_gpu:
+        source = comm_kernels.select(cols)
+        is_p2p = pl.col("name").str.contains(P2P_KERNEL_RE)
+        if "src_rank" in comm_kernels.columns:
+            source = comm_kernels.select(cols + ["src_rank", "dst_rank"])
+            is_p2p = is_p2p | pl.col("src_rank").is_not_null() | pl.col("dst_rank").is_not_null()
+        return source.filter(~is_p2p).select(cols), source.filter(is_p2p).select(cols)
+    is_p2p = pl.col("name").str.contains(P2P_OP_RE)
+    spans = lifetimes.select(cols)
+    ops = top.filter(pl.col("comm") & ~pl.col("name").str.starts_with("record_param_comms")).select(cols)
+    out = []
+    for want in (~is_p2p, is_p2p):
+        from_spans = spans.filter(want)
+        out.append(from_spans if from_spans.height else ops.filter(want))
+    return out[0], out[1]
 
 
 def _stream(x: pl.DataFrame) -> pl.Expr:

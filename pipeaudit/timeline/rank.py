@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from pipeaudit.timeline import intervals as iv
 from pipeaudit.timeline.attribute import COMPUTE_SCHEMA, attribute, pair_gpu_copies
-from pipeaudit.timeline.infer import infer_spans
+from pipeaudit.timeline.infer import SPLIT_OP, infer_actions, pipeline_thread
 from pipeaudit.timeline.ops import classify
 from pipeaudit.timeline.recognise import (
     SPAN_SCHEMA,
@@ -22,7 +23,7 @@ from pipeaudit.timeline.recognise import (
     pattern_spans,
     torch_runtime_spans,
 )
-from pipeaudit.timeline.steps import assign_steps, profiler_steps
+from pipeaudit.timeline.steps import assign_steps, number_by_order, step_windows
 
 #: ``start``/``end``: where the action ran (CPU traces: its span; GPU traces: on the device,
 #: its kernels and GPU copy); ``host_start``/``host_end``: its span on the host (on GPU
@@ -47,34 +48,50 @@ class RankTimeline:
     comm: iv.Intervals
     activity: iv.Intervals
     other_compute: iv.Intervals  # compute outside every action (optimizer, data loading, ...)
-    steps: pl.DataFrame  # profiler_step, start, end
+    steps: pl.DataFrame  # step windows: profiler_step (null for optimizer windows), start, end
     memory_peak: dict[int, int]  # device id -> max Total Allocated
     memory: pl.DataFrame  # ts, total_allocated, device_id
     source: str  # annotation | pattern | inferred | none
     outside_steps: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: what the step windows came from (steps.PROFILER_EVIDENCE, OPTIMIZER_EVIDENCE), or None
+    step_evidence: str | None = None
+    #: host times at which the schedule split a batch into microbatches (first/last stage)
+    split_marks: list[int] = field(default_factory=list)
+    #: True when the stage column was not in the trace (inferred actions, GPipe's
+    #: ``Forward i``, a pattern without a stage group): the rank's place in its pipeline
+    #: replaces it once the layout is known
+    stage_from_rank: bool = False
+    #: inferred actions: share of the pipeline thread's compute inside an action
+    coverage: float | None = None
+    #: collective instances (data-parallel gradient sync, tensor-parallel all-reduces, ...):
+    #: name, start, end
+    collectives: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
+        schema={"name": pl.Utf8, "start": pl.Int64, "end": pl.Int64}))
+    #: point-to-point instances: name, start, end
+    p2p: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
+        schema={"name": pl.Utf8, "start": pl.Int64, "end": pl.Int64}))
 
 
 def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = None) -> RankTimeline:
     """Recognise actions, attribute compute and assign steps for one :class:`RankTrace`."""
     ops = classify(trace.rank, trace.events)
     default_stage = trace.rank if stage_hint is None else stage_hint
-    steps = profiler_steps(ops.spans)
+    steps, step_evidence = step_windows(ops.spans)
 
-    spans, source = pl.DataFrame(schema=SPAN_SCHEMA), "none"
+    spans, source, stage_from_rank, coverage = pl.DataFrame(schema=SPAN_SCHEMA), "none", False, None
     if pattern:
         spans, source = pattern_spans(ops, pattern, default_stage), "pattern"
+        stage_from_rank = "(?P<stage>" not in pattern
     if spans.height == 0:
-        spans, source = torch_runtime_spans(ops), "annotation"
+        spans, source, stage_from_rank = torch_runtime_spans(ops), "annotation", False
     if spans.height == 0:
-        spans, source = gpipe_spans(ops, default_stage), "annotation"
+        spans, source, stage_from_rank = gpipe_spans(ops, default_stage), "annotation", True
     if spans.height == 0:
-        windows = list(steps.select("start", "end").iter_rows()) if steps.height else [
-            (int(ops.cpu_ops["start"].min() or 0), int(ops.cpu_ops["end"].max() or 0) + 1)
-        ]
-        spans, source = infer_spans(ops, default_stage, windows), "inferred"
+        inferred = infer_actions(ops, default_stage)
+        spans, source, coverage = inferred.spans, "inferred", inferred.coverage
     if spans.height == 0:
-        source = "none"
+        source, stage_from_rank = "none", False
     spans = spans.sort("start")
 
     copies = pair_gpu_copies(spans, ops.gpu_spans) if ops.on_gpu else None
@@ -98,6 +115,8 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
     if ops.on_gpu:
         actions = _device_spans(actions, copies)
     actions, outside = assign_steps(actions, steps, at="host_start")
+    if source == "inferred":
+        actions = number_by_order(actions)
     # renumber action ids to the kept rows so compute.action indexes actions
     keep_ids = actions["action"]
     compute = compute.filter(pl.col("action").is_in(keep_ids.implode()))
@@ -125,13 +144,34 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
 
     warnings: list[str] = []  # the trace's own warnings travel in TraceSet.warnings
     if outside:
-        warnings.append(f"rank {trace.rank}: {outside} actions outside every ProfilerStep span were ignored")
+        warnings.append(f"rank {trace.rank}: {outside} actions outside every step window "
+                        f"({step_evidence}) were ignored")
     return RankTimeline(
         rank=trace.rank, path=str(trace.path), device_type=trace.device_type, on_gpu=ops.on_gpu,
         world_size=trace.world_size, actions=actions, compute=compute, comm=ops.comm,
         activity=ops.activity, other_compute=other, steps=steps, memory_peak=peaks,
         memory=memory, source=source, outside_steps=outside, warnings=warnings,
+        step_evidence=step_evidence, split_marks=_split_marks(ops, actions),
+        stage_from_rank=stage_from_rank, coverage=coverage,
+        collectives=ops.collectives, p2p=ops.p2p,
     )
+
+
+def _split_marks(ops, actions: pl.DataFrame) -> list[int]:
+    """Host times of the schedule's batch splits: top-level ``aten::tensor_split`` on the
+    pipeline thread outside every action (torch.distributed.pipelining splits the batch into
+    microbatches at the start of each ``schedule.step()``, on the first and last stage)."""
+    tid = pipeline_thread(ops)
+    if tid is None:
+        return []
+    splits = ops.cpu_ops.filter((pl.col("tid") == tid) & (pl.col("name") == SPLIT_OP))["start"].to_numpy()
+    if splits.size == 0 or actions.height == 0:
+        return [int(t) for t in splits]
+    a = actions.sort("host_start")
+    lo, hi = a["host_start"].to_numpy(), a["host_end"].to_numpy()
+    k = np.searchsorted(lo, splits, side="right") - 1
+    inside = (k >= 0) & (splits < hi[np.maximum(k, 0)])
+    return [int(t) for t in splits[~inside]]
 
 
 def _device_spans(actions: pl.DataFrame, copies: pl.DataFrame | None) -> pl.DataFrame:

@@ -1,0 +1,308 @@
+"""Audit one pipeline replica: windows, bubbles, replay ideal, schedule, theory, stages.
+
+A replica is the ranks that hand activations to each other, stage position by stage position
+(:class:`~pipeaudit.timeline.layout.Layout`); a position may hold several tensor-parallel
+peers. Schedules, orders and the replay read one representative per position (the first
+peer present); bubbles and the per-rank figures cover every rank.
+
+With every position present the step window W_k spans all of them (DESIGN.md). With ranks
+missing there is no pipeline window: each rank's bubble is measured in its own window (its
+first to last compute in the step) and labelled a per-rank figure, the replay needs every
+rank and is not run, and the schedule is checked on the positions present.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from pipeaudit.actions import Action
+from pipeaudit.audit.breakdown import StepShare, step_share
+from pipeaudit.audit.result import BubbleSummary, RankMetrics, StageMetrics, StepMetrics
+from pipeaudit.audit.schedule_fit import choose_schedule, closed_form_theory
+from pipeaudit.audit.windows import compute_by_step, mean, windows_and_bubbles
+from pipeaudit.errors import ScheduleError
+from pipeaudit.schedules import peak_inflight_of_orders, replay
+from pipeaudit.timeline import intervals as iv
+from pipeaudit.timeline.model import Timeline
+from pipeaudit.timeline.rank import RankTimeline
+
+US = 1000.0  # ns per µs
+#: ``RankMetrics.bubble_scope`` values.
+STEP_WINDOW, OWN_WINDOW = "step window", "own window"
+
+
+@dataclass
+class PipelineAudit:
+    """What one replica's audit found (the job combines them into an AuditResult)."""
+
+    replica: int
+    tl: Timeline  #: the replica's ranks present
+    positions: dict[int, int]  #: rank -> stage position
+    representatives: list[int | None]  #: per position, the rank read for orders (None: missing)
+    P: int
+    S: int
+    M: int
+    v: int
+    ranks: list[RankMetrics]
+    stages: list[StageMetrics]
+    steps: list[StepMetrics]
+    windows: dict[int, tuple[int, int]]  #: step -> W_k (ns); empty with ranks missing
+    bubble: BubbleSummary
+    schedule: str | None
+    schedule_source: str
+    detected: list[str]
+    sched: Any  #: the catalogue Schedule or None
+    theory: Any  #: the Theory or None
+    replays: dict[int, Any]
+    kind_means: dict[str, float]
+    complete: bool
+    sparse: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def missing_positions(self) -> list[int]:
+        return [p for p, r in enumerate(self.representatives) if r is None]
+
+
+def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: int,
+                   schedule: str | None, num_stages: int | None = None) -> PipelineAudit | None:
+    """Audit the ranks of one replica (``tl`` holds only them); None when none has actions."""
+    acts = tl.actions
+    if acts.height == 0:
+        return None
+    notes: list[str] = []
+    representatives: list[int | None] = [None] * P
+    for rt in sorted(tl.ranks, key=lambda r: r.rank):
+        p = positions.get(rt.rank)
+        if p is not None and p < P and representatives[p] is None and rt.actions.height:
+            representatives[p] = rt.rank
+    complete = all(r is not None for r in representatives)
+    reps = [r for r in representatives if r is not None]
+    rep_tl = _subset(tl, reps)
+    steps = rep_tl.steps or tl.steps
+    placement = rep_tl.placement  # stage -> representative rank
+    stage_pos = {s: positions[r] for s, r in placement.items()}
+    per_rank_stages = max((len(rt.actions["stage"].unique()) for rt in rep_tl.ranks), default=1)
+    S = num_stages if num_stages else max(len(placement), P * per_rank_stages)
+    v = S // P if S % P == 0 else 1
+    first = acts.filter(pl.col("step") == steps[0])
+    M = int(first["microbatch"].max()) + 1
+    n_mb = first["microbatch"].n_unique()
+    sparse = M > 2 * n_mb + 8
+
+    if complete:
+        wb = windows_and_bubbles(tl.ranks, steps)
+        windows = {k: w for k, (w, _, _) in wb.items()}
+        bubbles = {k: b for k, (_, b, _) in wb.items()}
+        computes = {k: c for k, (_, _, c) in wb.items()}
+    else:
+        windows, bubbles, computes = {}, *_own_windows(tl.ranks, steps)
+        missing = [p for p, r in enumerate(representatives) if r is None]
+        notes.append(f"stage positions {missing} of {P} have no trace: each rank's bubble is "
+                     "measured in its own window (its first to last compute in a step), a "
+                     "per-rank figure; the step window, the replay and the pipeline bubble need "
+                     "every rank")
+    audited_steps = sorted(bubbles)
+
+    replays: dict[int, Any] = {}
+    contiguous = sorted(placement) == list(range(S))
+    if complete and contiguous:
+        place = [stage_pos[s] for s in range(S)]
+        for k in audited_steps:
+            try:
+                replays[k] = _replay_step(rep_tl, k, representatives, place)  # type: ignore[arg-type]
+            except ScheduleError as exc:
+                notes.append(f"step {k}: replay of the observed order failed: {exc}")
+    elif complete:
+        notes.append(f"stages {sorted(placement)} are not 0..{S - 1}: no replay")
+
+    if sparse:
+        notes.append(f"microbatch numbers are sparse (up to {M - 1}, {n_mb} distinct in the first "
+                     "step): the schedule is not checked, detected or compared with theory")
+        name, source, detected, sched = (schedule, "declared", [], None) if schedule else \
+            (None, "unknown", [], None)
+    else:
+        name, source, detected, sched = choose_schedule(
+            rep_tl, schedule, P, M, v, representatives, stage_pos, notes, steps[0])
+    kind_means = {k: float(acts.filter(pl.col("kind") == k)["compute_ns"].mean() or 0.0) / US
+                  for k in ("F", "B", "I", "W")}
+    th = (closed_form_theory(name, sched, P, M, v, kind_means, notes)
+          if name is not None and not sparse else None)
+
+    index = {r: positions.get(r) for r in (rt.rank for rt in tl.ranks)}
+    scope = STEP_WINDOW if complete else OWN_WINDOW
+    tp = tl.layout is not None and tl.layout.tp > 1
+    ranks = [_rank_metrics(rt, audited_steps, bubbles, computes, windows, replays, index, scope,
+                           replica, tp=tp) for rt in tl.ranks]
+    measured = mean(r.bubble for r in ranks if r.bubble is not None)
+    ideal = mean(rp.bubble for rp in replays.values()) if replays else None
+    expected_inflight = peak_inflight_of_orders(sched.orders, sched.placement) if sched else None
+    stages = _stage_metrics(rep_tl, placement, audited_steps, expected_inflight, th, replica)
+    step_rows = [_step_row(tl, k, windows.get(k), bubbles[k], computes[k], replays.get(k))
+                 for k in audited_steps]
+    th_bubble = th.bubble if th else None
+    summary = BubbleSummary(
+        measured=measured, theory=th_bubble, theory_formula=th.formula if th else None,
+        theory_notes=th.notes if th else None, replay_ideal=ideal,
+        imbalance_part=(ideal - th_bubble) if ideal is not None and th_bubble is not None else None,
+        overhead_part=(measured - ideal) if ideal is not None and measured is not None else None,
+        ratio=th.ratio if th else None, ratio_formula=th.ratio_formula if th else None,
+        scope=scope,
+    )
+    return PipelineAudit(replica, tl, positions, representatives, P, S, M, v, ranks, stages,
+                         step_rows, windows, summary, name, source, detected, sched, th, replays,
+                         kind_means, complete, sparse, notes)
+
+
+def _subset(tl: Timeline, ranks: list[int]) -> Timeline:
+    """The timeline of some of ``tl``'s ranks (same run facts)."""
+    keep = set(ranks)
+    return Timeline(ranks=[rt for rt in tl.ranks if rt.rank in keep], manifest=tl.manifest,
+                    inputs=tl.inputs, warnings=tl.warnings, salvage=tl.salvage, layout=tl.layout,
+                    step_evidence=tl.step_evidence)
+
+
+def _own_windows(ranks: list[RankTimeline], steps: list[int]):
+    """Per step, each rank's bubble in its own window and its compute set."""
+    bubbles: dict[int, dict[int, float]] = {}
+    computes: dict[int, dict[int, iv.Intervals]] = {}
+    by_rank = {rt.rank: compute_by_step(rt, steps) for rt in ranks}
+    for k in steps:
+        for rt in ranks:
+            c = by_rank[rt.rank][k]
+            if c[0].size == 0:
+                continue
+            lo, hi = int(c[0][0]), int(c[1][-1])
+            bubbles.setdefault(k, {})[rt.rank] = 1.0 - iv.total(c) / (hi - lo) if hi > lo else 0.0
+            computes.setdefault(k, {})[rt.rank] = c
+    return bubbles, computes
+
+
+def _step_row(tl: Timeline, k: int, window, bubbles: dict[int, float], computes, rp) -> StepMetrics:
+    if window is None:  # ranks missing: the span of the ranks' own windows
+        lo = min(int(c[0][0]) for c in computes.values() if c[0].size)
+        hi = max(int(c[1][-1]) for c in computes.values() if c[1].size)
+        window = (lo, hi)
+    return StepMetrics(step=k, profiler_step=_profiler_step(tl, k), start_us=window[0] / US,
+                       step_time_us=(window[1] - window[0]) / US,
+                       bubble=float(mean(bubbles.values()) or 0.0),
+                       replay_ideal=rp.bubble if rp is not None else None,
+                       replay_step_time_us=rp.makespan / US if rp is not None else None)
+
+
+def _profiler_step(tl: Timeline, k: int) -> int | None:
+    for rt in tl.ranks:
+        p = rt.actions.filter(pl.col("step") == k)["profiler_step"]
+        if p.len() and p[0] is not None:
+            return int(p[0])
+    return None
+
+
+def _replay_step(tl: Timeline, k: int, representatives: list[int], place: list[int]):
+    durations: dict[tuple[int, Action], float] = {}
+    orders: list[list[Action]] = []
+    by_step = tl.step_rows(("stage", "kind", "microbatch", "compute_ns"))
+    index = {x.rank: i for i, x in enumerate(tl.ranks)}
+    for r in representatives:
+        order = []
+        for s, kind, m, c in by_step[index[r]].get(k, []):
+            act = Action(int(s), str(kind), int(m))
+            order.append(act)
+            durations[(len(orders), act)] = float(c)
+        orders.append(order)
+    return replay(orders, place, lambda rank, act: durations[(rank, act)], 0.0)
+
+
+def _breakdown(rt: RankTimeline, steps: list[int], computes, windows, *, tp: bool) -> dict | None:
+    """Mean per step of the rank's step split (:mod:`pipeaudit.audit.breakdown`)."""
+    total, n = StepShare(), 0
+    for i, k in enumerate(steps):
+        c = computes.get(k, {}).get(rt.rank)
+        if c is None or c[0].size == 0:
+            continue
+        w = windows.get(k) or (int(c[0][0]), int(c[1][-1]))
+        nxt = steps[i + 1] if i + 1 < len(steps) else None
+        nxt_start = None
+        if nxt is not None:
+            nw = windows.get(nxt)
+            nc = computes.get(nxt, {}).get(rt.rank)
+            nxt_start = nw[0] if nw else (int(nc[0][0]) if nc is not None and nc[0].size else None)
+        total.add(step_share(rt, c, w, nxt_start, tp=tp))
+        n += 1
+    return total.per_step(n) if n else None
+
+
+def _rank_metrics(rt: RankTimeline, steps: list[int], bubbles, computes, windows, replays,
+                  index: dict[int, int | None], scope: str, replica: int | None,
+                  tp: bool = False) -> RankMetrics:
+    by_step = [bubbles[k][rt.rank] for k in steps if rt.rank in bubbles.get(k, {})]
+    compute_all = iv.union(iv.merge(rt.compute["start"].to_numpy(), rt.compute["end"].to_numpy()),
+                           rt.other_compute)
+    comm = iv.total(rt.comm)
+    exposed = iv.total(iv.subtract(rt.comm, compute_all))
+    first, last = (rt.activity[0][0], rt.activity[1][-1]) if rt.activity[0].size else (0, 0)
+    span = int(last - first)
+    busy = iv.total(rt.activity)
+    pos = index.get(rt.rank)
+    rep = [replays[k].rank_bubble[pos] for k in sorted(replays) if pos is not None and rt.actions.height]
+    stages = sorted(int(s) for s in rt.actions["stage"].unique().to_list())
+    own = [computes[k][rt.rank] for k in steps if rt.rank in computes.get(k, {})]
+    if windows:
+        window_us = sum(windows[k][1] - windows[k][0] for k in steps if k in windows) / US
+    else:
+        window_us = sum(int(c[1][-1] - c[0][0]) for c in own if c[0].size) / US
+    return RankMetrics(
+        rank=rt.rank, stages=stages, bubble=mean(by_step) if by_step else None,
+        bubble_by_step=by_step, replay_bubble=mean(rep) if rep else None,
+        idle_fraction=(1.0 - busy / span) if span > 0 else None,
+        compute_us=sum(iv.total(c) for c in own) / US if by_step else 0.0,
+        window_us=window_us if by_step else 0.0,
+        comm_us=comm / US, exposed_comm_us=exposed / US,
+        overlap=(1.0 - exposed / comm) if comm > 0 else None,
+        other_compute_us=iv.total(rt.other_compute) / US, span_us=span / US, busy_us=busy / US,
+        peak_allocated_bytes=max(rt.memory_peak.values()) if rt.memory_peak else None,
+        device_type=rt.device_type, path=rt.path, pipeline=replica, position=pos,
+        bubble_scope=scope if by_step else None,
+        breakdown=_breakdown(rt, steps, computes, windows, tp=tp) if by_step else None,
+    )
+
+
+def inflight_peaks(order: list[Action]) -> dict[int, int]:
+    """Peak microbatches in flight per stage (F done, its B or I not yet) along one order."""
+    live: Counter = Counter()
+    peak: dict[int, int] = defaultdict(int)
+    for a in order:
+        if a.kind == "F":
+            live[a.stage] += 1
+            peak[a.stage] = max(peak[a.stage], live[a.stage])
+        elif a.frees_activations:
+            live[a.stage] -= 1
+    return peak
+
+
+def _stage_metrics(tl: Timeline, placement, steps, expected_inflight, th, replica) -> list[StageMetrics]:
+    acts = tl.actions
+    peaks: dict[int, int] = defaultdict(int)
+    for k in steps:
+        for order in tl.orders(k).values():
+            for s, p in inflight_peaks(order).items():
+                peaks[s] = max(peaks[s], p)
+    out = []
+    for s, r in placement.items():
+        a = acts.filter(pl.col("stage") == s)
+        counts = {k: int(a.filter(pl.col("kind") == k).height) for k in ("F", "B", "I", "W")}
+        comp = {k: float(a.filter(pl.col("kind") == k)["compute_ns"].sum()) / US for k in counts}
+        means = {k: (comp[k] / counts[k] if counts[k] else 0.0) for k in counts}
+        exp = None
+        if expected_inflight is not None:
+            exp = expected_inflight.get(s)
+        elif th is not None:
+            exp = th.peak_inflight.get(s)
+        out.append(StageMetrics(stage=s, rank=r, actions=counts, compute_us=comp,
+                                mean_compute_us=means, peak_inflight=peaks.get(s, 0),
+                                expected_peak_inflight=exp, pipeline=replica))
+    return out

@@ -16,6 +16,7 @@ from typing import Sequence
 import polars as pl
 
 from pipeaudit.audit.result import AuditResult
+from pipeaudit.options import LoadOptions
 from pipeaudit.timeline.model import Timeline
 
 
@@ -23,6 +24,10 @@ class Run:
     """One pipeline run loaded from its traces."""
 
     def __init__(self, timeline: Timeline, schedule: str | None = None) -> None:
+        if schedule is not None:
+            from pipeaudit.schedules import canonical_name
+
+            canonical_name(schedule)  # an unknown name is an error, listing the known ones
         self.timeline = timeline
         self._schedule = schedule
 
@@ -97,31 +102,35 @@ def load(
     num_steps: int | None = None,
     layout: str | None = None,
     jobs: int | None = None,
-    allow_missing: bool = False,
     executor: str | None = None,
     max_memory: int | str | None = None,
+    allow_missing: bool = False,
     salvage: bool = False,
+    options: LoadOptions | None = None,
 ) -> Run:
     """Load a run's traces (files, directories or globs) for analysis.
 
-    ``jobs``: ranks decoded at once on this machine, this process included (default: the
-    cores); ``executor``: ``"local"`` (default), ``"processes"`` or ``"dask://host:port"``;
-    ``max_memory``: the decode's memory budget (bytes or text such as ``"4G"``; default half
-    the available memory; files too big for a job's share are streamed). See
-    docs/performance.md; :mod:`pipeaudit.progress` reports ranks as they are done.
-    ``salvage=True``: analyse the complete events of truncated or corrupt trace files; the
-    steps the damage cut are excluded and the audit says what was lost (``TRUNCATED_TRACE``).
-    ``num_microbatches`` / ``num_steps``: state M or the number of steps for traces that
-    show neither (see :mod:`pipeaudit.timeline.stepping`); ``layout``: e.g. ``"pp=4,dp=2"``
-    when the traces do not say which ranks form each pipeline replica.
+    The keywords are :class:`~pipeaudit.options.LoadOptions`' (see there what each means);
+    ``options`` gives them all at once instead. ``jobs``: ranks decoded at once on this
+    machine, this process included (default: the cores); ``executor``: ``"local"``
+    (default), ``"processes"`` or ``"dask://host:port"``; ``max_memory``: the decode's memory
+    budget (bytes or text such as ``"4G"``; default half the available memory; files too
+    big for a job's share are streamed). See docs/performance.md; :mod:`pipeaudit.progress`
+    reports ranks as they are done. ``salvage=True``: analyse the complete events of
+    truncated or corrupt trace files; the steps the damage cut are excluded and the audit
+    says what was lost (``TRUNCATED_TRACE``). ``num_microbatches`` / ``num_steps``: state M
+    or the number of steps for traces that show neither (see
+    :mod:`pipeaudit.timeline.stepping`); ``layout``: e.g. ``"pp=4,dp=2"`` when the traces do
+    not say which ranks form each pipeline replica.
     """
     from pipeaudit.timeline.build import build_timeline
 
+    if options is None:
+        options = LoadOptions(schedule=schedule, action_pattern=action_pattern,
+                              num_microbatches=num_microbatches, num_steps=num_steps,
+                              layout=layout, jobs=jobs, executor=executor, max_memory=max_memory,
+                              allow_missing=allow_missing, salvage=salvage)
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    tl = build_timeline([str(p) for p in paths], pattern=action_pattern,
-                        num_microbatches=num_microbatches, num_steps=num_steps,
-                        layout=layout, jobs=jobs,
-                        allow_missing=allow_missing, executor=executor,
-                        max_memory=max_memory, salvage=salvage)
-    return Run(tl, schedule=schedule)
+    tl = build_timeline([str(p) for p in paths], options)
+    return Run(tl, schedule=options.schedule)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
-from pipeaudit.cli.runopts import load_kwargs, run_options
+from pipeaudit.cli.runopts import load_options, run_options
 
 
 @click.command("baseline")
@@ -14,7 +14,7 @@ from pipeaudit.cli.runopts import load_kwargs, run_options
               help="Write the baseline to this file (default: stdout).")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @run_options
-def command(paths, output, force, schedule, action_pattern, microbatches, jobs) -> None:
+def command(paths, output, force, **run) -> None:
     """Store the audit of the run in PATHS (trace files, directories or globs) as a baseline.
 
     The baseline holds the `analyze --format json` document, the run's
@@ -24,7 +24,7 @@ def command(paths, output, force, schedule, action_pattern, microbatches, jobs) 
     from pipeaudit.gate.snapshot import baseline_json, load_snapshot
 
     check_writable(output, force=force)
-    snap = load_snapshot(paths, **load_kwargs(schedule, action_pattern, microbatches, jobs))
+    snap = load_snapshot(paths, options=load_options(run))
     write_output(baseline_json(snap), output, force=force)
     s = snap.series
     n = len(s.steps) if s else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
-from pipeaudit.cli.runopts import load_kwargs, run_options
+from pipeaudit.cli.runopts import load_options, run_options
 
 
 @click.command("diff")
@@ -17,7 +17,7 @@ from pipeaudit.cli.runopts import load_kwargs, run_options
               help="Write the report to this file instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @run_options
-def command(run_a, run_b, fmt, output, force, schedule, action_pattern, microbatches, jobs) -> None:
+def command(run_a, run_b, fmt, output, force, **run) -> None:
     """Compare RUN_A (before) with RUN_B (after), stage by stage.
 
     Each RUN is a trace directory, file or quoted glob, a saved
@@ -27,9 +27,9 @@ def command(run_a, run_b, fmt, output, force, schedule, action_pattern, microbat
     from pipeaudit.gate.snapshot import load_snapshot
 
     check_writable(output, force=force)
-    kw = load_kwargs(schedule, action_pattern, microbatches, jobs)
-    a = load_snapshot([run_a], allow_analyze=True, **kw)
-    b = load_snapshot([run_b], allow_analyze=True, **kw)
+    options = load_options(run)
+    a = load_snapshot([run_a], allow_analyze=True, options=options)
+    b = load_snapshot([run_b], allow_analyze=True, options=options)
     d = diff_runs(a, b)
     if fmt == "json":
         from pipeaudit.report.json_doc import to_json

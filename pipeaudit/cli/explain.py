@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
+from pipeaudit.cli.runopts import load_options, load_run, one_pipeline, run_options
 
 
 @click.command("explain")
@@ -17,26 +18,23 @@ from pipeaudit.cli.output import check_writable, write_output
               help="Causes listed (text/markdown; json lists all).")
 @click.option("--width", type=click.IntRange(20), default=96, show_default=True,
               help="Timeline width in characters.")
-@click.option("--action-pattern", default=None, metavar="REGEX",
-              help="Regex with named groups kind, mb and optionally stage, for other "
-                   "frameworks' spans.")
-@click.option("--microbatches", type=int, default=None,
-              help="Microbatches per step (for un-annotated traces without ProfilerStep spans).")
-@click.option("--jobs", type=int, default=None, help="Ranks decoded in parallel (default: cores).")
+@click.option("--pipeline", type=click.IntRange(min=0), default=None, metavar="D",
+              help="Pipeline replica to explain (default: the slowest, when the job has several).")
+@run_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-def command(paths, fmt, step, top, width, action_pattern, microbatches, jobs, output,
-            force) -> None:
+def command(paths, fmt, step, top, width, pipeline, output, force, **run) -> None:
     """Critical path, slack and top causes of each step: PATHS are one run's traces."""
-    import pipeaudit
     from pipeaudit.errors import ConfigError
     from pipeaudit.explain import explain
 
+    options = load_options(run)
     check_writable(output, force=force)
-    run = pipeaudit.load(paths, action_pattern=action_pattern, num_microbatches=microbatches,
-                         jobs=jobs)
+    run, note = one_pipeline(load_run(paths, options), pipeline)
     result = explain(run.timeline)
+    if note:
+        result.notes.insert(0, note)
     if fmt == "json":
         from pipeaudit.report.json_doc import to_json
 

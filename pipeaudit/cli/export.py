@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import click
 
-from pipeaudit.cli.runopts import load_kwargs, run_options
+from pipeaudit.cli.runopts import load_options, load_run, run_options
 
 
 @click.command("export")
 @click.argument("paths", nargs=-1, required=True)
 @run_options
-@click.option("--allow-missing", is_flag=True,
-              help="Export a set of ranks with gaps (missing ranks are named in the notes).")
 @click.option("--perfetto", "out", required=True, type=click.Path(dir_okay=False), metavar="OUT.json[.gz]",
               help="Chrome-trace JSON file to write (gzip-compressed when it ends in .gz).")
 @click.option("--with-ideal", is_flag=True,
@@ -20,18 +18,16 @@ from pipeaudit.cli.runopts import load_kwargs, run_options
 @click.option("--merge-original", is_flag=True,
               help="Also merge every rank's original trace events into the file (pids remapped per rank).")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
-def command(paths, schedule, action_pattern, microbatches, jobs, allow_missing, out, with_ideal,
-            merge_original, force) -> None:
+def command(paths, out, with_ideal, merge_original, force, **run) -> None:
     """Export PATHS (trace files, directories or globs of one run) as a Chrome trace for
     ui.perfetto.dev: one process per rank, one track per stage, bubble and replay-ideal
     tracks, send->recv flow arrows, memory and in-flight counters."""
-    import pipeaudit
     from pipeaudit.cli.output import check_writable
     from pipeaudit.report.perfetto import write_perfetto
 
+    options = load_options(run)
     check_writable(out, force=force)
-    run = pipeaudit.load(paths, allow_missing=allow_missing,
-                         **load_kwargs(schedule, action_pattern, microbatches, jobs))
+    run = load_run(paths, options)
     s = write_perfetto(run.timeline, out, with_ideal=with_ideal, merge_original=merge_original,
                        force=force)
     parts = [f"{s.ranks} ranks", f"{s.slices} actions", f"{s.flows} flows",

@@ -11,7 +11,7 @@ import sys
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
-from pipeaudit.cli.runopts import load_kwargs, run_options
+from pipeaudit.cli.runopts import load_options, run_options
 
 # option name -> help; every one is also a key of [tool.pipeaudit.gate]
 LIMITS = {
@@ -66,7 +66,7 @@ def _limit_options(f):
 @run_options
 @click.pass_context
 def command(ctx, paths, baseline_path, allow_config_change, config_path, no_config, fmt, output,
-            force, exit_zero, schedule, action_pattern, microbatches, jobs, **limits) -> None:
+            force, exit_zero, **limits) -> None:
     """Gate the run in PATHS (traces, or a baseline file of it) against --baseline and budgets.
 
     Checks the median over steps of: pipeline and per-rank bubble, step time,
@@ -78,6 +78,7 @@ def command(ctx, paths, baseline_path, allow_config_change, config_path, no_conf
     from pipeaudit.gate.snapshot import load_snapshot, read_document
     from pipeaudit.gate.thresholds import load_thresholds
 
+    options = load_options(limits)  # what remains are the thresholds
     if no_config and config_path:
         raise ConfigError("--config and --no-config exclude each other")
     check_writable(output, force=force)
@@ -86,7 +87,7 @@ def command(ctx, paths, baseline_path, allow_config_change, config_path, no_conf
     if base is None and not th.budgets():
         raise ConfigError("nothing to check: give --baseline FILE or a budget (--max-bubble, "
                           "--max-step-time-ms, ...)")
-    run = load_snapshot(paths, **load_kwargs(schedule, action_pattern, microbatches, jobs))
+    run = load_snapshot(paths, options=options)
     result = gate(run, base, th, allow_config_change=allow_config_change,
                   thresholds_file=th_file)
     write_output(_render(result, fmt, color=sys.stdout.isatty() and output is None), output,

@@ -100,17 +100,47 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("pipeaudit: interrupted", err=True)
             ctx.exit(130)
+        except ImportError as exc:
+            extra = _missing_extra(exc)
+            if extra is None:
+                _bug(exc, ctx)
+            what = ctx.invoked_subcommand or "this command"
+            click.echo(f"pipeaudit: error: {what} needs {extra[0]}, which is not installed: "
+                       f"pip install 'pipeaudit[{extra[1]}]'", err=True)
+            ctx.exit(2)
         except Exception as exc:  # a bug: still one line, unless asked for the traceback
-            if os.environ.get("PIPEAUDIT_DEBUG"):
-                raise
-            first = str(exc).splitlines()[0][:200] if str(exc) else ""
-            click.echo(f"pipeaudit: internal error: {type(exc).__name__}: {first}{_where(exc)} "
-                       "(a bug in pipeaudit; PIPEAUDIT_DEBUG=1 shows the traceback)", err=True)
-            ctx.exit(INTERNAL_ERROR)
+            _bug(exc, ctx)
 
 
 #: Exit code of an unexpected exception (a bug), distinct from 1 (gate failed) and 2 (bad input).
 INTERNAL_ERROR = 3
+#: Optional dependencies: top-level module -> (what to call it, the extra that installs it).
+OPTIONAL_MODULES = {
+    "matplotlib": ("matplotlib", "plot"),
+    "dask": ("Dask", "dask"),
+    "distributed": ("Dask distributed", "dask"),
+    "torch": ("PyTorch", "harness"),
+    "hta": ("Holistic Trace Analysis", "hta"),
+    "traceinsight": ("Holistic Trace Analysis", "hta"),
+    "nbclient": ("nbclient", "notebooks"),
+    "nbformat": ("nbformat", "notebooks"),
+}
+
+
+def _missing_extra(exc: ImportError) -> tuple[str, str] | None:
+    """(what, extra) when ``exc`` is an optional dependency that is not installed."""
+    name = (getattr(exc, "name", None) or "").split(".")[0]
+    return OPTIONAL_MODULES.get(name) if isinstance(exc, ModuleNotFoundError) else None
+
+
+def _bug(exc: BaseException, ctx: click.Context):
+    """Report an unexpected exception as a bug (one line) and exit 3."""
+    if os.environ.get("PIPEAUDIT_DEBUG"):
+        raise exc
+    first = str(exc).splitlines()[0][:200] if str(exc) else ""
+    click.echo(f"pipeaudit: internal error: {type(exc).__name__}: {first}{_where(exc)} "
+               "(a bug in pipeaudit; PIPEAUDIT_DEBUG=1 shows the traceback)", err=True)
+    ctx.exit(INTERNAL_ERROR)
 
 
 def _before_exit() -> None:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import click
 
-from pipeaudit.cli.runopts import load_kwargs, run_options
+from pipeaudit.cli.runopts import load_options, load_run, run_options
 
 
 @click.command("plot")
 @click.argument("paths", nargs=-1, required=True)
 @run_options
-@click.option("--allow-missing", is_flag=True,
-              help="Plot a set of ranks with gaps (missing ranks are named in the notes).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), metavar="FILE.png|FILE.svg",
               help="Image to write; the format comes from the extension (.png or .svg).")
 @click.option("--kind", type=click.Choice(["timeline", "bubble", "memory", "inflight"]),
@@ -22,22 +20,20 @@ from pipeaudit.cli.runopts import load_kwargs, run_options
 @click.option("--no-ideal", is_flag=True, help="Leave the replay ideal out of --kind timeline.")
 @click.option("--dpi", type=click.IntRange(50, 600), default=150, show_default=True, help="PNG resolution.")
 @click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
-def command(paths, schedule, action_pattern, microbatches, jobs, allow_missing, output, kind, step,
-            no_ideal, dpi, force) -> None:
+def command(paths, output, kind, step, no_ideal, dpi, force, **run) -> None:
     """Plot PATHS (trace files, directories or globs of one run) as a static image for papers
     and tickets."""
     import os
 
-    import pipeaudit
     from pipeaudit.cli.output import check_writable
     from pipeaudit.errors import ConfigError
     from pipeaudit.report.plots import FORMATS, save_plot
 
     if os.path.splitext(output)[1].lower() not in FORMATS:
         raise ConfigError(f"{output}: the plot format comes from the extension; use .png or .svg")
+    options = load_options(run)
     check_writable(output, force=force)
-    run = pipeaudit.load(paths, allow_missing=allow_missing,
-                         **load_kwargs(schedule, action_pattern, microbatches, jobs))
+    run = load_run(paths, options)
     opts = {"step": step, "ideal": not no_ideal} if kind == "timeline" else {}
     save_plot(kind, run.timeline, run.audit(), output, force=force, dpi=dpi, **opts)
     click.echo(f"wrote {output}", err=True)

@@ -1,4 +1,9 @@
-"""Options shared by commands that load a run from traces (baseline, gate, diff)."""
+"""The options of every command that reads a run, declared once.
+
+``@run_options`` adds the flags of :class:`~pipeaudit.options.LoadOptions` to a command;
+the command collects them with ``**run`` and turns them into options with
+:func:`load_options`, which names the flag in its one-line error.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +11,119 @@ from typing import Any, Callable
 
 import click
 
+from pipeaudit.options import LoadOptions, OptionError
 
-def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Add --schedule, --action-pattern, --microbatches and --jobs (as for ``analyze``)."""
-    opts = [
-        click.option("--schedule", default=None,
-                     help="Declare the schedule that ran (checked against the order)."),
-        click.option("--action-pattern", default=None, metavar="REGEX",
-                     help="Regex with named groups kind, mb and optionally stage."),
-        click.option("--microbatches", type=int, default=None,
-                     help="Microbatches per step (un-annotated traces without ProfilerStep spans)."),
-        click.option("--jobs", type=int, default=None, help="Ranks decoded in parallel."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
+#: LoadOptions field -> (flag, click keyword arguments); the click parameter is the flag's name.
+_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
+    "schedule": ("--schedule", dict(
+        default=None, metavar="NAME",
+        help="Declare the schedule that ran (checked against the order; names as in "
+             "`pipeaudit simulate --help`).")),
+    "action_pattern": ("--action-pattern", dict(
+        default=None, metavar="REGEX",
+        help="Regex with named groups kind, mb and optionally stage, for other frameworks' "
+             "spans.")),
+    "num_microbatches": ("--microbatches", dict(
+        type=click.IntRange(min=1), default=None, metavar="M",
+        help="Microbatches per step, for traces that show neither steps nor M.")),
+    "num_steps": ("--steps", dict(
+        type=click.IntRange(min=1), default=None, metavar="N",
+        help="Steps in the traces, for traces that show neither steps nor M.")),
+    "layout": ("--layout", dict(
+        default=None, metavar="pp=P,dp=D[,tp=T]",
+        help="Which ranks form each pipeline replica, as a DeviceMesh lays them out (first "
+             "dimension outermost), when the traces' process groups do not say.")),
+    "jobs": ("--jobs", dict(
+        type=click.IntRange(min=1), default=None, metavar="N",
+        help="Ranks decoded in parallel on this machine (default: the cores).")),
+    "executor": ("--executor", dict(
+        default=None, metavar="local|processes|dask://HOST:PORT",
+        help="Where ranks are decoded and reduced: this machine (a process pool when it pays), "
+             "always a process pool, or a Dask cluster (pip install 'pipeaudit[dask]'). "
+             "[default: local]")),
+    "max_memory": ("--max-memory", dict(
+        default=None, metavar="SIZE",
+        help="Memory budget of the decode, e.g. 4G (default: half the available memory); "
+             "bigger files are decoded as a stream.")),
+    "allow_missing": ("--allow-missing", dict(
+        is_flag=True, help="Read a set of ranks with gaps (the missing ranks are named).")),
+    "salvage": ("--salvage", dict(
+        is_flag=True,
+        help="Read truncated or corrupt traces (a killed job): keep the complete events before "
+             "the damage, exclude the steps it cut, and say what was lost.")),
+}
+#: ``whatif`` changes the schedule and M of the replay: its flags for the traces' own differ.
+WHATIF_FLAGS = {"schedule": "--run-schedule", "num_microbatches": "--run-microbatches"}
 
 
-def load_kwargs(schedule, action_pattern, microbatches, jobs) -> dict[str, Any]:
-    """Keyword arguments of :func:`pipeaudit.gate.load_snapshot` from the shared options."""
-    return {"schedule": schedule, "action_pattern": action_pattern,
-            "num_microbatches": microbatches, "jobs": jobs}
+def _param(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def run_options(f: Callable[..., Any] | None = None, *, flags: dict[str, str] | None = None):
+    """Add the flags of every :class:`LoadOptions` field to a click command (``flags``: other
+    flag names for some fields)."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for field, (flag, kwargs) in reversed(list(_SPECS.items())):
+            fn = click.option((flags or {}).get(field, flag), **kwargs)(fn)
+        return fn
+
+    return decorate(f) if f is not None else decorate
+
+
+def load_options(params: dict[str, Any], *, flags: dict[str, str] | None = None,
+                 **overrides: Any) -> LoadOptions:
+    """The LoadOptions of a command's parsed flags (removed from ``params``); a bad value is a
+    one-line usage error naming the flag."""
+    names = {field: (flags or {}).get(field, flag) for field, (flag, _) in _SPECS.items()}
+    values = {field: params.pop(_param(flag), None) for field, flag in names.items()}
+    values["allow_missing"] = bool(values["allow_missing"])
+    values["salvage"] = bool(values["salvage"])
+    values.update(overrides)
+    try:
+        return LoadOptions(**values)
+    except OptionError as exc:
+        raise click.BadParameter(exc.reason, param_hint=names.get(exc.option, exc.option)) from None
+
+
+def load_run(paths, options: LoadOptions):
+    """``pipeaudit.load`` for a command: a trace error names the inputs when it concerns the
+    set, and damage that ``--salvage`` can repair says so when it was not given."""
+    import pipeaudit
+    from pipeaudit.errors import TraceError
+
+    try:
+        return pipeaudit.load(paths, options=options)
+    except TraceError as exc:
+        raise cli_trace_error(exc, list(paths), options.salvage) from None
+
+
+def cli_trace_error(exc, paths: list[str], salvage: bool):
+    """The TraceError as the CLI reports it (see :func:`load_run`)."""
+    from pipeaudit.errors import TraceError
+    from pipeaudit.trace.salvage import SALVAGE_HINT, is_salvageable
+
+    path, problem = exc.path, exc.problem
+    if path is None and paths:
+        path = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    if not salvage and is_salvageable(problem):
+        problem = f"{problem}; {SALVAGE_HINT}"
+    return TraceError(path, problem)
+
+
+def one_pipeline(run, index: int | None):
+    """(the run of one pipeline replica, a note saying which) for commands that read one
+    pipeline at a time: ``index``, else the slowest replica when the job has several."""
+    from pipeaudit.errors import ConfigError
+
+    layout = run.timeline.layout
+    count = len(layout.replicas) if layout is not None else 1
+    if index is None and count < 2:
+        return run, None
+    if index is not None and index >= count:
+        raise ConfigError(f"--pipeline {index}: the job has {count} pipeline replica(s), 0..{count - 1}")
+    if index is None:
+        index = (run.audit().job or {}).get("slowest_pipeline") or 0
+        return run.pipeline(index), (f"the job has {count} pipeline replicas; this is pipeline "
+                                     f"{index}, the slowest (--pipeline D for another)")
+    return run.pipeline(index), f"pipeline {index} of the job's {count}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
+from pipeaudit.cli.runopts import WHATIF_FLAGS, load_options, load_run, one_pipeline, run_options
 
 
 @click.command("whatif")
@@ -23,30 +24,25 @@ from pipeaudit.cli.output import check_writable, write_output
               help="Stages per rank of the replayed schedule.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
               show_default=True, help="Report format on stdout.")
-@click.option("--run-schedule", default=None, metavar="NAME",
-              help="The schedule the traces ran, when neither the manifest nor the order tells.")
-@click.option("--run-microbatches", type=int, default=None,
-              help="Microbatches per step of the traces (un-annotated traces without "
-                   "ProfilerStep spans).")
-@click.option("--action-pattern", default=None, metavar="REGEX",
-              help="Regex with named groups kind, mb and optionally stage, for other "
-                   "frameworks' spans.")
-@click.option("--jobs", type=int, default=None, help="Ranks decoded in parallel (default: cores).")
+@click.option("--pipeline", type=click.IntRange(min=0), default=None, metavar="D",
+              help="Pipeline replica to replay (default: the slowest, when the job has several).")
+@run_options(flags=WHATIF_FLAGS)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-def command(paths, scales, comm_latency, microbatches, schedule, chunks, fmt, run_schedule,
-            run_microbatches, action_pattern, jobs, output, force) -> None:
+def command(paths, scales, comm_latency, microbatches, schedule, chunks, fmt, pipeline, output,
+            force, **run) -> None:
     """Predict the step time and bubble of PATHS' run with changes applied."""
-    import pipeaudit
     from pipeaudit.explain import Changes, parse_scale, whatif
 
+    options = load_options(run, flags=WHATIF_FLAGS)
     check_writable(output, force=force)
     changes = Changes(scale=tuple(parse_scale(s) for s in scales), comm_latency_us=comm_latency,
                       microbatches=microbatches, schedule=schedule, chunks=chunks)
-    run = pipeaudit.load(paths, schedule=run_schedule, action_pattern=action_pattern,
-                         num_microbatches=run_microbatches, jobs=jobs)
+    run, note = one_pipeline(load_run(paths, options), pipeline)
     pred = whatif(run.timeline, changes, run.audit())
+    if note:
+        pred.notes.insert(0, note)
     if fmt == "json":
         from pipeaudit.report.json_doc import to_json
 

@@ -19,6 +19,7 @@ import msgspec
 
 from pipeaudit import SCHEMA_VERSION, __version__
 from pipeaudit.audit.result import AuditResult
+from pipeaudit.options import LoadOptions
 from pipeaudit.errors import ConfigError
 from pipeaudit.gate.series import StepSeries, step_series
 
@@ -206,15 +207,14 @@ def is_document(path: str) -> bool:
     return b'"tool"' in head and b"pipeaudit" in head and b"traceEvents" not in head
 
 
-def load_snapshot(paths: Sequence[str], *, allow_analyze: bool = False, schedule: str | None = None,
-                  action_pattern: str | None = None, num_microbatches: int | None = None,
-                  jobs: int | None = None) -> Snapshot:
-    """A run from trace files/directories/globs, or from one saved baseline (or analyze) file."""
+def load_snapshot(paths: Sequence[str], *, allow_analyze: bool = False,
+                  options: LoadOptions | None = None) -> Snapshot:
+    """A run from trace files/directories/globs (read with ``options``), or from one saved
+    baseline (or analyze) file."""
     paths = [str(p) for p in paths]
     if len(paths) == 1 and is_document(paths[0]):
         return read_document(paths[0], baseline_only=not allow_analyze)
     from pipeaudit.api import load
 
-    run = load(paths, schedule=schedule, action_pattern=action_pattern,
-               num_microbatches=num_microbatches, jobs=jobs)
+    run = load(paths, options=options)
     return snapshot_from_run(run)

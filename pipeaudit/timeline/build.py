@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 import polars as pl
 
-from pipeaudit.timeline.layout import detect_layout, parse_layout
+from pipeaudit.options import LoadOptions
+from pipeaudit.timeline.layout import detect_layout
 from pipeaudit.timeline.model import Timeline
 from pipeaudit.timeline.rank import RankTimeline, reduce_rank
 from pipeaudit.timeline.stepping import settle_steps
@@ -43,37 +44,21 @@ def reduce_trace(trace, *, hints: dict[int, int], pattern: str | None) -> RankTi
     return reduce_rank(trace, stage_hint=hints.get(trace.rank), pattern=pattern)
 
 
-def build_timeline(
-    paths: Sequence[str],
-    *,
-    pattern: str | None = None,
-    num_microbatches: int | None = None,
-    num_steps: int | None = None,
-    layout: str | None = None,
-    jobs: int | None = None,
-    allow_missing: bool = False,
-    executor: str | None = None,
-    max_memory: int | str | None = None,
-    salvage: bool = False,
-) -> Timeline:
+def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> Timeline:
     """Decode, validate and reduce every rank's trace into one timeline.
 
-    The options are :func:`pipeaudit.api.load`'s (``pattern`` is its ``action_pattern``).
-    ``salvage`` needs all ranks' events at once (the steps the damage cut are excluded on
-    every rank), so that path decodes the whole run before reducing it: a recovery path,
-    not a fast one. Partial traces of a failed harness run (header
-    ``pipeaudit_incomplete_step``) take the same path.
+    ``options``: :class:`~pipeaudit.options.LoadOptions` (validated when made). ``salvage``
+    needs all ranks' events at once (the steps the damage cut are excluded on every rank),
+    so that path decodes the whole run before reducing it: a recovery path, not a fast one.
+    Partial traces of a failed harness run (header ``pipeaudit_incomplete_step``) take the
+    same path.
     """
-    from pipeaudit.errors import ConfigError
     from pipeaudit.trace.load import load_traces, map_ranks
     from pipeaudit.trace.cut import PARTIAL_KEY
 
-    for flag, value in (("--microbatches", num_microbatches), ("--steps", num_steps)):
-        if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
-                                      and value >= 1):
-            raise ConfigError(f"{flag} must be an integer >= 1, got {value!r}")
-    if layout is not None:
-        parse_layout(layout)  # a bad --layout fails before any file is read
+    o = options or LoadOptions()
+    pattern, jobs, allow_missing, executor = o.action_pattern, o.jobs, o.allow_missing, o.executor
+    max_memory, salvage = o.max_memory, o.salvage
     salvaged: list[Any] = []
     full_decode = salvage
     if not salvage:
@@ -101,7 +86,7 @@ def build_timeline(
         headers=headers, ranks=[rt.rank for rt in values], world_size=world, manifest=manifest,
         rank_stages={rt.rank: frozenset(int(s) for s in rt.actions["stage"].unique().to_list())
                      for rt in values if not rt.stage_from_rank and rt.actions.height},
-        spec=layout,
+        spec=o.layout,
     )
     positions = {}
     for rt in values:
@@ -112,7 +97,7 @@ def build_timeline(
         if rt.stage_from_rank and rt.actions.height:
             rt.actions = rt.actions.with_columns(stage=pl.lit(where[1], dtype=pl.Int64))
     decision = settle_steps(values, positions=positions, num_stages=lay.pp,
-                            stated_microbatches=num_microbatches, stated_steps=num_steps,
+                            stated_microbatches=o.num_microbatches, stated_steps=o.num_steps,
                             manifest_microbatches=_manifest_microbatches(manifest))
     warnings = list(set_warnings)
     for rt in values:

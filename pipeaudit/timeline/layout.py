@@ -82,17 +82,17 @@ def parse_layout(text: str) -> dict[str, int]:
         name, sep, value = item.strip().partition("=")
         name = name.strip().lower()
         if not sep or name not in LAYOUT_DIMS or name in out:
-            raise ConfigError(f"--layout {text!r}: expected dimensions pp, dp, tp as NAME=SIZE "
+            raise ConfigError(f"{text!r}: expected dimensions pp, dp, tp as NAME=SIZE "
                               "(e.g. pp=4,dp=2), each once")
         try:
             size = int(value)
         except ValueError:
-            raise ConfigError(f"--layout {text!r}: {name} must be an integer") from None
+            raise ConfigError(f"{text!r}: {name} must be an integer") from None
         if size < 1:
-            raise ConfigError(f"--layout {text!r}: {name} must be >= 1")
+            raise ConfigError(f"{text!r}: {name} must be >= 1")
         out[name] = size
     if "pp" not in out:
-        raise ConfigError(f"--layout {text!r} needs pp=SIZE")
+        raise ConfigError(f"{text!r} needs pp=SIZE")
     return out
 
 
@@ -253,7 +253,7 @@ def detect_layout(*, headers: Sequence[Mapping[str, Any]], ranks: Sequence[int],
         given = layout_from_dims(parse_layout(spec), world_size, "--layout")
         if from_groups is not None and sorted(map(sorted, _pipelines(given))) != sorted(
                 map(sorted, _pipelines(from_groups))):
-            raise ConfigError(f"--layout {spec} does not match the traces' pipeline process groups "
+            raise ConfigError(f"layout {spec} does not match the traces' pipeline process groups "
                               f"({', '.join(str(list(p)) for p in _pipelines(from_groups)[:4])})")
         return given
     if from_groups is not None:

@@ -586,3 +586,57 @@ def build_replicas(tmp: Path, orders, *, dp: int, tp: int = 1, dur_of=None, step
                       for p in range(P)} for step in range(steps)}
     return BuiltRun(directory, files, compute, [list(o) for o in orders], list(range(P)),
                     extra={"replica_truth": copies, "allreduce": allreduce, "pp": P, "dp": dp, "tp": tp})
+
+
+def build_single_process_run(tmp: Path, orders, *, dur=None, latency=0, steps=2, annotate=True,
+                             name="single") -> BuiltRun:
+    """One process, stage s on ``cuda:s``: one trace of the run :func:`build_run` places for
+    ``orders`` (device s standing in for rank s). The host issues every action in the order
+    the devices start them, ahead of them (launches are asynchronous): ``PP:<s><k><m>`` spans
+    (``annotate``) around the launches; forward kernels are launched from the main thread,
+    backward kernels from the autograd thread; activations cross devices as a peer-to-peer
+    memcpy on the receiving device. ``compute`` is keyed by device."""
+    P = len(orders)
+    dur = dur or (lambda s, k, m: {"F": 1000, "B": 2000, "I": 1000, "W": 1000}[k])
+    directory = tmp / name
+    directory.mkdir(parents=True, exist_ok=True)
+    ev: list[dict] = []
+    compute: dict[int, dict[int, list[tuple[int, int]]]] = {}
+    ids = iter(range(5000, 10**9))
+    t0 = 1000
+    for step in range(steps):
+        slots = place(orders, list(range(P)), dur, latency, lambda r: 0)
+        hi = max(sl.end for sl in slots.values())
+        compute[step] = {d: [] for d in range(P)}
+        acts = sorted(slots, key=lambda a: (slots[a].start, a[0]))
+        cursor = t0 - 40
+        for (s, k, m) in acts:
+            sl = slots[(s, k, m)]
+            a, c1 = sl.start, sl.end
+            L = cursor
+            assert L + 12 < t0 + a, "host behind the device in the built run"
+            if annotate:
+                ev.append(x(f"PP:{s}{k}{m}", L, 20, cat="user_annotation", pid=1, tid=1,
+                            external_id=next(ids)))
+            tid = 1 if k == "F" else 2  # the autograd engine's device thread launches backward
+            ev.append(x("aten::mm" if k == "F" else "autograd::engine::evaluate_function: MmBackward0",
+                        L + 2, 6, pid=1, tid=tid))
+            corr = next(ids)
+            ev.append(x("cudaLaunchKernel", L + 3, 1, cat="cuda_runtime", pid=1, tid=tid,
+                        correlation=corr))
+            ev.append({"ph": "X", "cat": "kernel", "name": "sm80_gemm", "pid": s, "tid": 7,
+                       "ts": t0 + a, "dur": c1 - a, "args": {"correlation": corr, "device": s,
+                                                             "stream": 7}})
+            if sl.dep_rank is not None and latency:
+                ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy PtoP (Device -> Device)",
+                           "pid": s, "tid": 9, "ts": t0 + sl.arrival - latency, "dur": latency,
+                           "args": {"device": s, "stream": 9}})
+            compute[step][s].append((t0 + a, t0 + c1))
+            cursor = L + 30
+        ev.append(x(f"ProfilerStep#{step}", t0 - 50, hi + 100, cat="user_annotation", pid=1, tid=1))
+        t0 += hi + 500
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": d, "name": "NVIDIA A100"} for d in range(P)],
+           "baseTimeNanoseconds": BASE_NS, "traceEvents": ev}
+    path = directory / "trace.json"
+    path.write_bytes(json.dumps(doc).encode())
+    return BuiltRun(directory, [path], compute, [list(o) for o in orders], list(range(P)))

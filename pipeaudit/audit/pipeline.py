@@ -163,7 +163,7 @@ def _subset(tl: Timeline, ranks: list[int]) -> Timeline:
     keep = set(ranks)
     return Timeline(ranks=[rt for rt in tl.ranks if rt.rank in keep], manifest=tl.manifest,
                     inputs=tl.inputs, warnings=tl.warnings, salvage=tl.salvage, layout=tl.layout,
-                    step_evidence=tl.step_evidence)
+                    step_evidence=tl.step_evidence, clock=tl.clock)
 
 
 def _own_windows(ranks: list[RankTimeline], steps: list[int]):
@@ -231,9 +231,27 @@ def _breakdown(rt: RankTimeline, steps: list[int], computes, windows, *, tp: boo
             nw = windows.get(nxt)
             nc = computes.get(nxt, {}).get(rt.rank)
             nxt_start = nw[0] if nw else (int(nc[0][0]) if nc is not None and nc[0].size else None)
-        total.add(step_share(rt, c, w, nxt_start, tp=tp))
+        total.add(step_share(rt, c, w, nxt_start, tp=tp, p2p_waiting=waiting_intervals(rt)))
         n += 1
     return total.per_step(n) if n else None
+
+
+def waiting_intervals(rt: RankTimeline) -> iv.Intervals | None:
+    """The parts of the rank's matched recvs spent waiting for the sender."""
+    r = rt.recvs
+    if r is None or r.height == 0:
+        return None
+    m = r.filter(pl.col("matched") & (pl.col("waiting") > 0))
+    return iv.merge(m["start"].to_numpy(), (m["start"] + m["waiting"]).to_numpy())
+
+
+def _recv_totals(r: pl.DataFrame | None) -> tuple[float | None, float | None, int, int]:
+    if r is None or r.height == 0:
+        return None, None, 0, 0
+    m = r.filter(pl.col("matched"))
+    if m.height == 0:
+        return None, None, 0, r.height
+    return (float(m["waiting"].sum()) / US, float(m["transfer"].sum()) / US, m.height, r.height)
 
 
 def _rank_metrics(rt: RankTimeline, steps: list[int], bubbles, computes, windows, replays,
@@ -251,6 +269,7 @@ def _rank_metrics(rt: RankTimeline, steps: list[int], bubbles, computes, windows
     rep = [replays[k].rank_bubble[pos] for k in sorted(replays) if pos is not None and rt.actions.height]
     stages = sorted(int(s) for s in rt.actions["stage"].unique().to_list())
     own = [computes[k][rt.rank] for k in steps if rt.rank in computes.get(k, {})]
+    wait, transfer, matched, nrecv = _recv_totals(rt.recvs)
     if windows:
         window_us = sum(windows[k][1] - windows[k][0] for k in steps if k in windows) / US
     else:
@@ -268,6 +287,7 @@ def _rank_metrics(rt: RankTimeline, steps: list[int], bubbles, computes, windows
         device_type=rt.device_type, path=rt.path, pipeline=replica, position=pos,
         bubble_scope=scope if by_step else None,
         breakdown=_breakdown(rt, steps, computes, windows, tp=tp) if by_step else None,
+        recv_wait_us=wait, recv_transfer_us=transfer, recvs_matched=matched, recvs=nrecv,
     )
 
 
@@ -302,7 +322,14 @@ def _stage_metrics(tl: Timeline, placement, steps, expected_inflight, th, replic
             exp = expected_inflight.get(s)
         elif th is not None:
             exp = th.peak_inflight.get(s)
+        wait = transfer = None
+        recvs = [rt.recvs for rt in tl.ranks if rt.rank == r and rt.recvs is not None]
+        if recvs and recvs[0].height:
+            m = recvs[0].filter(pl.col("matched") & (pl.col("stage") == s))
+            if m.height:
+                wait, transfer = float(m["waiting"].sum()) / US, float(m["transfer"].sum()) / US
         out.append(StageMetrics(stage=s, rank=r, actions=counts, compute_us=comp,
                                 mean_compute_us=means, peak_inflight=peaks.get(s, 0),
-                                expected_peak_inflight=exp, pipeline=replica))
+                                expected_peak_inflight=exp, pipeline=replica,
+                                recv_wait_us=wait, recv_transfer_us=transfer))
     return out

@@ -60,6 +60,12 @@ class RankMetrics:
     breakdown: dict[str, float] | None = None
     #: data-parallel collectives: time spent waiting for the slowest peer, mean per step (µs)
     dp_wait_us: float | None = None
+    #: point-to-point receives over the whole trace (µs): waiting for the peer to send, and
+    #: moving the bytes; None when no recv was matched with its send
+    recv_wait_us: float | None = None
+    recv_transfer_us: float | None = None
+    recvs_matched: int = 0
+    recvs: int = 0
 
 
 @dataclass
@@ -74,6 +80,9 @@ class StageMetrics:
     peak_inflight: int
     expected_peak_inflight: int | None
     pipeline: int | None = 0
+    #: the stage's receives (whole trace, µs): waiting for the sender, and transfer
+    recv_wait_us: float | None = None
+    recv_transfer_us: float | None = None
 
 
 @dataclass
@@ -161,6 +170,8 @@ class AuditResult:
     inference_coverage: float | None = None
     #: job-level figures when the job has several pipeline replicas (see audit.job)
     job: dict[str, Any] | None = None
+    #: host clock offsets applied from matched send/recv pairs (timeline.p2p.ClockCorrection)
+    clock: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document of this result."""

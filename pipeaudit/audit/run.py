@@ -36,7 +36,7 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
         members = set(layout.replica_ranks(d))
         sub = Timeline(ranks=[rt for rt in tl.ranks if rt.rank in members], manifest=tl.manifest,
                        inputs=tl.inputs, warnings=tl.warnings, salvage=tl.salvage, layout=layout,
-                       step_evidence=tl.step_evidence)
+                       step_evidence=tl.step_evidence, clock=tl.clock)
         positions = {r: p for p, peers in enumerate(layout.replicas[d]) for r in peers}
         pa = audit_pipeline(sub, replica=d, positions=positions, P=layout.pp, schedule=schedule,
                             num_stages=_manifest_stages(tl))
@@ -71,6 +71,8 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
     findings += _missing_ranks(layout, present)
     findings.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), f.code, f.rank or 0, f.stage or 0))
     result.findings = findings
+    if tl.clock is not None and tl.clock.offsets_ns:
+        result.clock = tl.clock.to_dict()
     return result
 
 

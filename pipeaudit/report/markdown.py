@@ -38,13 +38,16 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
         if len(r.pipelines) > 1:
             out += ["", "## Pipeline replicas", "", _table(list(PIPELINE_COLUMNS), pipeline_rows(r)),
                     ""] + [f"- {line}" for line in job_lines(r)]
+        recvs = any(s.recv_wait_us is not None for s in r.stages)
         out += ["", "## Stages", "",
                 _table(["stage", "rank", "F", "B", "I", "W", "F ms", "B ms", "I ms", "W ms",
-                        "in-flight", "expected"],
+                        "in-flight", "expected"] + (["recv wait ms", "recv transfer ms"] if recvs else []),
                        [[str(s.stage), str(s.rank), *(str(s.actions[k]) for k in "FBIW"),
                          *(ms(s.mean_compute_us[k]) if s.actions[k] else "-" for k in "FBIW"),
                          str(s.peak_inflight), str(s.expected_peak_inflight)
-                         if s.expected_peak_inflight is not None else "-"] for s in r.stages])]
+                         if s.expected_peak_inflight is not None else "-"]
+                        + ([ms(s.recv_wait_us), ms(s.recv_transfer_us)] if recvs else [])
+                        for s in r.stages])]
     else:
         out.append(f"No pipeline actions found in {r.num_ranks} rank(s); busy/idle/communication only.")
     out += ["", "## Ranks", "",

@@ -88,19 +88,27 @@ def _pipelines(con: Console, r: AuditResult) -> None:
 
 
 def _stages(con: Console, r: AuditResult) -> None:
-    t = Table(title="Stages (mean compute per action, ms; in-flight = peak microbatches held)",
-              title_justify="left")
+    t = Table(title="Stages (mean compute per action, ms; in-flight = peak microbatches held"
+                    + ("; recvs over the whole trace: waiting for the sender vs transfer, ms"
+                       if _has_recvs(r) else "") + ")", title_justify="left")
     replicas = len(r.pipelines) > 1
+    recvs = _has_recvs(r)
     for c in (("pipe",) if replicas else ()) + ("stage", "rank", "F", "B", "I", "W", "F ms", "B ms",
-                                                "I ms", "W ms", "in-flight", "expected"):
+                                                "I ms", "W ms", "in-flight", "expected") + (
+            ("recv wait", "recv transfer") if recvs else ()):
         t.add_column(c, justify="right")
     for s in r.stages:
         t.add_row(*((str(s.pipeline),) if replicas else ()), str(s.stage), str(s.rank),
                   *(str(s.actions[k]) for k in "FBIW"),
                   *(ms(s.mean_compute_us[k]) if s.actions[k] else "-" for k in "FBIW"),
                   str(s.peak_inflight),
-                  "-" if s.expected_peak_inflight is None else str(s.expected_peak_inflight))
+                  "-" if s.expected_peak_inflight is None else str(s.expected_peak_inflight),
+                  *((ms(s.recv_wait_us), ms(s.recv_transfer_us)) if recvs else ()))
     con.print(t)
+
+
+def _has_recvs(r: AuditResult) -> bool:
+    return any(s.recv_wait_us is not None for s in r.stages)
 
 
 def _ranks(con: Console, r: AuditResult) -> None:

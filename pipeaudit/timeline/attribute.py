@@ -17,17 +17,22 @@ import polars as pl
 from pipeaudit.timeline.ops import RankOps
 
 COMPUTE_SCHEMA = {"action": pl.Int64, "start": pl.Int64, "end": pl.Int64}
+_PIECE_SCHEMA = {**COMPUTE_SCHEMA, "device": pl.Int64}
 #: GPU copies of action spans: ``action`` (row in the spans table), device, stream, start, end.
 COPY_SCHEMA = {"action": pl.Int64, "device": pl.Int64, "stream": pl.Int64, "start": pl.Int64,
                "end": pl.Int64}
 
 
-def attribute(spans: pl.DataFrame, ops: RankOps, copies: pl.DataFrame | None = None) -> pl.DataFrame:
+def attribute(spans: pl.DataFrame, ops: RankOps, copies: pl.DataFrame | None = None,
+              *, by_device: bool = False) -> pl.DataFrame:
     """Merged compute intervals of each span: columns ``action`` (row index in ``spans``), ``start``, ``end``.
 
-    ``copies``: the spans' GPU copies (:func:`pair_gpu_copies`), for kernels without a launch."""
+    ``copies``: the spans' GPU copies (:func:`pair_gpu_copies`), for kernels without a launch.
+    ``by_device``: merge per action and device instead (a ``device`` column is added: a
+    single-process run's action may compute on several devices)."""
+    empty = _PIECE_SCHEMA if by_device else COMPUTE_SCHEMA
     if spans.height == 0 or ops.units.height == 0:
-        return pl.DataFrame(schema=COMPUTE_SCHEMA)
+        return pl.DataFrame(schema=empty)
     indexed = spans.with_row_index("action").with_columns(pl.col("action").cast(pl.Int64))
     pieces = []
     if ops.on_gpu:
@@ -41,14 +46,16 @@ def attribute(spans: pl.DataFrame, ops: RankOps, copies: pl.DataFrame | None = N
             pieces.append(_by_anchor(group, units, clip=True))
     pieces = [p for p in pieces if p.height]
     if not pieces:
-        return pl.DataFrame(schema=COMPUTE_SCHEMA)
-    return merge_per_action(pl.concat(pieces))
+        return pl.DataFrame(schema=empty)
+    if by_device:
+        return merge_per_action(pl.concat(pieces), keys=("action", "device"))
+    return merge_per_action(pl.concat(pieces).drop("device"))
 
 
 def _by_anchor(spans: pl.DataFrame, units: pl.DataFrame, *, clip: bool) -> pl.DataFrame:
     """Each unit to the span that contains its anchor (the latest span starting at or before it)."""
     if spans.height == 0 or units.height == 0:
-        return pl.DataFrame(schema=COMPUTE_SCHEMA)
+        return pl.DataFrame(schema=_PIECE_SCHEMA)
     spans = spans.sort("start")
     s_start = spans["start"].to_numpy()
     s_end = spans["end"].to_numpy()
@@ -63,13 +70,16 @@ def _by_anchor(spans: pl.DataFrame, units: pl.DataFrame, *, clip: bool) -> pl.Da
     if clip:
         u_end = np.minimum(u_end, s_end[k])
         u_start = np.maximum(u_start, s_start[k])
-    return pl.DataFrame({"action": s_idx[k], "start": u_start, "end": u_end}, schema=COMPUTE_SCHEMA)
+    device = (units["device"].filter(pl.Series(ok)) if "device" in units.columns
+              else pl.Series([None] * len(k), dtype=pl.Int64))
+    return pl.DataFrame({"action": s_idx[k], "start": u_start, "end": u_end, "device": device},
+                        schema=_PIECE_SCHEMA)
 
 
 def _by_copy(copies: pl.DataFrame, units: pl.DataFrame) -> pl.DataFrame:
     """Kernels without a launch event, to the action whose GPU copy on their stream holds them."""
     if units.height == 0:
-        return pl.DataFrame(schema=COMPUTE_SCHEMA)
+        return pl.DataFrame(schema=_PIECE_SCHEMA)
     joined = units.select("start", "end", "device", "stream").join(
         copies.rename({"start": "c_start", "end": "c_end"}), on=["device", "stream"], how="inner",
         nulls_equal=True,
@@ -77,7 +87,7 @@ def _by_copy(copies: pl.DataFrame, units: pl.DataFrame) -> pl.DataFrame:
     # a kernel inside nested copies belongs to the innermost (the latest to start)
     joined = joined.sort("c_start", descending=True).unique(["start", "end", "device", "stream"],
                                                           keep="first")
-    return joined.select("action", "start", "end")
+    return joined.select("action", "start", "end", "device").cast(_PIECE_SCHEMA)  # type: ignore[arg-type]
 
 
 def pair_gpu_copies(spans: pl.DataFrame, gpu_spans: pl.DataFrame) -> pl.DataFrame:
@@ -102,14 +112,15 @@ def pair_gpu_copies(spans: pl.DataFrame, gpu_spans: pl.DataFrame) -> pl.DataFram
     return pl.concat([by_id.select(cols), by_order.select(cols)]).cast(COPY_SCHEMA)  # type: ignore[arg-type]
 
 
-def merge_per_action(df: pl.DataFrame) -> pl.DataFrame:
-    """Merge overlapping intervals within each action."""
-    df = df.filter(pl.col("end") > pl.col("start")).sort(["action", "start"])
-    prev_end = pl.col("end").cum_max().shift(1).over("action")
+def merge_per_action(df: pl.DataFrame, keys: tuple[str, ...] = ("action",)) -> pl.DataFrame:
+    """Merge overlapping intervals within each action (or each group of ``keys``)."""
+    k = list(keys)
+    df = df.filter(pl.col("end") > pl.col("start")).sort(k + ["start"])
+    prev_end = pl.col("end").cum_max().shift(1).over(k)
     df = df.with_columns(new=(prev_end.is_null() | (pl.col("start") > prev_end)))
     df = df.with_columns(group=pl.col("new").cum_sum())
     return (
         df.group_by("group", maintain_order=True)
-        .agg(pl.col("action").first(), pl.col("start").min(), pl.col("end").max())
-        .select("action", "start", "end")
+        .agg(*(pl.col(c).first() for c in k), pl.col("start").min(), pl.col("end").max())
+        .select(*k, "start", "end")
     )

@@ -15,9 +15,17 @@ from typing import Any, Sequence
 import polars as pl
 
 from pipeaudit.options import LoadOptions
-from pipeaudit.timeline.layout import detect_layout
+from pipeaudit.timeline.layout import Layout, detect_layout
 from pipeaudit.timeline.model import Timeline
+from pipeaudit.timeline.p2p import (
+    ClockCorrection,
+    correct_clocks,
+    match_transfers,
+    resolve_peers,
+    split_recvs,
+)
 from pipeaudit.timeline.rank import RankTimeline, reduce_rank
+from pipeaudit.timeline.single_process import single_process, split_by_device
 from pipeaudit.timeline.stepping import settle_steps
 
 #: Event columns :func:`reduce_rank` reads besides name, cat, ph, ts and dur: threads and
@@ -82,12 +90,19 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
         headers = [t.header for t in ts.ranks]
         salvaged = ts.salvaged
     world = next((rt.world_size for rt in values if rt.world_size is not None), None)
-    lay = detect_layout(
-        headers=headers, ranks=[rt.rank for rt in values], world_size=world, manifest=manifest,
-        rank_stages={rt.rank: frozenset(int(s) for s in rt.actions["stage"].unique().to_list())
-                     for rt in values if not rt.stage_from_rank and rt.actions.height},
-        spec=o.layout,
-    )
+    process_note = None
+    if single_process(values, world):
+        values, process_note = split_by_device(values[0])
+        n = len(values)
+        lay = Layout(n, 1, 1, (tuple((r,) for r in range(n)),), "one process: a rank per device or "
+                     "stage", n)
+    else:
+        lay = detect_layout(
+            headers=headers, ranks=[rt.rank for rt in values], world_size=world, manifest=manifest,
+            rank_stages={rt.rank: frozenset(int(s) for s in rt.actions["stage"].unique().to_list())
+                         for rt in values if not rt.stage_from_rank and rt.actions.height},
+            spec=o.layout,
+        )
     positions = {}
     for rt in values:
         where = lay.position(rt.rank)
@@ -96,16 +111,35 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
         positions[rt.rank] = where[1]
         if rt.stage_from_rank and rt.actions.height:
             rt.actions = rt.actions.with_columns(stage=pl.lit(where[1], dtype=pl.Int64))
+    resolve_peers(values, lay, positions)
+    clock = correct_clocks(values, match_transfers(values))
+    split_recvs(values, match_transfers(values))
     decision = settle_steps(values, positions=positions, num_stages=lay.pp,
                             stated_microbatches=o.num_microbatches, stated_steps=o.num_steps,
                             manifest_microbatches=_manifest_microbatches(manifest))
     warnings = list(set_warnings)
     for rt in values:
         warnings.extend(w for w in rt.warnings if w not in warnings)
+    if process_note:
+        warnings.append(process_note)
     warnings.extend(lay.notes)
     warnings.extend(decision.notes)
+    warnings.extend(clock_notes(clock))
     return Timeline(ranks=list(values), manifest=manifest, inputs=inputs, warnings=warnings,
-                    salvage=salvaged, layout=lay, step_evidence=decision.evidence)
+                    salvage=salvaged, layout=lay, step_evidence=decision.evidence, clock=clock)
+
+
+def clock_notes(clock: ClockCorrection) -> list[str]:
+    """One note per host whose clock was moved."""
+    out = []
+    for host, ns in sorted(clock.offsets_ns.items()):
+        if not ns:
+            continue
+        half = clock.uncertainty_ns.get(host, -1)
+        within = f" (within +/-{half / 1000:.1f} us)" if half >= 0 else " (transfers one way only: the least correction)"
+        out.append(f"clock of host {host} moved {-ns / 1000:+.1f} us onto host {clock.reference}'s"
+                   f"{within}, from {clock.pairs} send/recv pairs across hosts")
+    return out
 
 
 def _manifest_microbatches(manifest: dict[str, Any] | None) -> int | None:

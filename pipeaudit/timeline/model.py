@@ -26,6 +26,8 @@ class Timeline:
     layout: Layout | None = None
     #: what the steps were found from (see :mod:`pipeaudit.timeline.stepping`)
     step_evidence: str | None = None
+    #: host clock offsets applied (a p2p.ClockCorrection), None when none was looked for
+    clock: Any = None
 
     def replica(self, index: int) -> "Timeline":
         """The timeline of pipeline replica ``index`` alone: its ranks, and a layout of that
@@ -41,7 +43,7 @@ class Timeline:
                         inputs=[i for rt, i in zip(self.ranks, self.inputs) if rt.rank in members]
                         if len(self.inputs) == len(self.ranks) else self.inputs,
                         warnings=self.warnings, salvage=self.salvage, layout=sub,
-                        step_evidence=self.step_evidence)
+                        step_evidence=self.step_evidence, clock=self.clock)
 
     @property
     def actions(self) -> pl.DataFrame:

@@ -73,6 +73,8 @@ class RankOps:
     collectives: pl.DataFrame
     #: point-to-point instances (send/recv), the same way: name, start, end
     p2p: pl.DataFrame
+    #: GPU traces: every kernel, memcpy and memset, per device
+    device_activity: dict[int, iv.Intervals] | None = None
 
 
 def _col(df: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
@@ -126,6 +128,10 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
         )
         # GPU idle counts every kernel, memcpy and memset (as HTA's temporal breakdown).
         activity = iv.merge(gpu_activity["start"].to_numpy(), gpu_activity["end"].to_numpy())
+        per_device = gpu_activity.with_columns(_dev=_device(gpu_activity))
+        device_activity = {int(d): iv.merge(g["start"].to_numpy(), g["end"].to_numpy())
+                           for (d,), g in per_device.partition_by("_dev", as_dict=True).items()
+                           if d is not None}
     else:
         compute_ops = top.filter(~pl.col("comm"))
         units = compute_ops.select(
@@ -140,10 +146,12 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
         compute = iv.merge(units["start"].to_numpy(), units["end"].to_numpy())
         activity = iv.union(compute, comm)
         comm_kernels = _empty_comm_kernels()
+        device_activity = None
     collectives, p2p = _instances(top, lifetimes, comm_kernels, on_gpu)
     return RankOps(rank=rank, on_gpu=on_gpu, units=units, cpu_ops=top, comm=comm,
                    activity=activity, spans=spans, gpu_spans=gpu_spans,
-                   comm_kernels=comm_kernels, collectives=collectives, p2p=p2p)
+                   comm_kernels=comm_kernels, collectives=collectives, p2p=p2p,
+                   device_activity=device_activity)
 
 
 def _instances(top: pl.DataFrame, lifetimes: pl.DataFrame, comm_kernels: pl.DataFrame,

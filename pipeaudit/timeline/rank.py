@@ -17,6 +17,7 @@ from pipeaudit.timeline import intervals as iv
 from pipeaudit.timeline.attribute import COMPUTE_SCHEMA, attribute, pair_gpu_copies
 from pipeaudit.timeline.infer import SPLIT_OP, infer_actions, pipeline_thread
 from pipeaudit.timeline.ops import classify
+from pipeaudit.timeline.p2p_tags import TAG_SCHEMA, tag_p2p
 from pipeaudit.timeline.recognise import (
     SPAN_SCHEMA,
     gpipe_spans,
@@ -71,6 +72,16 @@ class RankTimeline:
     #: point-to-point instances: name, start, end
     p2p: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
         schema={"name": pl.Utf8, "start": pl.Int64, "end": pl.Int64}))
+    #: what each point-to-point instance carries (p2p_tags.TAG_SCHEMA)
+    p2p_tags: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=TAG_SCHEMA))
+    #: the rank's recvs split into waiting and transfer (p2p.RECV_SCHEMA; set across ranks)
+    recvs: pl.DataFrame | None = None
+    #: the trace's host name (clocks of different hosts are aligned across ranks)
+    host: str | None = None
+    #: GPU traces whose kernels run on several devices (a single-process pipeline): compute
+    #: per action and device (action, device, start, end), and all GPU activity per device
+    device_compute: pl.DataFrame | None = None
+    device_activity: dict[int, iv.Intervals] | None = None
 
 
 def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = None) -> RankTimeline:
@@ -96,6 +107,8 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
 
     copies = pair_gpu_copies(spans, ops.gpu_spans) if ops.on_gpu else None
     compute = attribute(spans, ops, copies) if spans.height else pl.DataFrame(schema=COMPUTE_SCHEMA)
+    multi_device = ops.on_gpu and ops.units["device"].n_unique() > 1 and spans.height > 0
+    device_compute = attribute(spans, ops, copies, by_device=True) if multi_device else None
     per_action = compute.group_by("action").agg(
         compute_ns=(pl.col("end") - pl.col("start")).sum(),
         compute_start=pl.col("start").min(),
@@ -123,6 +136,10 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
     remap = dict(zip(keep_ids.to_list(), range(actions.height)))
     compute = compute.with_columns(pl.col("action").replace_strict(remap, return_dtype=pl.Int64)) \
         if compute.height else compute
+    if device_compute is not None:
+        device_compute = device_compute.filter(pl.col("action").is_in(keep_ids.implode()))
+        device_compute = device_compute.with_columns(
+            pl.col("action").replace_strict(remap, return_dtype=pl.Int64))
     actions = actions.select(ACTION_COLUMNS)
 
     action_compute = iv.merge(compute["start"].to_numpy(), compute["end"].to_numpy())
@@ -153,7 +170,9 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
         memory=memory, source=source, outside_steps=outside, warnings=warnings,
         step_evidence=step_evidence, split_marks=_split_marks(ops, actions),
         stage_from_rank=stage_from_rank, coverage=coverage,
-        collectives=ops.collectives, p2p=ops.p2p,
+        collectives=ops.collectives, p2p=ops.p2p, p2p_tags=tag_p2p(ops, actions),
+        host=getattr(trace, "host", None), device_compute=device_compute,
+        device_activity=ops.device_activity if multi_device else None,
     )
 
 

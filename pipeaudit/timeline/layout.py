@@ -29,6 +29,8 @@ from typing import Any
 
 from pipeaudit.errors import ConfigError
 
+#: Layouts of more ranks than this are not built (a header can claim any world size).
+MAX_WORLD = 1 << 20
 PP_GROUP_RE = re.compile(r"(?i)^(mesh_)?(pp|pipe|pipeline)$|pipeline")
 TP_GROUP_RE = re.compile(r"(?i)^(mesh_)?tp$|tensor_model_parallel|tensor_parallel")
 LAYOUT_DIMS = ("pp", "dp", "tp")
@@ -93,6 +95,11 @@ def parse_layout(text: str) -> dict[str, int]:
         out[name] = size
     if "pp" not in out:
         raise ConfigError(f"{text!r} needs pp=SIZE")
+    total = 1
+    for size in out.values():
+        total *= size
+    if total > MAX_WORLD:
+        raise ConfigError(f"{text!r} holds {total} ranks, more than the {MAX_WORLD} pipeaudit reads")
     return out
 
 
@@ -264,11 +271,11 @@ def detect_layout(*, headers: Sequence[Mapping[str, Any]], ranks: Sequence[int],
     from_stages = layout_from_stages(rank_stages or {}, world_size)
     if from_stages is not None:
         return from_stages
-    n = world_size if world_size is not None else (max(ranks) + 1 if ranks else 0)
-    if world_size is None and manifest and isinstance(manifest.get("num_ranks"), int):
-        n = max(n, int(manifest["num_ranks"]))
-    source = "world size" if world_size is not None else "ranks given"
-    return Layout(n, 1, 1, (tuple((r,) for r in range(n)),), source, world_size)
+    if world_size is not None and 0 < world_size <= MAX_WORLD and all(r < world_size for r in ranks):
+        return Layout(world_size, 1, 1, (tuple((r,) for r in range(world_size)),), "world size",
+                      world_size)
+    members = sorted(set(ranks))
+    return Layout(len(members), 1, 1, (tuple((r,) for r in members),), "ranks given", None)
 
 
 def _pipelines(layout: Layout) -> list[tuple[int, ...]]:

@@ -59,7 +59,8 @@ def closed_form_theory(name, sched, P, M, v, kind_means, notes):
         if not split:
             means["I"], means["W"] = means["B"] / 2, means["B"] / 2
         sim = replay(sched.orders, sched.placement, {(st, k): means[k]
-                                                     for st in range(sched.num_stages) for k in means})
+                                                     for st in range(sched.num_stages) for k in means},
+                     pairs=sched.pairs)
         notes.append(f"theory: {th.notes}")
         notes.append(f"theory: the closed form {th.formula} does not hold for the measured "
                      f"durations; the theory figure replays the catalogue {sched.name} order with "

@@ -11,12 +11,15 @@ Imports neither torch nor click. Main entry points::
 from __future__ import annotations
 
 from pipeaudit.schedules.catalogue import (
+    CATALOGUE,
     DESCRIPTIONS,
     SCHEDULE_NAMES,
     TORCH_CLASSES,
+    ScheduleDef,
     build_schedule,
     canonical_name,
     default_chunks,
+    get_def,
 )
 from pipeaudit.schedules.detect import (
     compare_names_to_catalogue,
@@ -37,16 +40,20 @@ from pipeaudit.schedules.replay import (
     replay,
     uniform_durations,
 )
+from pipeaudit.schedules.published import Published
 from pipeaudit.schedules.theory import Theory, theory
 from pipeaudit.schedules.torchnames import actions_from_names, orders_from_names, parse_action_name
 
 __all__ = [
+    "CATALOGUE",
     "DESCRIPTIONS",
     "SCHEDULE_NAMES",
     "TORCH_CLASSES",
+    "Published",
     "ReplayResult",
     "ReplayedAction",
     "Schedule",
+    "ScheduleDef",
     "Theory",
     "actions_from_names",
     "build_schedule",
@@ -56,6 +63,7 @@ __all__ = [
     "detect_schedule",
     "format_schedule_csv",
     "format_schedule_json",
+    "get_def",
     "load_schedule_file",
     "loop_placement",
     "order_differences",

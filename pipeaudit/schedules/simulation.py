@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.errors import ConfigError, ScheduleError
-from pipeaudit.schedules.catalogue import DESCRIPTIONS, build_schedule
+from pipeaudit.schedules.catalogue import DESCRIPTIONS, build_schedule, free_chunks
 from pipeaudit.schedules.detect import detect_schedule
 from pipeaudit.schedules.model import Schedule
 from pipeaudit.schedules.replay import ReplayResult, replay, uniform_durations
@@ -64,7 +64,7 @@ def simulate_schedule(schedule: Schedule, durations: Durations) -> Simulation:
     v = schedule.chunks
     tf, tb, tw = durations.t_f / v, durations.t_b / v, durations.w / v
     result = replay(schedule.orders, schedule.placement, uniform_durations(tf, tb, tw),
-                    durations.comm)
+                    durations.comm, pairs=schedule.pairs)
     th: Theory | None = None
     matches: tuple[str, ...] = ()
     if schedule.name in DESCRIPTIONS:
@@ -85,12 +85,7 @@ def simulate(name: str, num_ranks: int, num_microbatches: int, chunks: int | Non
 def chunks_for(name: str, requested: int | None) -> int | None:
     """The v to use for ``name`` when the user gave ``requested`` for several schedules: only
     schedules whose chunk count is free take it."""
-    from pipeaudit.schedules.catalogue import _ONE_CHUNK, _TWO_CHUNKS, canonical_name
-
-    canon = canonical_name(name)
-    if canon in _ONE_CHUNK or canon in _TWO_CHUNKS:
-        return None
-    return requested
+    return requested if free_chunks(name) else None
 
 
 def simulation_to_dict(sim: Simulation, include_actions: bool = True) -> dict[str, Any]:

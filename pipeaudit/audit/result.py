@@ -90,6 +90,9 @@ class BubbleSummary:
     overhead_part: float | None  # measured - replay_ideal: communication, waits, host overhead
     ratio: float | None = None
     ratio_formula: str | None = None
+    #: the source's published formula at the measured durations (Published.to_dict()); its
+    #: ``value`` is a fraction of the step, like ``theory``
+    published: dict[str, Any] | None = None
 
 
 @dataclass

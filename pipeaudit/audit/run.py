@@ -14,7 +14,9 @@ from pipeaudit.audit.completeness import completeness_findings
 from pipeaudit.audit.result import (
     AuditResult, BubbleSummary, Finding, RankMetrics, StageMetrics, StepMetrics,
 )
-from pipeaudit.audit.schedule_fit import choose_schedule, closed_form_theory, order_violations
+from pipeaudit.audit.schedule_fit import (
+    choose_schedule, closed_form_theory, order_violations, published_of,
+)
 from pipeaudit.audit.stragglers import straggler_findings
 from pipeaudit.audit.windows import mean, windows_and_bubbles
 from pipeaudit.errors import ScheduleError
@@ -97,6 +99,7 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
         imbalance_part=(ideal - th_bubble) if ideal is not None and th_bubble is not None else None,
         overhead_part=(measured - ideal) if ideal is not None and measured is not None else None,
         ratio=th.ratio if th else None, ratio_formula=th.ratio_formula if th else None,
+        published=published_of(th),
     )
     findings += _findings(tl, ranks, stages, summary, wb, S)
     findings += [F.truncated_trace(rep) for rep in tl.salvage]

@@ -69,6 +69,12 @@ def closed_form_theory(name, sched, P, M, v, kind_means, notes):
     return th
 
 
+def published_of(th) -> dict | None:
+    """The published figure of the schedule's source at the measured durations (JSON form),
+    None without theory or when the sources state none."""
+    return th.published.to_dict("us") if th is not None and th.published is not None else None
+
+
 def order_violations(tl: Timeline, sched, pranks: list[int], steps: list[int]) -> list[Finding]:
     """The first place each rank's order leaves the catalogue order (first audited step)."""
     out = []

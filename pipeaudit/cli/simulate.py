@@ -11,7 +11,7 @@ from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, load_schedule_file, save_schedule_file
 from pipeaudit.cli.output import check_writable
 from pipeaudit.outfiles import write_text_atomic
-from pipeaudit.schedules.chrome import chrome_trace_events, write_chrome_trace
+from pipeaudit.report.replay_chrome import chrome_trace_events, write_chrome_trace
 from pipeaudit.schedules.simulation import (
     Durations,
     Simulation,
@@ -22,7 +22,7 @@ from pipeaudit.schedules.simulation import (
     sweep,
     sweep_row_to_dict,
 )
-from pipeaudit.schedules.textreport import render_compare, render_simulation, render_sweep
+from pipeaudit.report.simulate_text import render_compare, render_simulation, render_sweep
 
 
 def _int_list(text: str | None, option: str) -> list[int] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report.formatting import mib, ms, num, pct
+from pipeaudit.report.published_text import NO_PUBLISHED, published_lines
 from pipeaudit.report.step_view import timeline_caption
 
 
@@ -11,6 +12,18 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def _theory_note(b) -> list[str]:
+    """What theory is, the source's published figure and why it differs from the theory."""
+    if b.theory is None:
+        return []
+    lines = published_lines(b.published) or [NO_PUBLISHED]
+    head, *rest = lines
+    return ["", "Theory is the per-step figure at the measured mean T_F, T_B, T_W (closed form, "
+            "or a replay of the schedule's order where none holds).", "",
+            f"- **{head.split(':', 1)[0]}**:{head.split(':', 1)[1]}"] + [
+        f"  - {line.strip()}" for line in rest]
 
 
 def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: int | None = None) -> str:
@@ -29,6 +42,7 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
                        [[pct(b.measured), pct(b.theory), f"`{b.theory_formula}`" if b.theory_formula
                          else "-", pct(b.replay_ideal), pct(b.imbalance_part), pct(b.overhead_part),
                          ms(r.step_time_us)]]),
+                *_theory_note(b),
                 "", "## Stages", "",
                 _table(["stage", "rank", "F", "B", "I", "W", "F ms", "B ms", "I ms", "W ms",
                         "in-flight", "expected"],

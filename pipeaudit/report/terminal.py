@@ -10,6 +10,7 @@ from rich.table import Table
 
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report.formatting import inputs_line, mib, ms, num, pct
+from pipeaudit.report.published_text import NO_PUBLISHED, published_lines
 from pipeaudit.report.step_view import timeline_caption
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -66,6 +67,11 @@ def _summary(con: Console, r: AuditResult) -> None:
     con.print("imbalance part = replay ideal - theory (uneven stages, F/B/W durations); "
               "overhead part = measured - replay ideal (communication, waits, host overhead)",
               style="dim")
+    if b.theory is not None:
+        con.print("theory = the per-step figure at the measured mean T_F, T_B, T_W (closed form, "
+                  "or a replay of the schedule's order where none holds)", style="dim")
+        for line in published_lines(b.published) or [NO_PUBLISHED]:
+            con.print(line, markup=False, highlight=False)
 
 
 def _stages(con: Console, r: AuditResult) -> None:

@@ -61,10 +61,12 @@ class Published:
     holds: bool
     differs: str
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form: ``value`` is named as the fraction of the step."""
+    def to_dict(self, time_unit: str = "") -> dict[str, Any]:
+        """JSON form: ``value`` is named as the fraction of the step, ``bubble_time`` gets the
+        unit of the durations it was evaluated with."""
         d = asdict(self)
         d["value_is"] = FRACTION
+        d["time_unit"] = time_unit
         return d
 
 

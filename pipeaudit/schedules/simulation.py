@@ -21,6 +21,12 @@ from pipeaudit.schedules.replay import ReplayResult, replay, uniform_durations
 from pipeaudit.schedules.theory import Theory, theory
 
 
+#: what the numbers under "bubble" are, written into the JSON next to them
+MEANING = ("simulated, theory and published.value are fractions of the step (idle time / step "
+           "window, mean over ranks); ratio_* are ratios of bubble time to compute time; theory "
+           "is the per-step closed form, published the source's formula at the same durations")
+
+
 @dataclass(frozen=True)
 class Durations:
     """Per-rank durations of F, full B and W (W default B/2), and the comm latency."""
@@ -115,6 +121,8 @@ def simulation_to_dict(sim: Simulation, include_actions: bool = True) -> dict[st
             "ratio_theory": th.ratio if th else None,
             "ratio_formula": th.ratio_formula if th else None,
             "notes": th.notes if th else "no catalogue schedule matches this order; no closed form",
+            "published": th.published.to_dict("time units") if th and th.published else None,
+            "meaning": MEANING,
         },
         "ranks": [
             {"rank": i, "busy": r.rank_busy[i], "bubble": r.rank_bubble[i]} for i in range(s.num_ranks)
@@ -177,7 +185,9 @@ def sweep_row_to_dict(row: SweepRow) -> dict[str, Any]:
         "v": sim.schedule.chunks,
         "makespan": sim.result.makespan,
         "bubble": {"simulated": sim.result.bubble, "theory": th.bubble if th else None,
-                   "theory_formula": th.formula if th else None},
+                   "theory_formula": th.formula if th else None,
+                   "published": th.published.to_dict("time units") if th and th.published else None,
+                   "meaning": MEANING},
         "peak_inflight": {"simulated_max": max(peaks.values()),
                           "theory_max": max(th.peak_inflight.values()) if th else None,
                           "per_stage": [peaks[s] for s in sorted(peaks)]},

@@ -178,3 +178,23 @@ def _published_note(sims: Sequence[Simulation]) -> str:
     text = ("bubble columns are fractions of the step; theory = the per-step closed form, "
             "published = the source's formula at the same durations")
     return "\n".join([text] + [f"  {line}" for line in seen.values()])
+
+
+def render_block(info: dict) -> str:
+    """What the building block gave: interval, layout before squeezing, memory it fixes."""
+    peaks = info["lifespan_rank_peak"]
+    order = info["rank_peak"]
+    lines = [
+        f"building block {info['name']}: {len(info['passes'])} passes, "
+        f"{info['microbatches_per_block']} microbatch(es) per block, repeated every "
+        f"{info['interval']:g} (block durations "
+        + ", ".join(f"{k}={v:g}" for k, v in info["durations"].items()) + ")"
+        + ("; warm-up and cool-down reordered" if info["reordered"] else ""),
+        f"  laid out before squeezing: {info['layout_makespan']:g} block time units; the "
+        "timeline above is the squeezed order (each pass as soon as its inputs are there)",
+        "  peak activation per rank, in microbatches of the rank's share of the model: "
+        + ", ".join(f"rank {r} {order[r]:g}" for r in sorted(order))
+        + " (from the order); the block's lifespans give "
+        + ", ".join(f"{peaks[r]:g}" for r in sorted(peaks)) + " in the steady state",
+    ]
+    return "\n".join(lines)

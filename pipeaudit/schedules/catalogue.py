@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from pipeaudit.errors import ScheduleError
+from pipeaudit.schedules import block_library as blk
 from pipeaudit.schedules import closed_forms as cf
 from pipeaudit.schedules import orders as od
 from pipeaudit.schedules import published as pub
@@ -71,6 +72,13 @@ def _m_multiple_of_rounds(name: str, P: int, M: int, v: int, t: Terms) -> str | 
             f"valid M for P={P} include {', '.join(map(str, ok[:12]))}, ...")
 
 
+def _v_at_least_2(name: str, P: int, M: int, v: int, t: Terms) -> str | None:
+    if v >= 2:
+        return None
+    return (f"schedule {name} interleaves several stages per rank: {t.show('v', v)} must be at "
+            "least 2 (with one stage per rank it is 1f1b)")
+
+
 @dataclass(frozen=True)
 class ScheduleDef:
     """Everything pipeaudit knows about one schedule."""
@@ -90,6 +98,7 @@ class ScheduleDef:
     checks: tuple[Check, ...] = ()
     published: Callable[[cf.Inputs, cf.Theory], "pub.Published | None"] | None = None
     summary: str = ""  #: the harness's one-line help text
+    block: str | None = None  #: the named building block it is built from, if any
 
     @property
     def split_backward(self) -> bool:
@@ -175,6 +184,23 @@ _ENTRIES: tuple[ScheduleDef, ...] = (
          orders=od.dualpipev, theory=cf.dualpipev, published=pub.dualpipev,
          kinds=("F", "B", "I", "W"), torch_class="ScheduleDualPipeV",
          harness_class="ScheduleDualPipeV", torch_annotates=True, checks=(_m_at_least_2p,)),
+    # built from building blocks (Qi et al. 2024): pipeaudit.schedules.block_library
+    _def(name="1f1b-v", placement="v", fixed_chunks=2, default_chunks=2,
+         description="1F1B-V: V placement, no B/W split, built from a building block",
+         block="1f1b-v", orders=blk.catalogue_orders("1f1b-v"), kinds=("F", "B"),
+         theory=cf.block_built("every rank peaks at ceil((2P+1)/3) microbatches (about 2/3 of "
+                               "1F1B's P), as the authors' 1F1B-V implementation does")),
+    _def(name="1f1b-split-lowmem", placement="loop", fixed_chunks=1, default_chunks=1,
+         description="1F1B with B/W split, two microbatches per building block, 2/3 of 1F1B's memory",
+         block="1f1b-split-lowmem", orders=blk.catalogue_orders("1f1b-split-lowmem"), kinds=("F", "I", "W"),
+         theory=cf.block_built("stage s peaks at ceil(2(P-s)/3) microbatches, 2/3 of 1F1B's "
+                               "P-s (the source: 2/3 of 1F1B's activation memory)")),
+    _def(name="interleaved-1f1b-lowmem", placement="loop", fixed_chunks=None, default_chunks=2,
+         description="interleaved 1F1B repeated one microbatch at a time: lower memory",
+         block="interleaved-1f1b-lowmem", orders=blk.catalogue_orders("interleaved-1f1b-lowmem"), kinds=("F", "B"),
+         checks=(_v_at_least_2,),
+         theory=cf.block_built("a chunk holds a microbatch for about one block, so a rank "
+                               "peaks well below interleaved 1F1B (the source: 'lower memory')")),
 )
 
 CATALOGUE: dict[str, ScheduleDef] = {d.name: d for d in _ENTRIES}
@@ -198,19 +224,6 @@ _ALIASES: dict[str, str] = {}
 for _d in _ENTRIES:
     for _a in (_d.name, *_d.aliases, *((_d.torch_class,) if _d.torch_class else ())):
         _ALIASES.setdefault(_key(_a), _d.name)
-
-
-def register(entry: ScheduleDef) -> None:
-    """Add a schedule to the catalogue (used by :mod:`pipeaudit.schedules.blocks` for the
-    schedules built from building blocks)."""
-    global SCHEDULE_NAMES
-    if entry.name in CATALOGUE:
-        raise ValueError(f"schedule {entry.name!r} is already in the catalogue")
-    CATALOGUE[entry.name] = entry
-    DESCRIPTIONS[entry.name] = entry.description
-    SCHEDULE_NAMES = tuple(CATALOGUE)
-    for alias in (entry.name, *entry.aliases):
-        _ALIASES.setdefault(_key(alias), entry.name)
 
 
 def canonical_name(name: str) -> str:

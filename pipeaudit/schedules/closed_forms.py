@@ -193,8 +193,14 @@ def dualpipev(x: Inputs) -> Theory:
                     notes if valid else _no_closed_form(notes, "T_F = T_I"))
 
 
-def from_order_only(x: Inputs) -> Theory:
-    """Schedules built from a building block: memory from the order, bubble from the replay."""
-    return x.result(None, "no closed form (built from a building block: see the replay)", None,
-                    x.order_peaks(), "counted from the order",
-                    "the bubble comes from replaying the order; memory is counted from it")
+def block_built(memory: str) -> Callable[[Inputs], Theory]:
+    """Theory of a schedule built from a building block: no closed-form bubble (the replay
+    gives it); the peak in-flight per stage counted from its order, which the block fixes
+    (``memory`` says what the source states)."""
+
+    def theory(x: Inputs) -> Theory:
+        return x.result(None, "no closed form: built from a building block, see the replay",
+                        None, x.order_peaks(), "counted from the order",
+                        f"the bubble comes from replaying the order; {memory}")
+
+    return theory

@@ -72,14 +72,28 @@ def simulate_schedule(schedule: Schedule, durations: Durations) -> Simulation:
     result = replay(schedule.orders, schedule.placement, uniform_durations(tf, tb, tw),
                     durations.comm, pairs=schedule.pairs)
     th: Theory | None = None
-    matches: tuple[str, ...] = ()
-    if schedule.name in DESCRIPTIONS:
-        matches = (schedule.name,)
-    else:
-        matches = tuple(detect_schedule(schedule.orders, schedule.placement, schedule.num_microbatches))
+    matches = _catalogue_matches(schedule)
     if matches:
         th = theory(matches[0], schedule.num_ranks, schedule.num_microbatches, v, tf, tb, tw)
     return Simulation(schedule, result, th, durations, tf, tb, tw, matches)
+
+
+def _catalogue_matches(schedule: Schedule) -> tuple[str, ...]:
+    """The catalogue schedules whose order equals ``schedule``'s (its own name first when it
+    is a catalogue name and the order is really that schedule's)."""
+    if schedule.name in DESCRIPTIONS:
+        try:
+            same = build_schedule(schedule.name, schedule.num_ranks, schedule.num_microbatches,
+                                  schedule.chunks)
+        except ScheduleError:
+            same = None
+        if same is not None and (same.orders, same.placement, same.pairs) == (
+                schedule.orders, schedule.placement, schedule.pairs):
+            return (schedule.name,)
+    found = detect_schedule(schedule.orders, schedule.placement, schedule.num_microbatches)
+    # the same order with other overlapped pairs replays differently: not the same schedule
+    return tuple(n for n in found if build_schedule(n, schedule.num_ranks, schedule.num_microbatches,
+                                                    schedule.chunks).pairs == schedule.pairs)
 
 
 def simulate(name: str, num_ranks: int, num_microbatches: int, chunks: int | None,

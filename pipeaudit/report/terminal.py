@@ -31,7 +31,7 @@ def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = ""
         caption = timeline_caption(result, timeline_step) if timeline_step is not None else ""
         heading = f"\n[bold]Timeline of step {timeline_step}[/]"
         con.print(heading + (f" ({caption})" if caption else ""), soft_wrap=True)
-        con.print(timeline_text, markup=False)
+        con.print(timeline_text, markup=False, soft_wrap=True)
     _findings(con, result)
     for n in result.notes:
         con.print(f"note: {n}", markup=False, style="dim")

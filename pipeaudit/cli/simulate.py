@@ -117,7 +117,8 @@ def command(schedule_name: str, num_ranks: int | None, num_microbatches: int | N
                         reorder, durations, fmt, max_cells, chrome_trace, save_schedule, save_block)
         return
     if interval is not None or placement is not None or reorder or save_block:
-        raise ConfigError("--interval, --placement, --reorder and --save-block go with --building-block")
+        raise ConfigError("--interval, --placement, --reorder and --save-block go with "
+                          "--building-block")
     microbatches = _int_list(sweep_mb, "--sweep-microbatches")
     if sum(x is not None for x in (compare, microbatches, schedule_file)) > 1 and not (
         compare and microbatches

@@ -191,13 +191,16 @@ _ENTRIES: tuple[ScheduleDef, ...] = (
          theory=cf.block_built("every rank peaks at ceil((2P+1)/3) microbatches (about 2/3 of "
                                "1F1B's P), as the authors' 1F1B-V implementation does")),
     _def(name="1f1b-split-lowmem", placement="loop", fixed_chunks=1, default_chunks=1,
-         description="1F1B with B/W split, two microbatches per building block, 2/3 of 1F1B's memory",
-         block="1f1b-split-lowmem", orders=blk.catalogue_orders("1f1b-split-lowmem"), kinds=("F", "I", "W"),
+         description="1F1B with B/W split, two microbatches per building block, 2/3 of 1F1B's "
+                     "memory",
+         block="1f1b-split-lowmem", orders=blk.catalogue_orders("1f1b-split-lowmem"),
+         kinds=("F", "I", "W"),
          theory=cf.block_built("stage s peaks at ceil(2(P-s)/3) microbatches, 2/3 of 1F1B's "
                                "P-s (the source: 2/3 of 1F1B's activation memory)")),
     _def(name="interleaved-1f1b-lowmem", placement="loop", fixed_chunks=None, default_chunks=2,
          description="interleaved 1F1B repeated one microbatch at a time: lower memory",
-         block="interleaved-1f1b-lowmem", orders=blk.catalogue_orders("interleaved-1f1b-lowmem"), kinds=("F", "B"),
+         block="interleaved-1f1b-lowmem", orders=blk.catalogue_orders("interleaved-1f1b-lowmem"),
+         kinds=("F", "B"),
          checks=(_v_at_least_2,),
          theory=cf.block_built("a chunk holds a microbatch for about one block, so a rank "
                                "peaks well below interleaved 1F1B (the source: 'lower memory')")),

@@ -16,20 +16,18 @@ torch = pytest.importorskip("torch")
 from torch.distributed.pipelining import schedules as S  # noqa: E402
 
 from pipeaudit.errors import ConfigError  # noqa: E402
-from pipeaudit.harness.build import single_stage_rank_actions  # noqa: E402
+from pipeaudit.harness.build import schedule_class, single_stage_rank_actions  # noqa: E402
 from pipeaudit.harness.catalog import SCHEDULES, check_schedule, rank_stages  # noqa: E402
-from pipeaudit.harness.naive import ScheduleNaive  # noqa: E402
 
-CLASSES = {
-    "gpipe": S.ScheduleGPipe,
-    "1f1b": S.Schedule1F1B,
-    "interleaved-1f1b": S.ScheduleInterleaved1F1B,
-    "looped-bfs": S.ScheduleLoopedBFS,
-    "interleaved-zb": S.ScheduleInterleavedZeroBubble,
-    "zbv": S.ScheduleZBVZeroBubble,
-    "dualpipev": S.ScheduleDualPipeV,
-    "naive": ScheduleNaive,
-}
+CLASSES = {name: schedule_class(spec.torch_class) for name, spec in SCHEDULES.items()}
+
+
+def test_every_torch_schedule_of_the_catalogue_is_runnable_by_the_harness():
+    from pipeaudit.schedules.catalogue import TORCH_CLASSES
+
+    assert set(TORCH_CLASSES) <= set(SCHEDULES)
+    for name, cls in TORCH_CLASSES.items():
+        assert CLASSES[name] is getattr(S, cls)
 
 
 class _StandInStage:

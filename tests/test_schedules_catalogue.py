@@ -145,10 +145,10 @@ def test_aliases(alias, canon):
     (("1f1b", 4, 8, 2), "one stage per rank"),
     (("zbv", 4, 8, 3), "exactly 2 stages per rank"),
     (("dualpipev", 4, 7), "M >= 2P = 8"),
-    (("interleaved-1f1b", 4, 9, 2), "multiple of the number of rounds"),
-    (("interleaved-zb", 4, 9, 2), "multiple of the number of rounds"),
-    (("gpipe", 0, 8), "P (ranks) must be a positive integer"),
-    (("gpipe", 4, 0), "M (microbatches) must be a positive integer"),
+    (("interleaved-1f1b", 4, 9, 2), "multiple of max(1, M // P) = 2"),
+    (("interleaved-zb", 4, 9, 2), "multiple of max(1, M // P) = 2"),
+    (("gpipe", 0, 8), "P must be an integer >= 1, got 0"),
+    (("gpipe", 4, 0), "M must be an integer >= 1, got 0"),
 ])
 def test_constraints_have_clear_messages(args, fragment):
     with pytest.raises(ScheduleError, match=fragment.replace("(", r"\(").replace(")", r"\)")):

@@ -29,6 +29,7 @@ def test_round_trip(tmp_path, name, suffix):
     assert loaded.orders == s.orders and loaded.placement == s.placement
     assert loaded.num_microbatches == 6 and loaded.chunks == s.chunks
     assert loaded.split_backward == s.split_backward
+    assert loaded.pairs == s.pairs  # dualpipev's OVERLAP_F_B pairs survive the round trip
     assert detect_schedule(loaded.orders, loaded.placement, 6)[0] in (name, "zb-h1")
 
 

@@ -102,7 +102,7 @@ def test_sweep_mode_with_skipped_rows():
     assert res.exit_code == 0
     out = res.output
     assert_plain(out)
-    assert out.count("skipped: 1f1b needs at least as many microbatches") == 2
+    assert out.count("skipped: schedule 1f1b needs at least as many microbatches") == 2
     assert "42.86%" in out and "8.57%" in out
     doc = json.loads(run("--compare", "gpipe,1f1b", "-P", "4", "--sweep-microbatches", "2,8",
                          "--format", "json").output)

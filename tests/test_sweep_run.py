@@ -57,14 +57,20 @@ def test_every_point_is_recorded(sweep_dir):
                           "gpipe_p2_m4", "1f1b_p2_m1", "1f1b_p2_m2", "1f1b_p2_m4"]
     skipped = recs.pop("1f1b_p2_m1")
     assert skipped.status == "skipped"
-    assert skipped.reason == ("schedule 1f1b needs at least as many microbatches as ranks: "
-                              "--microbatches 1 < --stages 2")
+    assert skipped.reason == ("schedule 1f1b needs at least as many microbatches as ranks "
+                              "(M >= P), as torch's Schedule1F1B requires; got --microbatches 1, "
+                              "--stages 2")
     for key, r in recs.items():
         assert r.status == "ok", (key, r.reason)
         assert 0 < r.measured_bubble < 1 and 0 < r.replay_ideal < 1
         assert r.theory_bubble == pytest.approx(
             0.5 if r.schedule == "naive" else 1 / (r.microbatches + 1)), key
         assert r.theory_formula == ("(P-1)/P" if r.schedule == "naive" else "(P-1)/(M+P-1)")
+        if r.schedule == "naive":  # no source states a formula for it
+            assert r.published_bubble is None and r.published_formula is None
+        else:  # GPipe's and DeepSeek's 1F1B figures are the per-step bubble time
+            assert r.published_bubble == pytest.approx(r.theory_bubble), key
+            assert ("GPipe" if r.schedule == "gpipe" else "DualPipe") in r.published_formula
         assert r.step_time_us > 0 and r.global_batch == 4 * r.microbatches
         assert r.throughput_samples_s == pytest.approx(r.global_batch / (r.step_time_us / 1e6))
         assert r.peak_memory_bytes and r.peak_memory_bytes > 0

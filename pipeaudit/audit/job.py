@@ -58,6 +58,7 @@ def combine_replicas(pipes: list[PipelineAudit], tl: Timeline, layout: Layout,
         overhead_part=(measured - ideal) if ideal is not None and measured is not None else None,
         ratio=ref.bubble.ratio, ratio_formula=ref.bubble.ratio_formula,
         scope=ref.bubble.scope if all(pa.complete for pa in pipes) else "own window",
+        published=ref.bubble.published,
     )
     summaries = [summary_of(pa, layout) for pa in pipes]
     present = sorted(rt.rank for rt in tl.ranks)

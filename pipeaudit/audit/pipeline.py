@@ -22,7 +22,7 @@ import polars as pl
 from pipeaudit.actions import Action
 from pipeaudit.audit.breakdown import StepShare, step_share
 from pipeaudit.audit.result import BubbleSummary, RankMetrics, StageMetrics, StepMetrics
-from pipeaudit.audit.schedule_fit import choose_schedule, closed_form_theory
+from pipeaudit.audit.schedule_fit import choose_schedule, closed_form_theory, published_of
 from pipeaudit.audit.windows import compute_by_step, mean, windows_and_bubbles
 from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import peak_inflight_of_orders, replay
@@ -151,7 +151,7 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
         imbalance_part=(ideal - th_bubble) if ideal is not None and th_bubble is not None else None,
         overhead_part=(measured - ideal) if ideal is not None and measured is not None else None,
         ratio=th.ratio if th else None, ratio_formula=th.ratio_formula if th else None,
-        scope=scope,
+        scope=scope, published=published_of(th),
     )
     return PipelineAudit(replica, tl, positions, representatives, P, S, M, v, ranks, stages,
                          step_rows, windows, summary, name, source, detected, sched, th, replays,

@@ -113,6 +113,9 @@ class BubbleSummary:
     ratio_formula: str | None = None
     #: "step window" or "own window" (see RankMetrics.bubble_scope)
     scope: str | None = None
+    #: the source's published formula at the measured durations (Published.to_dict()); its
+    #: ``value`` is a fraction of the step, like ``theory``
+    published: dict[str, Any] | None = None
 
 
 @dataclass

@@ -78,13 +78,20 @@ def closed_form_theory(name, sched, P, M, v, kind_means, notes):
         if not split:
             means["I"], means["W"] = means["B"] / 2, means["B"] / 2
         sim = replay(sched.orders, sched.placement, {(st, k): means[k]
-                                                     for st in range(sched.num_stages) for k in means})
+                                                     for st in range(sched.num_stages) for k in means},
+                     pairs=sched.pairs)
         notes.append(f"theory: {th.notes}")
         notes.append(f"theory: the closed form {th.formula} does not hold for the measured "
                      f"durations; the theory figure replays the catalogue {sched.name} order with "
                      "each kind's mean measured duration and free communication")
         th = replace(th, bubble=sim.bubble, formula=f"replay({sched.name}, mean T)")
     return th
+
+
+def published_of(th) -> dict | None:
+    """The published figure of the schedule's source at the measured durations (JSON form),
+    None without theory or when the sources state none."""
+    return th.published.to_dict("us") if th is not None and th.published is not None else None
 
 
 def order_violations(tl: Timeline, sched, representatives, steps: list[int]) -> list[Finding]:

@@ -11,7 +11,7 @@ from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, load_schedule_file, save_schedule_file
 from pipeaudit.cli.output import check_writable
 from pipeaudit.outfiles import write_text_atomic
-from pipeaudit.schedules.chrome import chrome_trace_events, write_chrome_trace
+from pipeaudit.report.replay_chrome import chrome_trace_events, write_chrome_trace
 from pipeaudit.schedules.simulation import (
     Durations,
     Simulation,
@@ -22,7 +22,12 @@ from pipeaudit.schedules.simulation import (
     sweep,
     sweep_row_to_dict,
 )
-from pipeaudit.schedules.textreport import render_compare, render_simulation, render_sweep
+from pipeaudit.report.simulate_text import (
+    render_block, render_compare, render_simulation, render_sweep,
+)
+from pipeaudit.schedules.block_files import format_block_json
+from pipeaudit.schedules.block_library import NAMED_BLOCKS, block_from_option
+from pipeaudit.schedules.blocks import block_summary, build_from_block
 
 
 def _int_list(text: str | None, option: str) -> list[int] | None:
@@ -65,6 +70,19 @@ def _names(text: str) -> list[str]:
               help="Tabulate bubble and memory against M.")
 @click.option("--schedule-file", type=click.Path(dir_okay=False), default=None,
               help="Simulate a user schedule (CSV or JSON of per-rank actions).")
+@click.option("--building-block", "building_block", default=None, metavar="FILE|NAME",
+              help=f"Build the schedule from a building block: a file (JSON or CSV of passes "
+                   f"with stage, kind and offset) or a named block ({', '.join(NAMED_BLOCKS)}).")
+@click.option("--interval", type=float, default=None,
+              help="Repeat interval of the building block [default: the file's, or the busiest "
+                   "rank's work in the block].")
+@click.option("--placement", type=click.Choice(["loop", "v"]), default=None,
+              help="Stage placement of a building-block file [default: the file's, or loop].")
+@click.option("--reorder", is_flag=True,
+              help="With --building-block: run warm-up and cool-down passes earlier when they "
+                   "can, without raising any peak memory.")
+@click.option("--save-block", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the building block as JSON (a starting point for your own).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 @click.option("--chrome-trace", type=click.Path(dir_okay=False, writable=True), default=None,
@@ -77,7 +95,9 @@ def _names(text: str) -> list[str]:
               help="Overwrite the --chrome-trace / --save-schedule files if they exist.")
 def command(schedule_name: str, num_ranks: int | None, num_microbatches: int | None,
             chunks: int | None, tf: float, tb: float, tw: float | None, comm: float,
-            compare: str | None, sweep_mb: str | None, schedule_file: str | None, fmt: str,
+            compare: str | None, sweep_mb: str | None, schedule_file: str | None,
+            building_block: str | None, interval: float | None, placement: str | None,
+            reorder: bool, save_block: str | None, fmt: str,
             chrome_trace: str | None, save_schedule: str | None, max_cells: int,
             force: bool) -> None:
     """Simulate a pipeline schedule: ASCII timeline, bubble per rank and overall against the
@@ -87,7 +107,18 @@ def command(schedule_name: str, num_ranks: int | None, num_microbatches: int | N
     """
     check_writable(chrome_trace, force=force)
     check_writable(save_schedule, force=force)
+    check_writable(save_block, force=force)
     durations = Durations(tf, tb, tw, comm)
+    if building_block is not None:
+        if compare or sweep_mb or schedule_file:
+            raise ConfigError("--building-block cannot be combined with --compare, "
+                              "--sweep-microbatches or --schedule-file")
+        _simulate_block(building_block, num_ranks, num_microbatches, chunks, interval, placement,
+                        reorder, durations, fmt, max_cells, chrome_trace, save_schedule, save_block)
+        return
+    if interval is not None or placement is not None or reorder or save_block:
+        raise ConfigError("--interval, --placement, --reorder and --save-block go with "
+                          "--building-block")
     microbatches = _int_list(sweep_mb, "--sweep-microbatches")
     if sum(x is not None for x in (compare, microbatches, schedule_file)) > 1 and not (
         compare and microbatches
@@ -143,6 +174,29 @@ def command(schedule_name: str, num_ranks: int | None, num_microbatches: int | N
     sim = simulate_schedule(sched, durations)
     _emit_single(sim, fmt, max_cells)
     _side_outputs([sim], chrome_trace, save_schedule)
+
+
+def _simulate_block(source: str, num_ranks: int | None, num_microbatches: int | None,
+                    chunks: int | None, interval: float | None, placement: str | None,
+                    reorder: bool, durations: Durations, fmt: str, max_cells: int,
+                    chrome_trace: str | None, save_schedule: str | None,
+                    save_block: str | None) -> None:
+    """``--building-block``: build, simulate and report the schedule of a block."""
+    block = block_from_option(source, num_ranks, chunks, interval, placement)
+    if num_microbatches is None:
+        raise ConfigError("-M/--microbatches is required with --building-block")
+    sched = build_from_block(block, num_microbatches, reorder=reorder,
+                             name=f"{block.name}+reorder" if reorder else block.name)
+    sim = simulate_schedule(sched, durations)
+    info = block_summary(block, sched, reordered=reorder)
+    if fmt == "json":
+        click.echo(json.dumps({**simulation_to_dict(sim), "building_block": info}, indent=1))
+    else:
+        click.echo(render_simulation(sim, max_cells) + "\n" + render_block(info))
+    _side_outputs([sim], chrome_trace, save_schedule)
+    if save_block:
+        write_text_atomic(save_block, format_block_json(block) + "\n", what="the building block")
+        click.echo(f"wrote building block {save_block}", err=True)
 
 
 def _emit_single(sim: Simulation, fmt: str, max_cells: int) -> None:

@@ -14,16 +14,10 @@ from pipeaudit.harness.config import ProfileConfig
 from pipeaudit.harness.model import build_stage_module, loss_fn
 from pipeaudit.harness.naive import ScheduleNaive
 
-_TORCH_CLASSES = {
-    "gpipe": S.ScheduleGPipe,
-    "1f1b": S.Schedule1F1B,
-    "interleaved-1f1b": S.ScheduleInterleaved1F1B,
-    "looped-bfs": S.ScheduleLoopedBFS,
-    "interleaved-zb": S.ScheduleInterleavedZeroBubble,
-    "zbv": S.ScheduleZBVZeroBubble,
-    "dualpipev": S.ScheduleDualPipeV,
-    "naive": ScheduleNaive,
-}
+
+def schedule_class(torch_class: str) -> type:
+    """The class named by the catalogue: torch's, or the harness's own ``naive``."""
+    return ScheduleNaive if torch_class == "naive" else getattr(S, torch_class)
 
 
 @dataclass
@@ -46,7 +40,7 @@ def build_pipeline(config: ProfileConfig, rank: int, device: torch.device, group
     if harness_annotated:
         for st in stages:
             annotate_stage(st)
-    cls = _TORCH_CLASSES[spec.name]
+    cls = schedule_class(spec.torch_class)
     if spec.multi_stage:
         schedule = cls(stages, config.microbatches, loss_fn=loss_fn)
     else:

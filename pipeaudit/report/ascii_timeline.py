@@ -1,15 +1,28 @@
-"""Render labelled intervals per row as an aligned ASCII timeline.
+"""Plain-text timelines of pipeline actions: one notation for ``simulate``, ``analyze`` and
+``explain``.
 
-Every row (a rank) is cut into equal-width time cells. An item takes the cells
-its interval covers, the first ones showing its label ("F3", or "2F3" when a
-rank holds several stages), the rest '-'; cells where nothing runs show '.'.
-A cell shared by two items goes to the one covering more of it.
+Notation (docs/reading-the-report.md, docs/schedules.md):
+
+* an action is labelled by its kind and microbatch, ``F3`` (forward of microbatch 3), ``B0``
+  (full backward), ``I2`` (input gradient), ``W2`` (weight gradient); when a rank holds several
+  stages (interleaved and V schedules) the label starts with the global stage, as torch names
+  actions: ``2F3`` is stage 2's forward of microbatch 3;
+* ``=`` continues the action on its left; ``.`` is a cell with no compute.
+
+Two layouts share the notation. :func:`render_cells` (``simulate``) gives each time unit a
+cell as wide as the longest label, so integer-time replays read exactly; :func:`render`
+(``analyze``, ``explain``) scales measured times onto a fixed number of one-character cells and
+writes each label into the first cells of its action.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
+
+CONTINUE = "="
+IDLE = "."
 
 
 @dataclass(frozen=True)
@@ -22,12 +35,30 @@ class Item:
     label: str
 
 
+def action_label(kind: str, microbatch: int, stage: int | None = None) -> str:
+    """``F3``, or ``2F3`` when ``stage`` is given (a rank holding several stages)."""
+    return f"{'' if stage is None else stage}{kind}{microbatch}"
+
+
+def legend(multi_stage: bool) -> str:
+    """How to read the labels and the cells."""
+    text = (f"F3 = forward of microbatch 3 (B backward, I input gradient, W weight gradient), "
+            f"'{CONTINUE}' continues it, '{IDLE}' no compute")
+    if multi_stage:
+        text += "; ranks hold several stages: 2F3 is stage 2's F3"
+    return text
+
+
+# ----------------------------------------------------------------- scaled (measured times)
+
+
 def render(items: Sequence[Item], rows: Sequence[int], *, width: int = 96,
            t0: float | None = None, t1: float | None = None, unit: str = "ms",
            scale: float = 1.0, row_name: str = "rank") -> str:
-    """The timeline as text: one line per row plus a time axis.
-
-    ``scale`` converts item times to ``unit`` for the axis labels.
+    """The timeline as text: one line per row plus a time axis, ``width`` one-character
+    cells between ``t0`` and ``t1``. An item takes the cells its interval covers, the first
+    ones showing its label, the rest ``=``; a cell shared by two items goes to the one covering
+    more of it. ``scale`` converts item times to ``unit`` for the axis labels.
     """
     if not items:
         return "(no actions)"
@@ -39,7 +70,7 @@ def render(items: Sequence[Item], rows: Sequence[int], *, width: int = 96,
     lines = []
     for r in rows:
         cover = [0.0] * width
-        chars = ["."] * width
+        chars = [IDLE] * width
         for it in sorted((i for i in items if i.row == r), key=lambda i: i.start):
             c0 = max(0, int((it.start - lo) / cell))
             c1 = min(width, max(c0 + 1, int(round((it.end - lo) / cell))))
@@ -52,10 +83,95 @@ def render(items: Sequence[Item], rows: Sequence[int], *, width: int = 96,
                     cover[c] = share
                     owned.append(c)
             for j, c in enumerate(owned):
-                chars[c] = text[j] if j < len(text) else "-"
+                chars[c] = text[j] if j < len(text) else CONTINUE
         lines.append(f"{row_name} {r}".ljust(name_w) + "|" + "".join(chars) + "|")
     left = f"{0:.2f} {unit}"
     right = f"{span * scale:.2f} {unit}"
     axis = " " * name_w + "|" + left + " " * max(1, width - len(left) - len(right)) + right + "|"
     lines.append(axis)
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------- cells (simulated time units)
+
+
+def _time_unit(times: Sequence[float], max_cells: int) -> tuple[float, bool]:
+    """(unit, exact): the largest unit dividing every time, or span/max_cells."""
+    positive = [t for t in times if t > 1e-12]
+    if not positive:
+        return 1.0, True
+    span = max(positive)
+    smallest = min(positive)
+    for k in range(1, 65):
+        unit = smallest / k
+        if span / unit > max_cells + 1e-9:
+            break
+        if all(abs(t / unit - round(t / unit)) < 1e-6 for t in positive):
+            return unit, True
+    return _nice_at_least(span / max_cells), False
+
+
+def _nice_at_least(x: float) -> float:
+    """The smallest 1, 2, 2.5 or 5 times a power of ten that is >= x."""
+    exp = math.floor(math.log10(x))
+    for base in (1, 2, 2.5, 5, 10):
+        cand = base * 10.0**exp
+        if cand >= x * (1 - 1e-12):
+            return cand
+    return 10.0 ** (exp + 1)  # pragma: no cover
+
+
+def render_cells(items: Sequence[Item], num_rows: int, *, max_cells: int = 160,
+                 multi_stage: bool = False, row_name: str = "rank") -> str:
+    """Items (times from 0) on equal-width time cells: one row per rank, a time axis, the
+    legend. The unit is the largest step that all starts and ends are multiples of, so nothing
+    is rounded unless the step would need more than ``max_cells`` cells; then each cell shows
+    what runs at its midpoint."""
+    times = [i.start for i in items] + [i.end for i in items]
+    unit, exact = _time_unit(times, max_cells)
+    span = max(times, default=0.0)
+    ncells = max(1, math.ceil(span / unit - 1e-9))
+    width = max([len(i.label) for i in items] + [1])
+    grid = [[IDLE] * ncells for _ in range(num_rows)]
+    for it in items:
+        s, e = it.start / unit, it.end / unit
+        if exact:
+            first, last = round(s), round(e)
+        else:  # a cell belongs to the action running at its midpoint
+            first, last = math.ceil(s - 0.5), math.ceil(e - 0.5)
+        if last <= first:
+            continue
+        row = grid[it.row]
+        row[first] = it.label
+        for c in range(first + 1, min(last, ncells)):
+            row[c] = CONTINUE
+    name_w = len(f"{row_name} {num_rows - 1}")
+    lines = []
+    for r in range(num_rows):
+        cells = " ".join(c.ljust(width) if c not in (CONTINUE, IDLE) else c * width for c in grid[r])
+        lines.append(f"{f'{row_name} {r}'.ljust(name_w)} | {cells}")
+    lines.append(_axis(ncells, width, unit, name_w))
+    note = f"one cell = {unit:g} time unit{'' if unit == 1 else 's'}" + ("" if exact else " (sampled at cell midpoints)")
+    lines.append(f"{' ' * name_w}   {note}; {legend(multi_stage)}")
+    return "\n".join(lines)
+
+
+def _axis(ncells: int, width: int, unit: float, name_w: int) -> str:
+    """Time labels under the cells, every ``step`` cells, never overlapping."""
+    pitch = width + 1
+
+    def text(c: int) -> str:
+        return f"{c * unit:.6g}"
+
+    step = 1
+    for cand in (1, 2, 4, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 10**9):
+        step = cand
+        longest = max(len(text(c)) for c in range(0, ncells + 1, cand))
+        if cand * pitch >= longest + 1:
+            break
+    chars = [" "] * (ncells * pitch + 12)
+    for c in range(0, ncells + 1, step):
+        label = text(c)
+        pos = c * pitch
+        chars[pos:pos + len(label)] = list(label)
+    return f"{'t'.ljust(name_w)} | " + "".join(chars).rstrip()

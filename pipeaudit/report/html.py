@@ -33,6 +33,7 @@ from pipeaudit.report.series import (
     run_origin,
     step_windows,
 )
+from pipeaudit.report.published_text import published_lines, published_value
 from pipeaudit.report.step_view import median_step
 from pipeaudit.timeline.model import Timeline
 
@@ -102,6 +103,7 @@ def report_data(tl: Timeline, result: AuditResult) -> dict[str, Any]:
         "steps": steps,
         "bubble": {
             "theory": result.bubble.theory, "formula": result.bubble.theory_formula,
+            "published": result.bubble.published,
             "measured": result.bubble.measured, "ideal": result.bubble.replay_ideal,
             "ranks": [{"rank": x.rank, "measured": x.bubble, "ideal": x.replay_bubble}
                       for x in result.ranks if x.bubble is not None],
@@ -124,15 +126,19 @@ def _table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
 
 def _summary(r: AuditResult) -> str:
     b = r.bubble
+    pub = b.published
     cards = [("measured bubble", pct(b.measured), "mean over ranks and steps"),
-             ("theory", pct(b.theory), b.theory_formula or "no closed form"),
+             ("theory (per step)", pct(b.theory), b.theory_formula or "no closed form"),
+             ("published", published_value(pub),
+              f"{pub['formula']} ({pub['source']})" if pub else "the sources state no formula"),
              ("replay ideal", pct(b.replay_ideal), "observed order, measured compute, free comm"),
              ("imbalance part", pct(b.imbalance_part), "ideal - theory: uneven stages, F/B/W"),
              ("overhead part", pct(b.overhead_part), "measured - ideal: comm, waits, host"),
              ("median step", f"{ms(r.step_time_us)} ms", f"{r.num_steps} step(s) audited")]
+    note = "".join(f"<p class=\"note\">{_e(line.strip())}</p>" for line in published_lines(pub))
     return '<div class="cards">' + "".join(
         f'<div class="card"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div>'
-        f'<div class="n">{_e(n)}</div></div>' for k, v, n in cards) + "</div>"
+        f'<div class="n">{_e(n)}</div></div>' for k, v, n in cards) + "</div>" + note
 
 
 def _findings(r: AuditResult) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report.formatting import mib, ms, num, pct
+from pipeaudit.report.published_text import NO_PUBLISHED, published_lines
 from pipeaudit.report.run_facts import (
     PIPELINE_COLUMNS,
     bubble_title,
@@ -20,6 +21,18 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _theory_note(b) -> list[str]:
+    """What theory is, the source's published figure and why it differs from the theory."""
+    if b.theory is None:
+        return []
+    lines = published_lines(b.published) or [NO_PUBLISHED]
+    head, *rest = lines
+    return ["", "Theory is the per-step figure at the measured mean T_F, T_B, T_W (closed form, "
+            "or a replay of the schedule's order where none holds).", "",
+            f"- **{head.split(':', 1)[0]}**:{head.split(':', 1)[1]}"] + [
+        f"  - {line.strip()}" for line in rest]
+
+
 def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: int | None = None) -> str:
     """The audit result as a Markdown document."""
     out = ["# pipeaudit report", ""]
@@ -34,7 +47,8 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
                         "overhead part", "median step (ms)"],
                        [[pct(b.measured), pct(b.theory), f"`{b.theory_formula}`" if b.theory_formula
                          else "-", pct(b.replay_ideal), pct(b.imbalance_part), pct(b.overhead_part),
-                         ms(r.step_time_us)]])]
+                         ms(r.step_time_us)]]),
+                *_theory_note(b)]
         if len(r.pipelines) > 1:
             out += ["", "## Pipeline replicas", "", _table(list(PIPELINE_COLUMNS), pipeline_rows(r)),
                     ""] + [f"- {line}" for line in job_lines(r)]

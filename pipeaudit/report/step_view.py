@@ -5,7 +5,8 @@ from __future__ import annotations
 import polars as pl
 
 from pipeaudit.audit.result import AuditResult
-from pipeaudit.report.ascii_timeline import Item, render
+from pipeaudit.report.ascii_timeline import Item, action_label, render
+from pipeaudit.report.ascii_timeline import legend as notation
 from pipeaudit.timeline.model import Timeline
 
 
@@ -34,33 +35,29 @@ def timeline_caption(result: AuditResult, step: int) -> str:
             f"time, {median / 1000.0:.2f} ms, is their mean")
 
 
-def step_items(tl: Timeline, step: int) -> list[Item]:
-    """One item per action of ``step``: from its first to its last compute.
+def _multi_stage(tl: Timeline) -> bool:
+    """True when some rank holds several stages (then labels carry the stage)."""
+    return any(r.actions.height and r.actions["stage"].n_unique() > 1 for r in tl.ranks)
 
-    Labelled ``F3`` for the rank's first stage and ``f3`` for its later stages
-    (interleaved and V schedules hold several stages per rank).
-    """
-    first_stage = {r.rank: int(r.actions["stage"].min()) for r in tl.ranks if r.actions.height}
+
+def step_items(tl: Timeline, step: int) -> list[Item]:
+    """One item per action of ``step``: from its first to its last compute, labelled in the
+    timeline notation (``F3``, or ``2F3`` when a rank holds several stages)."""
+    multi = _multi_stage(tl)
     a = tl.actions.filter(pl.col("step") == step)
     items = []
     for rank, stage, kind, mb, cs, ce in a.select(
             "rank", "stage", "kind", "microbatch", "compute_start", "compute_end").iter_rows():
         if ce <= cs:
             continue  # nothing computed (e.g. torch's I on stage 0: the input needs no gradient)
-        k = kind if stage == first_stage[rank] else kind.lower()
-        items.append(Item(int(rank), float(cs), float(max(ce, cs)), f"{k}{mb}"))
+        label = action_label(kind, mb, int(stage) if multi else None)
+        items.append(Item(int(rank), float(cs), float(max(ce, cs)), label))
     return items
 
 
 def legend(tl: Timeline) -> str:
     """How to read the timeline's labels."""
-    multi = {r.rank: sorted(set(r.actions["stage"].to_list())) for r in tl.ranks
-             if r.actions.height and r.actions["stage"].n_unique() > 1}
-    text = "letters = compute of F/B/I/W with microbatch, '-' = the same action, '.' = no compute"
-    if multi:
-        text += "; UPPER = rank's first stage, lower = its other stage(s): " + ", ".join(
-            f"rank {r} {s[0]}/{','.join(map(str, s[1:]))}" for r, s in multi.items())
-    return text
+    return notation(_multi_stage(tl))
 
 
 def step_timeline_text(tl: Timeline, result: AuditResult, width: int = 96) -> tuple[int | None, str]:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report.formatting import inputs_line, mib, ms, num, pct
+from pipeaudit.report.published_text import NO_PUBLISHED, published_lines
 from pipeaudit.report.run_facts import (
     PIPELINE_COLUMNS,
     bubble_title,
@@ -38,7 +39,7 @@ def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = ""
         caption = timeline_caption(result, timeline_step) if timeline_step is not None else ""
         heading = f"\n[bold]Timeline of step {timeline_step}[/]"
         con.print(heading + (f" ({caption})" if caption else ""), soft_wrap=True)
-        con.print(timeline_text, markup=False)
+        con.print(timeline_text, markup=False, soft_wrap=True)
     _findings(con, result)
     for n in result.notes:
         con.print(f"note: {n}", markup=False, style="dim")
@@ -72,6 +73,11 @@ def _summary(con: Console, r: AuditResult) -> None:
     con.print("imbalance part = replay ideal - theory (uneven stages, F/B/W durations); "
               "overhead part = measured - replay ideal (communication, waits, host overhead)",
               style="dim")
+    if b.theory is not None:
+        con.print("theory = the per-step figure at the measured mean T_F, T_B, T_W (closed form, "
+                  "or a replay of the schedule's order where none holds)", style="dim")
+        for line in published_lines(b.published) or [NO_PUBLISHED]:
+            con.print(line, markup=False, highlight=False)
 
 
 def _pipelines(con: Console, r: AuditResult) -> None:

@@ -1,69 +1,25 @@
-"""The schedule catalogue: per-rank compute orders of every known schedule.
+"""The schedule catalogue: one definition per schedule, used by the analysis and the harness.
 
-Where torch 2.13 implements a schedule (gpipe, 1f1b, interleaved-1f1b, looped-bfs,
-interleaved-zb, zbv, dualpipev) the order here is the order torch *executes*, checked by
-``tests/test_schedules_torch.py``. The rules are restated in ``docs/schedules.md``.
+Each :class:`ScheduleDef` names its placement, its chunk rule, the torch class that runs it (if
+any) and whether the harness can run it, its per-rank order builder, its constraints, its
+closed form and its published formula. ``pipeaudit.harness.catalog`` is a view of the entries
+the harness can run. Where torch 2.13 implements a schedule the order is the one torch
+*executes* and the constraints are the ones torch enforces (``tests/test_schedules_torch.py``,
+``tests/test_harness_catalog.py``); the rules are restated in ``docs/schedules.md``.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 
-from pipeaudit.actions import Action
 from pipeaudit.errors import ScheduleError
-from pipeaudit.schedules.model import Schedule, as_orders, loop_placement, v_placement
-
-F, B, I, W = "F", "B", "I", "W"
-
-SCHEDULE_NAMES: tuple[str, ...] = (
-    "naive",
-    "gpipe",
-    "1f1b",
-    "eager-1f1b",
-    "interleaved-1f1b",
-    "looped-bfs",
-    "zb-h1",
-    "zb-h2",
-    "interleaved-zb",
-    "zbv",
-    "dualpipev",
-)
-
-# normalised alias (lower case, no '-', '_' or spaces) -> canonical name
-_ALIASES: dict[str, str] = {
-    "naive": "naive",
-    "sequential": "naive",
-    "gpipe": "gpipe",
-    "filldrain": "gpipe",
-    "1f1b": "1f1b",
-    "pipedreamflush": "1f1b",
-    "eager1f1b": "eager-1f1b",
-    "interleaved1f1b": "interleaved-1f1b",
-    "interleaved": "interleaved-1f1b",
-    "loopedbfs": "looped-bfs",
-    "bfs": "looped-bfs",
-    "zbh1": "zb-h1",
-    "zbh2": "zb-h2",
-    "interleavedzb": "interleaved-zb",
-    "interleavedzerobubble": "interleaved-zb",
-    "zb1p": "interleaved-zb",
-    "zbv": "zbv",
-    "zbvzerobubble": "zbv",
-    "dualpipev": "dualpipev",
-}
-
-#: torch.distributed.pipelining class for the schedules torch implements
-TORCH_CLASSES: dict[str, str] = {
-    "gpipe": "ScheduleGPipe",
-    "1f1b": "Schedule1F1B",
-    "interleaved-1f1b": "ScheduleInterleaved1F1B",
-    "looped-bfs": "ScheduleLoopedBFS",
-    "interleaved-zb": "ScheduleInterleavedZeroBubble",
-    "zbv": "ScheduleZBVZeroBubble",
-    "dualpipev": "ScheduleDualPipeV",
-}
+from pipeaudit.schedules import block_library as blk
+from pipeaudit.schedules import closed_forms as cf
+from pipeaudit.schedules import orders as od
+from pipeaudit.schedules import published as pub
+from pipeaudit.schedules.model import Schedule, as_orders, flatten_steps, loop_placement, v_placement
 
 #: The torch code that executes each torch schedule: PipelineScheduleSingle's own loop, or
 #: the action runtime (SEND/RECV actions and per-action bookkeeping) that the multi-stage
@@ -71,81 +27,267 @@ TORCH_CLASSES: dict[str, str] = {
 SINGLE_LOOP, ACTION_RUNTIME = "PipelineScheduleSingle", "_PipelineScheduleRuntime"
 
 
-def torch_runtime(name: str) -> str | None:
-    """:data:`SINGLE_LOOP` or :data:`ACTION_RUNTIME` for a schedule torch implements, else None."""
-    if name not in TORCH_CLASSES:
-        return None
-    return SINGLE_LOOP if name in ("gpipe", "1f1b") else ACTION_RUNTIME
+@dataclass(frozen=True)
+class Terms:
+    """How a constraint message names P, M and v: ``P``/``M``/``v`` for the analysis,
+    ``--stages``/``--microbatches``/``--chunks`` for the harness."""
 
+    P: str = "P"
+    M: str = "M"
+    v: str = "v"
+
+    def show(self, which: str, value: object) -> str:
+        label = getattr(self, which)
+        return f"{label}={value}" if len(label) == 1 else f"{label} {value}"
+
+
+ANALYSIS = Terms()
+HARNESS = Terms("--stages", "--microbatches", "--chunks")
+
+#: A constraint: (name, P, M, v, terms) -> the problem in one sentence, or None.
+Check = Callable[[str, int, int, int, Terms], "str | None"]
+
+
+def _m_at_least_p(name: str, P: int, M: int, v: int, t: Terms) -> str | None:
+    if M >= P:
+        return None
+    return (f"schedule {name} needs at least as many microbatches as ranks (M >= P), as torch's "
+            f"Schedule1F1B requires; got {t.show('M', M)}, {t.show('P', P)}")
+
+
+def _m_at_least_2p(name: str, P: int, M: int, v: int, t: Terms) -> str | None:
+    if M >= 2 * P:
+        return None
+    return (f"schedule {name} needs at least as many microbatches as stages (M >= 2P = {2 * P}), "
+            f"as torch's ScheduleDualPipeV requires; got {t.show('M', M)} < 2 x {t.show('P', P)}")
+
+
+def _m_multiple_of_rounds(name: str, P: int, M: int, v: int, t: Terms) -> str | None:
+    rounds = max(1, M // P)
+    if M % rounds == 0:
+        return None
+    ok = sorted({x for x in range(1, 4 * P + 1) if x % max(1, x // P) == 0})
+    return (f"schedule {name} needs M to be a multiple of max(1, M // P) = {rounds} (torch's "
+            f"rounds of flexible interleaving); got {t.show('M', M)} with {t.show('P', P)}; "
+            f"valid M for P={P} include {', '.join(map(str, ok[:12]))}, ...")
+
+
+def _v_at_least_2(name: str, P: int, M: int, v: int, t: Terms) -> str | None:
+    if v >= 2:
+        return None
+    return (f"schedule {name} interleaves several stages per rank: {t.show('v', v)} must be at "
+            "least 2 (with one stage per rank it is 1f1b)")
+
+
+@dataclass(frozen=True)
+class ScheduleDef:
+    """Everything pipeaudit knows about one schedule."""
+
+    name: str
+    description: str
+    placement: str  #: "loop" (stage s on rank s % P) or "v" (rank r holds r and 2P-1-r)
+    fixed_chunks: int | None  #: stages per rank the schedule requires, if any
+    default_chunks: int
+    orders: Callable[[int, int, int, int], list]  #: (P, M, v, rank) -> order (od.Step items)
+    theory: Callable[[cf.Inputs], cf.Theory]
+    kinds: tuple[str, ...]  #: compute action kinds the schedule runs
+    aliases: tuple[str, ...] = ()
+    torch_class: str | None = None  #: the torch.distributed.pipelining class that runs it
+    harness_class: str | None = None  #: what the harness instantiates (torch's, or "naive")
+    torch_annotates: bool = False  #: torch wraps each action in record_function("PP:...")
+    checks: tuple[Check, ...] = ()
+    published: Callable[[cf.Inputs, cf.Theory], "pub.Published | None"] | None = None
+    summary: str = ""  #: the harness's one-line help text
+    block: str | None = None  #: the named building block it is built from, if any
+
+    @property
+    def split_backward(self) -> bool:
+        return "I" in self.kinds
+
+    @property
+    def runtime(self) -> str | None:
+        """:data:`SINGLE_LOOP` or :data:`ACTION_RUNTIME` for a torch schedule, else None."""
+        if self.torch_class is None:
+            return None
+        return SINGLE_LOOP if self.torch_class in ("ScheduleGPipe", "Schedule1F1B") else ACTION_RUNTIME
+
+    @property
+    def multi_stage(self) -> bool:
+        """True when the harness builds it from a list of stages (runtime schedules)."""
+        return self.harness_class is not None and self.runtime != SINGLE_LOOP
+
+    def placement_of(self, num_ranks: int, chunks: int) -> tuple[int, ...]:
+        return v_placement(num_ranks) if self.placement == "v" else loop_placement(num_ranks, chunks)
+
+
+def _def(**kw) -> ScheduleDef:
+    return ScheduleDef(**kw)
+
+
+_ENTRIES: tuple[ScheduleDef, ...] = (
+    _def(name="naive", aliases=("sequential",), placement="loop", fixed_chunks=1, default_chunks=1,
+         description="one microbatch at a time through all stages, no overlap between microbatches",
+         summary="one microbatch at a time through the whole pipeline, F then B; bubble (P-1)/P",
+         orders=od.naive, theory=cf.naive, kinds=("F", "B"), harness_class="naive",
+         torch_annotates=True),
+    _def(name="gpipe", aliases=("filldrain",), placement="loop", fixed_chunks=1, default_chunks=1,
+         description="fill-drain: all forwards, then all backwards",
+         summary="all forwards, then all backwards (fill-drain)",
+         orders=od.gpipe, theory=cf.gpipe, published=pub.gpipe, kinds=("F", "B"),
+         torch_class="ScheduleGPipe", harness_class="ScheduleGPipe"),
+    _def(name="1f1b", aliases=("pipedreamflush",), placement="loop", fixed_chunks=1,
+         default_chunks=1,
+         description="P-s warm-up forwards on stage s, then one backward / one forward",
+         summary="warm-up forwards, then one forward one backward, then cool-down",
+         orders=od.one_f_one_b, theory=cf.one_f_one_b, published=pub.one_f_one_b,
+         kinds=("F", "B"), torch_class="Schedule1F1B", harness_class="Schedule1F1B",
+         checks=(_m_at_least_p,)),
+    _def(name="eager-1f1b", placement="loop", fixed_chunks=1, default_chunks=1,
+         description="1F1B with 2(P-s)-1 warm-up forwards (room to overlap P2P)",
+         orders=od.eager_1f1b, theory=cf.eager_1f1b, kinds=("F", "B")),
+    _def(name="interleaved-1f1b", aliases=("interleaved",), placement="loop", fixed_chunks=None,
+         default_chunks=2,
+         description="Megatron interleaved 1F1B over v chunks, loop placement",
+         summary="1F1B over v model chunks per rank (depth first)",
+         orders=od.interleaved_1f1b, theory=cf.interleaved_1f1b, published=pub.interleaved_1f1b,
+         kinds=("F", "B"), torch_class="ScheduleInterleaved1F1B",
+         harness_class="ScheduleInterleaved1F1B", torch_annotates=True,
+         checks=(_m_multiple_of_rounds,)),
+    _def(name="looped-bfs", aliases=("bfs",), placement="loop", fixed_chunks=None, default_chunks=2,
+         description="breadth-first: all microbatches per local stage, loop placement",
+         summary="breadth first over v chunks per rank: all microbatches of a chunk at once",
+         orders=od.looped_bfs, theory=cf.looped_bfs, kinds=("F", "B"),
+         torch_class="ScheduleLoopedBFS", harness_class="ScheduleLoopedBFS", torch_annotates=True),
+    _def(name="zb-h1", placement="loop", fixed_chunks=1, default_chunks=1,
+         description="zero bubble ZB-H1: 1F1B memory, W passes deferred into the bubbles",
+         orders=od.zb_h1, theory=cf.zb_h1, published=pub.zb_h1, kinds=("F", "I", "W")),
+    _def(name="zb-h2", placement="loop", fixed_chunks=1, default_chunks=1,
+         description="zero bubble ZB-H2: 2(P-s)-1 warm-up forwards, W passes deferred",
+         orders=od.zb_h2, theory=cf.zb_h2, published=pub.zb_h2, kinds=("F", "I", "W")),
+    _def(name="interleaved-zb", aliases=("interleavedzerobubble", "zb1p"), placement="loop",
+         fixed_chunks=None, default_chunks=2,
+         description="torch ScheduleInterleavedZeroBubble (ZB1P) over v chunks",
+         summary="interleaved zero bubble (ZB1P): backward split into I and W, W fills bubbles",
+         orders=od.interleaved_zb, theory=cf.zb_h1, published=pub.interleaved_zb,
+         kinds=("F", "I", "W"), torch_class="ScheduleInterleavedZeroBubble",
+         harness_class="ScheduleInterleavedZeroBubble", torch_annotates=True,
+         checks=(_m_multiple_of_rounds,)),
+    _def(name="zbv", aliases=("zbvzerobubble",), placement="v", fixed_chunks=2, default_chunks=2,
+         description="zero bubble ZB-V, V placement, two chunks per rank",
+         summary="zero bubble V: two chunks per rank in a V, F/I/W",
+         orders=od.zbv, theory=cf.zbv, published=pub.zbv, kinds=("F", "I", "W"),
+         torch_class="ScheduleZBVZeroBubble", harness_class="ScheduleZBVZeroBubble",
+         torch_annotates=True),
+    _def(name="dualpipev", placement="v", fixed_chunks=2, default_chunks=2,
+         description="DualPipeV, V placement, overlapped F+B pairs run as torch runs them",
+         summary="DualPipeV: V placement, overlapped F+B pairs (OVERLAP_F_B), some I/W",
+         orders=od.dualpipev, theory=cf.dualpipev, published=pub.dualpipev,
+         kinds=("F", "B", "I", "W"), torch_class="ScheduleDualPipeV",
+         harness_class="ScheduleDualPipeV", torch_annotates=True, checks=(_m_at_least_2p,)),
+    # built from building blocks (Qi et al. 2024): pipeaudit.schedules.block_library
+    _def(name="1f1b-v", placement="v", fixed_chunks=2, default_chunks=2,
+         description="1F1B-V: V placement, no B/W split, built from a building block",
+         block="1f1b-v", orders=blk.catalogue_orders("1f1b-v"), kinds=("F", "B"),
+         theory=cf.block_built("every rank peaks at ceil((2P+1)/3) microbatches (about 2/3 of "
+                               "1F1B's P), as the authors' 1F1B-V implementation does")),
+    _def(name="1f1b-split-lowmem", placement="loop", fixed_chunks=1, default_chunks=1,
+         description="1F1B with B/W split, two microbatches per building block, 2/3 of 1F1B's "
+                     "memory",
+         block="1f1b-split-lowmem", orders=blk.catalogue_orders("1f1b-split-lowmem"),
+         kinds=("F", "I", "W"),
+         theory=cf.block_built("stage s peaks at ceil(2(P-s)/3) microbatches, 2/3 of 1F1B's "
+                               "P-s (the source: 2/3 of 1F1B's activation memory)")),
+    _def(name="interleaved-1f1b-lowmem", placement="loop", fixed_chunks=None, default_chunks=2,
+         description="interleaved 1F1B repeated one microbatch at a time: lower memory",
+         block="interleaved-1f1b-lowmem", orders=blk.catalogue_orders("interleaved-1f1b-lowmem"),
+         kinds=("F", "B"),
+         checks=(_v_at_least_2,),
+         theory=cf.block_built("a chunk holds a microbatch for about one block, so a rank "
+                               "peaks well below interleaved 1F1B (the source: 'lower memory')")),
+)
+
+CATALOGUE: dict[str, ScheduleDef] = {d.name: d for d in _ENTRIES}
+
+SCHEDULE_NAMES: tuple[str, ...] = tuple(CATALOGUE)
+
+#: torch.distributed.pipelining class for the schedules torch implements
+TORCH_CLASSES: dict[str, str] = {d.name: d.torch_class for d in _ENTRIES if d.torch_class}
 
 #: one-line description per schedule, shown by the CLI and the docs
-DESCRIPTIONS: dict[str, str] = {
-    "naive": "one microbatch at a time through all stages, no overlap between microbatches",
-    "gpipe": "fill-drain: all forwards, then all backwards",
-    "1f1b": "P-s warm-up forwards on stage s, then one backward / one forward",
-    "eager-1f1b": "1F1B with 2(P-s)-1 warm-up forwards (room to overlap P2P)",
-    "interleaved-1f1b": "Megatron interleaved 1F1B over v chunks, loop placement",
-    "looped-bfs": "breadth-first: all microbatches per local stage, loop placement",
-    "zb-h1": "zero bubble ZB-H1: 1F1B memory, W passes deferred into the bubbles",
-    "zb-h2": "zero bubble ZB-H2: 2(P-s)-1 warm-up forwards, W passes deferred",
-    "interleaved-zb": "torch ScheduleInterleavedZeroBubble (ZB1P) over v chunks",
-    "zbv": "zero bubble ZB-V, V placement, two chunks per rank",
-    "dualpipev": "DualPipeV, V placement, overlapped F+B written as F then B",
-}
+DESCRIPTIONS: dict[str, str] = {d.name: d.description for d in _ENTRIES}
 
-_MULTI_CHUNK_DEFAULT = 2
-_ONE_CHUNK = {"naive", "gpipe", "1f1b", "eager-1f1b", "zb-h1", "zb-h2"}
-_TWO_CHUNKS = {"zbv", "dualpipev"}
-_SPLIT = {"zb-h1", "zb-h2", "interleaved-zb", "zbv", "dualpipev"}
+
+def _key(name: str) -> str:
+    key = "".join(ch for ch in name.lower() if ch not in "-_ ")
+    return key[len("schedule"):] if key.startswith("schedule") else key
+
+
+#: normalised alias (lower case, no '-', '_', spaces or leading 'Schedule') -> canonical name
+_ALIASES: dict[str, str] = {}
+for _d in _ENTRIES:
+    for _a in (_d.name, *_d.aliases, *((_d.torch_class,) if _d.torch_class else ())):
+        _ALIASES.setdefault(_key(_a), _d.name)
 
 
 def canonical_name(name: str) -> str:
-    """Resolve a schedule name or alias (case, '-', '_' and spaces ignored)."""
-    key = "".join(ch for ch in name.lower() if ch not in "-_ ")
-    if key.startswith("schedule"):
-        key = key[len("schedule") :]
+    """Resolve a schedule name, alias or torch class name (case, '-', '_', spaces and a
+    leading 'Schedule' ignored)."""
     try:
-        return _ALIASES[key]
+        return _ALIASES[_key(name)]
     except KeyError:
         raise ScheduleError(
-            f"unknown schedule {name!r}; known schedules: {', '.join(SCHEDULE_NAMES)}"
+            f"unknown schedule {name!r}; known schedules: {', '.join(CATALOGUE)}"
         ) from None
+
+
+def get_def(name: str) -> ScheduleDef:
+    """The catalogue entry of ``name`` (any alias); ScheduleError when unknown."""
+    return CATALOGUE[canonical_name(name)]
+
+
+def torch_runtime(name: str) -> str | None:
+    """:data:`SINGLE_LOOP` or :data:`ACTION_RUNTIME` for a schedule torch implements, else None."""
+    entry = CATALOGUE.get(name)
+    return entry.runtime if entry else None
 
 
 def default_chunks(name: str) -> int:
     """Stages per rank used when the caller gives none."""
-    name = canonical_name(name)
-    return 1 if name in _ONE_CHUNK else _MULTI_CHUNK_DEFAULT
+    return get_def(name).default_chunks
+
+
+def free_chunks(name: str) -> bool:
+    """True when the schedule's number of stages per rank is the caller's choice."""
+    return get_def(name).fixed_chunks is None
+
+
+def config_problem(name: str, num_ranks: int, num_microbatches: int, chunks: int,
+                   terms: Terms = ANALYSIS) -> str | None:
+    """Why schedule ``name`` (canonical) cannot run with (P, M, v), in one sentence; None if
+    it can. ``terms`` names P, M and v the way the caller's user gave them."""
+    entry = CATALOGUE[name]
+    for which, value in (("P", num_ranks), ("M", num_microbatches), ("v", chunks)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return f"{getattr(terms, which)} must be an integer >= 1, got {value!r}"
+    v = chunks
+    if entry.fixed_chunks == 1 and v != 1:
+        return f"schedule {name} runs one stage per rank: {terms.v} must be 1, got {v}"
+    if entry.fixed_chunks is not None and v != entry.fixed_chunks:
+        return (f"schedule {name} needs exactly {entry.fixed_chunks} stages per rank "
+                f"({entry.placement.upper()} placement): {terms.v} must be "
+                f"{entry.fixed_chunks}, got {v}")
+    for check in entry.checks:
+        problem = check(name, num_ranks, num_microbatches, v, terms)
+        if problem:
+            return problem
+    return None
 
 
 def check_config(name: str, num_ranks: int, num_microbatches: int, chunks: int) -> None:
     """Raise :class:`ScheduleError` if ``name`` cannot run with (P, M, v)."""
-    for label, value in (("P (ranks)", num_ranks), ("M (microbatches)", num_microbatches),
-                         ("v (chunks)", chunks)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ScheduleError(f"{name}: {label} must be a positive integer, got {value!r}")
-    P, M, v = num_ranks, num_microbatches, chunks
-    if name in _ONE_CHUNK and v != 1:
-        raise ScheduleError(f"{name} has one stage per rank; got v={v} (use v=1)")
-    if name in _TWO_CHUNKS and v != 2:
-        raise ScheduleError(f"{name} needs exactly 2 stages per rank (V placement); got v={v}")
-    if name == "1f1b" and M < P:
-        raise ScheduleError(
-            f"1f1b needs at least as many microbatches as stages (M >= P), as torch's "
-            f"Schedule1F1B requires; got M={M}, P={P}"
-        )
-    if name == "dualpipev" and M < 2 * P:
-        raise ScheduleError(
-            f"dualpipev needs at least as many microbatches as stages (M >= 2P = {2 * P}), "
-            f"as torch's ScheduleDualPipeV requires; got M={M}"
-        )
-    if name in ("interleaved-1f1b", "interleaved-zb"):
-        rounds = max(1, M // P)
-        if M % rounds:
-            raise ScheduleError(
-                f"{name} needs M to be a multiple of the number of rounds max(1, M // P) = "
-                f"{rounds} (torch's flexible interleaving); got M={M}, P={P}"
-            )
+    problem = config_problem(canonical_name(name), num_ranks, num_microbatches, chunks)
+    if problem:
+        raise ScheduleError(problem)
 
 
 def build_schedule(
@@ -163,251 +305,19 @@ def build_schedule(
 
 @lru_cache(maxsize=512)
 def _build(canon: str, P: int, M: int, v: int) -> Schedule:
-    builder = _BUILDERS[canon]
-    placement = v_placement(P) if canon in _TWO_CHUNKS else loop_placement(P, v)
-    orders = [builder(P, M, v, r) for r in range(P)]
+    entry = CATALOGUE[canon]
+    orders, pairs = [], []
+    for r in range(P):
+        flat, rank_pairs = flatten_steps(entry.orders(P, M, v, r))
+        orders.append(flat)
+        pairs += rank_pairs
     return Schedule(
         name=canon,
         num_ranks=P,
         num_microbatches=M,
         chunks=v,
-        placement=placement,
+        placement=entry.placement_of(P, v),
         orders=as_orders(orders),
-        split_backward=canon in _SPLIT,
+        split_backward=entry.split_backward,
+        pairs=frozenset(pairs),
     )
-
-
-# --------------------------------------------------------------------------- one chunk
-
-
-def _naive(P: int, M: int, v: int, r: int) -> list[Action]:
-    out: list[Action] = []
-    for m in range(M):
-        out += [Action(r, F, m), Action(r, B, m)]
-    return out
-
-
-def _gpipe(P: int, M: int, v: int, r: int) -> list[Action]:
-    # torch ScheduleGPipe._step_microbatches: forward 0..M-1, then backward 0..M-1
-    return [Action(r, F, m) for m in range(M)] + [Action(r, B, m) for m in range(M)]
-
-
-def _one_f_one_b(P: int, M: int, warmup: int, r: int) -> list[Action]:
-    """Warm-up forwards, then backward/forward pairs, then the remaining backwards."""
-    warmup = min(M, warmup)
-    out = [Action(r, F, m) for m in range(warmup)]
-    fwd, bwd = warmup, 0
-    while bwd < M:
-        out.append(Action(r, B, bwd))
-        bwd += 1
-        if fwd < M:
-            out.append(Action(r, F, fwd))
-            fwd += 1
-    return out
-
-
-def _1f1b(P: int, M: int, v: int, r: int) -> list[Action]:
-    # torch Schedule1F1B._step_microbatches: min(M, P - s) warm-up forwards, then 1B1F.
-    return _one_f_one_b(P, M, P - r, r)
-
-
-def _eager_1f1b(P: int, M: int, v: int, r: int) -> list[Action]:
-    return _one_f_one_b(P, M, 2 * (P - r) - 1, r)
-
-
-# ---------------------------------------------------------------- torch runtime schedules
-
-
-def _warmup_ops(r: int, v: int, mb_per_round: int, P: int, M: int, factor: int) -> int:
-    return min((v - 1) * mb_per_round + factor * (P - 1 - r), M * v)
-
-
-def _interleaved(P: int, M: int, v: int, r: int, zero_bubble: bool) -> list[Action]:
-    """torch's ``_get_1f1b_rank_ops`` for Interleaved1F1B / InterleavedZeroBubble."""
-    rounds = max(1, M // P)
-    per_round = M // rounds
-    warmup = _warmup_ops(r, v, per_round, P, M, 1 if zero_bubble else 2)
-    total_mb_ops = v * M
-    fwd_bwd = total_mb_ops - warmup
-    total = warmup + fwd_bwd + warmup  # cooldown == warmup
-
-    def fwd_stage(op: int) -> int:
-        return ((op // per_round) % v) * P + r
-
-    def bwd_stage(op: int) -> int:
-        return (v - 1 - ((op - warmup) // per_round) % v) * P + r
-
-    counters: dict[tuple[int, str], int] = defaultdict(int)
-
-    def take(stage: int, kind: str) -> Action:
-        m = counters[(stage, kind)]
-        counters[(stage, kind)] = m + 1
-        return Action(stage, kind, m)
-
-    bkind = I if zero_bubble else B
-    out: list[Action] = []
-    bwd_ops: list[int] = []
-    w_done = 0
-    for op in range(total):
-        if op < warmup + fwd_bwd:
-            out.append(take(fwd_stage(op), F))
-        if op >= warmup:
-            out.append(take(bwd_stage(op), bkind))
-            bwd_ops.append(op)
-            if zero_bubble and op - warmup >= r:  # rank r holds back r weight passes
-                out.append(take(bwd_stage(bwd_ops[w_done]), W))
-                w_done += 1
-    while zero_bubble and w_done < len(bwd_ops):
-        out.append(take(bwd_stage(bwd_ops[w_done]), W))
-        w_done += 1
-    return out
-
-
-def _interleaved_1f1b(P: int, M: int, v: int, r: int) -> list[Action]:
-    return _interleaved(P, M, v, r, zero_bubble=False)
-
-
-def _interleaved_zb(P: int, M: int, v: int, r: int) -> list[Action]:
-    return _interleaved(P, M, v, r, zero_bubble=True)
-
-
-def _looped_bfs(P: int, M: int, v: int, r: int) -> list[Action]:
-    stages = range(r, P * v, P)
-    out = [Action(s, F, m) for s in stages for m in range(M)]
-    out += [Action(s, B, m) for s in reversed(stages) for m in reversed(range(M))]
-    return out
-
-
-def _zbv(P: int, M: int, v: int, r: int) -> list[Action]:
-    """torch ScheduleZBVZeroBubble: built for max(M, 2P-1) microbatches, extras dropped."""
-    n = max(2 * P - 1, M)
-    s0, s1 = r, 2 * P - 1 - r
-    out: list[Action] = []
-    f0 = f1 = b0 = b1 = 0
-    for _ in range(2 * (P - r) - 1):
-        out.append(Action(s0, F, f0))
-        f0 += 1
-    for _ in range(r):
-        out += [Action(s1, F, f1), Action(s0, F, f0)]
-        f1 += 1
-        f0 += 1
-    for _ in range(P - r):
-        out += [Action(s1, F, f1), Action(s1, I, b1), Action(s1, W, b1)]
-        f1 += 1
-        b1 += 1
-    while f1 < f0 or f0 < n:
-        if f0 < n:
-            out.append(Action(s0, F, f0))
-            f0 += 1
-        out += [Action(s0, I, b0), Action(s0, W, b0)]
-        b0 += 1
-        out += [Action(s1, F, f1), Action(s1, I, b1), Action(s1, W, b1)]
-        f1 += 1
-        b1 += 1
-    w0, w1 = b0, b1
-    for _ in range(r):
-        out += [Action(s0, I, b0), Action(s1, I, b1)]
-        b0 += 1
-        b1 += 1
-    for _ in range(P - r):
-        out += [Action(s0, I, b0), Action(s0, W, w0)]
-        b0 += 1
-        w0 += 1
-    out += [Action(s1, W, m) for m in range(w1, b1)]
-    out += [Action(s0, W, m) for m in range(w0, b0)]
-    return [a for a in out if a.microbatch < M]
-
-
-def _dualpipev(P: int, M: int, v: int, r: int) -> list[Action]:
-    """torch ScheduleDualPipeV. An OVERLAP_F_B action runs its forward, then its full
-    backward: it appears here as that F followed by that B."""
-    s0, s1 = r, 2 * P - 1 - r
-    nxt: dict[tuple[int, str], int] = defaultdict(int)  # next microbatch per (stage, F|I|W)
-    pending_w: list[tuple[int, int]] = []
-    out: list[Action] = []
-
-    def add(stage: int, kind: str) -> None:
-        if kind == B:  # a full backward advances both the I and the W counters
-            out.append(Action(stage, B, nxt[(stage, I)]))
-            nxt[(stage, I)] += 1
-            nxt[(stage, W)] += 1
-            return
-        m = nxt[(stage, kind)]
-        out.append(Action(stage, kind, m))
-        nxt[(stage, kind)] = m + 1
-        if kind == I:
-            pending_w.append((stage, m))
-
-    def overlap(f_stage: int, b_stage: int) -> None:
-        add(f_stage, F)
-        add(b_stage, B)
-
-    def weight_if_pending() -> None:
-        if pending_w:
-            stage, m = pending_w.pop(0)
-            out.append(Action(stage, W, m))
-            nxt[(stage, W)] += 1
-
-    for _ in range(2 * (P - r - 1)):  # step 1: F0
-        add(s0, F)
-    for _ in range(r + 1):  # step 2: F0 F1
-        add(s0, F)
-        add(s1, F)
-    for _ in range(P - r - 1):  # step 3: I1 W F1
-        add(s1, I)
-        weight_if_pending()
-        add(s1, F)
-    for i in range(M - 2 * P + r + 1):  # step 4: (F0 B1) (F1 B0)
-        if i == 0 and r == P - 1:
-            add(s0, F)
-            add(s1, B)
-        else:
-            overlap(s0, s1)
-        overlap(s1, s0)
-    for _ in range(P - r - 1):  # step 5: B1 (F1 B0)
-        add(s1, B)
-        overlap(s1, s0)
-    zb = False
-    half = (r + 1) // 2
-    for i in range(r + 1):  # step 6: B1 B0, second half split into I (+ W later)
-        if i == half and r % 2 == 1:
-            zb = True
-        add(s1, I if zb else B)
-        if i == half and r % 2 == 0:
-            zb = True
-        add(s0, I if zb else B)
-    for _ in range(P - r - 1):  # step 7: W B0
-        weight_if_pending()
-        add(s0, I if zb else B)
-    for _ in range(r + 1):  # step 8: W
-        weight_if_pending()
-    return out
-
-
-# ------------------------------------------------------------------- zero bubble H1 / H2
-
-
-def _zb_h1(P: int, M: int, v: int, r: int) -> list[Action]:
-    # ZB-H1 is torch's InterleavedZeroBubble with one chunk (see docs/schedules.md).
-    return _interleaved(P, M, 1, r, zero_bubble=True)
-
-
-def _zb_h2(P: int, M: int, v: int, r: int) -> list[Action]:
-    from pipeaudit.schedules.greedy import zb_h2_orders
-
-    return list(zb_h2_orders(P, M)[r])
-
-
-_BUILDERS: dict[str, Callable[[int, int, int, int], list[Action]]] = {
-    "naive": _naive,
-    "gpipe": _gpipe,
-    "1f1b": _1f1b,
-    "eager-1f1b": _eager_1f1b,
-    "interleaved-1f1b": _interleaved_1f1b,
-    "looped-bfs": _looped_bfs,
-    "zb-h1": _zb_h1,
-    "zb-h2": _zb_h2,
-    "interleaved-zb": _interleaved_zb,
-    "zbv": _zbv,
-    "dualpipev": _dualpipev,
-}

@@ -2,8 +2,9 @@
 
 CSV (torch's ``_dump_csv`` "compute_only" layout): one line per rank, in rank order, cells
 like ``0F0``, ``1B3``, ``0I2``, ``0W2``. Empty cells (torch's idle slots), ``PP:`` prefixes,
-communication/FSDP cells (``1SEND_F0``, ``0UNSHARD``) are ignored, ``(0F3;3B1)OVERLAP_F_B`` means
-``0F3`` then ``3B1``. Lines starting with ``#`` are comments. A first cell ``rank N`` is allowed.
+communication/FSDP cells (``1SEND_F0``, ``0UNSHARD``) are ignored, ``(0F3;3B1)OVERLAP_F_B`` is an
+overlapped pair: ``0F3`` then ``3B1`` run as one unit, both outputs sent after ``3B1`` (as torch
+runs it). Lines starting with ``#`` are comments. A first cell ``rank N`` is allowed.
 
 JSON: ``{"name": ..., "num_microbatches": M, "placement": [...], "ranks": [[...], ...]}``;
 only ``ranks`` is required (a bare list of lists works too).
@@ -55,15 +56,25 @@ def load_schedule_file(path: str | Path) -> Schedule:
     else:
         rows = _rows_from_csv(path, text)
     orders: list[list[Action]] = []
+    pairs: list[tuple[Action, Action]] = []
     for r, cells in enumerate(rows):
         acts: list[Action] = []
         for cell in cells:
             try:
-                acts += parse_action_name(cell)
+                parsed = parse_action_name(cell)
             except ScheduleError as exc:
                 raise _fail(path, f"rank {r}: {exc}") from None
+            if _is_pair(cell, parsed):
+                pairs.append((parsed[0], parsed[1]))
+            acts += parsed
         orders.append(acts)
-    return _schedule_from_orders(path, orders, meta)
+    return _schedule_from_orders(path, orders, meta, pairs)
+
+
+def _is_pair(cell: str, parsed: list[Action]) -> bool:
+    """An ``OVERLAP_F_B`` cell naming one forward and one backward (full or input-gradient)."""
+    return (cell.strip().endswith("OVERLAP_F_B") and len(parsed) == 2
+            and parsed[0].kind == "F" and parsed[1].kind in ("B", "I"))
 
 
 def _rows_from_csv(path: str | Path, text: str) -> list[list[str]]:
@@ -111,7 +122,8 @@ def _rows_from_json(path: str | Path, text: str) -> tuple[list[list[str]], dict]
     return [[c for c in row if c.strip()] for row in ranks], meta
 
 
-def _schedule_from_orders(path: str | Path, orders: list[list[Action]], meta: dict) -> Schedule:
+def _schedule_from_orders(path: str | Path, orders: list[list[Action]], meta: dict,
+                          pairs: list[tuple[Action, Action]]) -> Schedule:
     num_ranks = len(orders)
     stage_rank: dict[int, int] = {}
     for r, order in enumerate(orders):
@@ -139,7 +151,7 @@ def _schedule_from_orders(path: str | Path, orders: list[list[Action]], meta: di
                           f"microbatches 0..{num_mb - 1}")
     _check_complete(path, orders, num_stages, num_mb)
     try:
-        replay(orders, placement, lambda rank, action: 1.0)
+        replay(orders, placement, lambda rank, action: 1.0, pairs=pairs)
     except ScheduleError as exc:
         raise _fail(path, str(exc)) from None
     name = str(meta.get("name") or f"file:{Path(path).name}")
@@ -151,6 +163,7 @@ def _schedule_from_orders(path: str | Path, orders: list[list[Action]], meta: di
         placement=placement,
         orders=as_orders(orders),
         split_backward=any(a.kind in ("I", "W") for o in orders for a in o),
+        pairs=frozenset(pairs),
     )
 
 
@@ -174,12 +187,27 @@ def _check_complete(path: str | Path, orders: list[list[Action]], num_stages: in
                 raise _fail(path, f"{s}I{m} and {s}W{m} must come together (split backward)")
 
 
+def _cells(schedule: Schedule, order: tuple[Action, ...]) -> list[str]:
+    """One rank's actions as cells; an overlapped pair is one ``(F;B)OVERLAP_F_B`` cell."""
+    cells: list[str] = []
+    i = 0
+    while i < len(order):
+        a = order[i]
+        if i + 1 < len(order) and (a, order[i + 1]) in schedule.pairs:
+            cells.append(f"({a};{order[i + 1]})OVERLAP_F_B")
+            i += 2
+        else:
+            cells.append(str(a))
+            i += 1
+    return cells
+
+
 def format_schedule_csv(schedule: Schedule) -> str:
     """The schedule as CSV, one line per rank (loadable by torch's ``_load_csv`` too)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     for order in schedule.orders:
-        writer.writerow([str(a) for a in order])
+        writer.writerow(_cells(schedule, order))
     return buf.getvalue()
 
 
@@ -189,7 +217,7 @@ def format_schedule_json(schedule: Schedule) -> str:
         "name": schedule.name,
         "num_microbatches": schedule.num_microbatches,
         "placement": list(schedule.placement),
-        "ranks": [[str(a) for a in order] for order in schedule.orders],
+        "ranks": [_cells(schedule, order) for order in schedule.orders],
     }
     return json.dumps(doc, indent=1)
 

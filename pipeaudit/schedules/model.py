@@ -11,7 +11,12 @@ from pipeaudit.actions import Action
 @dataclass(frozen=True)
 class Schedule:
     """A pipeline schedule: which rank holds which stage and, per rank, the order of its
-    compute actions (F, B, or split I/W; global stage index; microbatch)."""
+    compute actions (F, B, or split I/W; global stage index; microbatch).
+
+    ``pairs`` holds the overlapped ``(forward, backward)`` pairs (torch's ``OVERLAP_F_B``),
+    each two adjacent actions of one rank's order that run as one unit: the forward, then the
+    backward, with both outputs sent to other ranks after the backward.
+    """
 
     name: str
     num_ranks: int
@@ -20,6 +25,7 @@ class Schedule:
     placement: tuple[int, ...]
     orders: tuple[tuple[Action, ...], ...]
     split_backward: bool
+    pairs: frozenset[tuple[Action, Action]] = frozenset()
 
     @property
     def num_stages(self) -> int:
@@ -44,6 +50,22 @@ def loop_placement(num_ranks: int, chunks: int) -> tuple[int, ...]:
 def v_placement(num_ranks: int) -> tuple[int, ...]:
     """V placement for two chunks: rank ``r`` holds stages ``r`` and ``2P-1-r``."""
     return tuple(s if s < num_ranks else 2 * num_ranks - 1 - s for s in range(2 * num_ranks))
+
+
+def flatten_steps(steps: Sequence[Action | tuple[Action, ...]]
+                  ) -> tuple[list[Action], list[tuple[Action, Action]]]:
+    """A rank's order written with ``(forward, backward)`` tuples for overlapped pairs, as the
+    flat action list and the pairs."""
+    flat: list[Action] = []
+    pairs: list[tuple[Action, Action]] = []
+    for step in steps:
+        if isinstance(step, tuple):
+            flat += step
+            if len(step) == 2:
+                pairs.append((step[0], step[1]))
+        else:
+            flat.append(step)
+    return flat, pairs
 
 
 def as_orders(orders: Sequence[Sequence[Action]]) -> tuple[tuple[Action, ...], ...]:

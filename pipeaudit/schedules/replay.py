@@ -10,14 +10,17 @@ have arrived:
 
 A dependency produced on another rank adds the communication latency; an optional per-action
 ``gap`` is the time a rank needs between finishing its previous action (or the step start) and
-starting the next one (host or launch overhead). Start times are the longest path through this
-DAG, computed once per action: O(actions + dependencies).
+starting the next one (host or launch overhead). An overlapped pair ``(F, B)`` (torch's
+``OVERLAP_F_B``) runs its forward, then its backward, each when its own inputs are there, and
+sends both outputs to other ranks only after the backward: what the forward produces is
+available at once on its own rank, to other ranks at the pair's end. Start times are the
+longest path through this DAG, computed once per action: O(actions + dependencies).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pipeaudit.actions import KINDS, Action
@@ -104,6 +107,20 @@ def _duration_fn(duration: Duration) -> Callable[[int, Action], float]:
     raise TypeError("duration must be a callable (rank, action) -> float or a mapping")
 
 
+def _validate_pairs(orders: Sequence[Sequence[Action]], placement: Sequence[int],
+                    pairs: Collection[tuple[Action, Action]]) -> dict[Action, Action]:
+    """first -> second of each overlapped pair, checked to be adjacent on one rank."""
+    position = {a: (r, i) for r, order in enumerate(orders) for i, a in enumerate(order)}
+    out: dict[Action, Action] = {}
+    for first, second in pairs:
+        where = position.get(first)
+        if where is None or position.get(second) != (where[0], where[1] + 1):
+            raise ScheduleError(f"overlapped pair ({first};{second}): the two actions must be "
+                                "adjacent in one rank's order, the forward first")
+        out[first] = second
+    return out
+
+
 def _validate(orders: Sequence[Sequence[Action]], placement: Sequence[int]) -> None:
     num_stages = len(placement)
     if any(r < 0 or r >= len(orders) for r in placement):
@@ -147,17 +164,20 @@ def replay(
     comm_latency: CommLatency = 0.0,
     *,
     gap: Gap | None = None,
+    pairs: Collection[tuple[Action, Action]] = (),
 ) -> ReplayResult:
     """Replay per-rank action orders with the given durations and communication latency.
 
     ``duration`` is a callable ``(rank, action) -> seconds`` or a mapping keyed by
     ``(stage, kind)``. ``comm_latency`` is added to every dependency that crosses ranks; a
     callable gets ``(producer, consumer)`` actions. ``gap(rank, action)``, when given, is added
-    between the rank becoming free (its previous action's end, or 0) and the action. Raises
+    between the rank becoming free (its previous action's end, or 0) and the action. ``pairs``
+    are overlapped ``(forward, backward)`` pairs (:attr:`Schedule.pairs`). Raises
     :class:`ScheduleError` on a deadlock, naming each blocked rank's next action and what it
     waits for.
     """
     _validate(orders, placement)
+    held = _validate_pairs(orders, placement, pairs) if pairs else {}
     dur = _duration_fn(duration)
     if callable(comm_latency):
         comm = comm_latency
@@ -172,6 +192,9 @@ def replay(
     # done, 1 = input gradient done (by B or I), 2 = I done (what W needs).
     stride = 1 + max((a.microbatch for o in orders for a in o), default=0)
     end_of: dict[int, float] = {}
+    # what other ranks see: the same as end_of, except for a pair's forward until the pair ends
+    remote_of: dict[int, float] = {} if held else end_of
+    release: dict[Action, tuple[int, ...]] = {}  # pair's backward -> its forward's outputs
     rank_of: dict[int, int] = {}
     action_of: dict[int, Action] = {}
     waiting: dict[int, list[int]] = defaultdict(list)
@@ -205,11 +228,13 @@ def replay(
             missing = -1
             for key in deps:
                 t = end_of.get(key)
+                if t is not None and rank_of[key] != r:
+                    t = remote_of.get(key)
+                    if t is not None:
+                        t += comm(action_of[key], a) if comm is not None else latency
                 if t is None:
                     missing = key
                     break
-                if rank_of[key] != r:
-                    t += comm(action_of[key], a) if comm is not None else latency
                 if t > start:
                     start = t
             if missing >= 0:
@@ -231,14 +256,25 @@ def replay(
                 produced = (base + 1, base + 2)
             else:
                 produced = ()
+            partner = held.get(a) if held else None
             for key in produced:
                 end_of[key] = t_free
                 rank_of[key] = r
+                if held and partner is None:
+                    remote_of[key] = t_free
                 if comm is not None:
                     action_of[key] = a
                 woken = waiting.pop(key, None)
                 if woken:
                     stack.extend(woken)
+            if partner is not None:
+                release[partner] = produced
+            elif held and a in release:  # the pair ends: its forward's outputs leave the rank
+                for key in release.pop(a):
+                    remote_of[key] = t_free
+                    woken = waiting.pop(key, None)
+                    if woken:
+                        stack.extend(woken)
         ptr[r] = i
         free[r] = t_free
     stuck = [r for r in range(num_ranks) if ptr[r] < len(orders[r])]

@@ -14,11 +14,17 @@ from typing import Any
 
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.errors import ConfigError, ScheduleError
-from pipeaudit.schedules.catalogue import DESCRIPTIONS, build_schedule
+from pipeaudit.schedules.catalogue import DESCRIPTIONS, build_schedule, free_chunks
 from pipeaudit.schedules.detect import detect_schedule
 from pipeaudit.schedules.model import Schedule
 from pipeaudit.schedules.replay import ReplayResult, replay, uniform_durations
 from pipeaudit.schedules.theory import Theory, theory
+
+
+#: what the numbers under "bubble" are, written into the JSON next to them
+MEANING = ("simulated, theory and published.value are fractions of the step (idle time / step "
+           "window, mean over ranks); ratio_* are ratios of bubble time to compute time; theory "
+           "is the per-step closed form, published the source's formula at the same durations")
 
 
 @dataclass(frozen=True)
@@ -64,16 +70,30 @@ def simulate_schedule(schedule: Schedule, durations: Durations) -> Simulation:
     v = schedule.chunks
     tf, tb, tw = durations.t_f / v, durations.t_b / v, durations.w / v
     result = replay(schedule.orders, schedule.placement, uniform_durations(tf, tb, tw),
-                    durations.comm)
+                    durations.comm, pairs=schedule.pairs)
     th: Theory | None = None
-    matches: tuple[str, ...] = ()
-    if schedule.name in DESCRIPTIONS:
-        matches = (schedule.name,)
-    else:
-        matches = tuple(detect_schedule(schedule.orders, schedule.placement, schedule.num_microbatches))
+    matches = _catalogue_matches(schedule)
     if matches:
         th = theory(matches[0], schedule.num_ranks, schedule.num_microbatches, v, tf, tb, tw)
     return Simulation(schedule, result, th, durations, tf, tb, tw, matches)
+
+
+def _catalogue_matches(schedule: Schedule) -> tuple[str, ...]:
+    """The catalogue schedules whose order equals ``schedule``'s (its own name first when it
+    is a catalogue name and the order is really that schedule's)."""
+    if schedule.name in DESCRIPTIONS:
+        try:
+            same = build_schedule(schedule.name, schedule.num_ranks, schedule.num_microbatches,
+                                  schedule.chunks)
+        except ScheduleError:
+            same = None
+        if same is not None and (same.orders, same.placement, same.pairs) == (
+                schedule.orders, schedule.placement, schedule.pairs):
+            return (schedule.name,)
+    found = detect_schedule(schedule.orders, schedule.placement, schedule.num_microbatches)
+    # the same order with other overlapped pairs replays differently: not the same schedule
+    return tuple(n for n in found if build_schedule(n, schedule.num_ranks, schedule.num_microbatches,
+                                                    schedule.chunks).pairs == schedule.pairs)
 
 
 def simulate(name: str, num_ranks: int, num_microbatches: int, chunks: int | None,
@@ -85,12 +105,7 @@ def simulate(name: str, num_ranks: int, num_microbatches: int, chunks: int | Non
 def chunks_for(name: str, requested: int | None) -> int | None:
     """The v to use for ``name`` when the user gave ``requested`` for several schedules: only
     schedules whose chunk count is free take it."""
-    from pipeaudit.schedules.catalogue import _ONE_CHUNK, _TWO_CHUNKS, canonical_name
-
-    canon = canonical_name(name)
-    if canon in _ONE_CHUNK or canon in _TWO_CHUNKS:
-        return None
-    return requested
+    return requested if free_chunks(name) else None
 
 
 def simulation_to_dict(sim: Simulation, include_actions: bool = True) -> dict[str, Any]:
@@ -120,6 +135,8 @@ def simulation_to_dict(sim: Simulation, include_actions: bool = True) -> dict[st
             "ratio_theory": th.ratio if th else None,
             "ratio_formula": th.ratio_formula if th else None,
             "notes": th.notes if th else "no catalogue schedule matches this order; no closed form",
+            "published": th.published.to_dict("time units") if th and th.published else None,
+            "meaning": MEANING,
         },
         "ranks": [
             {"rank": i, "busy": r.rank_busy[i], "bubble": r.rank_bubble[i]} for i in range(s.num_ranks)
@@ -182,7 +199,9 @@ def sweep_row_to_dict(row: SweepRow) -> dict[str, Any]:
         "v": sim.schedule.chunks,
         "makespan": sim.result.makespan,
         "bubble": {"simulated": sim.result.bubble, "theory": th.bubble if th else None,
-                   "theory_formula": th.formula if th else None},
+                   "theory_formula": th.formula if th else None,
+                   "published": th.published.to_dict("time units") if th and th.published else None,
+                   "meaning": MEANING},
         "peak_inflight": {"simulated_max": max(peaks.values()),
                           "theory_max": max(th.peak_inflight.values()) if th else None,
                           "per_stage": [peaks[s] for s in sorted(peaks)]},

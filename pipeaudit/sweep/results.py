@@ -44,6 +44,8 @@ class SweepRecord:
     measured_bubble: float | None = None
     theory_bubble: float | None = None
     theory_formula: str | None = None
+    published_bubble: float | None = None  #: the source's formula as a fraction of the step
+    published_formula: str | None = None  #: that formula and its source
     replay_ideal: float | None = None
     step_time_us: float | None = None  #: median step window over the audited steps
     throughput_samples_s: float | None = None  #: global batch / median step time

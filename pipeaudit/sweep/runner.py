@@ -221,6 +221,9 @@ def audit_point(p: GridPoint, run_dir: Path, manifest: dict[str, Any] | None) ->
     rec.measured_bubble = b.measured
     rec.theory_bubble = b.theory
     rec.theory_formula = b.theory_formula
+    if b.published:
+        rec.published_bubble = b.published["value"]
+        rec.published_formula = f"{b.published['formula']} ({b.published['source']})"
     rec.replay_ideal = b.replay_ideal
     rec.step_time_us = step_us
     rec.global_batch = int(batch) if batch is not None else None

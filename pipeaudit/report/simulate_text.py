@@ -1,4 +1,4 @@
-"""Plain-text reports of simulations (rich tables, ASCII only, no colour)."""
+"""Plain-text reports of ``pipeaudit simulate`` (rich tables, ASCII only, no colour)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,26 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from pipeaudit.schedules.ascii import render_timeline
+from pipeaudit.report.ascii_timeline import Item, action_label, render_cells
+from pipeaudit.report.published_text import NO_PUBLISHED, published_lines, published_value
 from pipeaudit.schedules.catalogue import DESCRIPTIONS
+from pipeaudit.schedules.replay import ReplayResult
 from pipeaudit.schedules.simulation import Simulation, SweepRow
+
+
+def render_timeline(result: ReplayResult, placement: tuple[int, ...], max_cells: int = 160) -> str:
+    """A replay on time cells, in the timeline notation shared with ``analyze``."""
+    multi = len(placement) > result.num_ranks
+    t0 = result.window_start
+    items = [Item(a.rank, a.start - t0, a.end - t0,
+                  action_label(a.action.kind, a.action.microbatch, a.action.stage if multi else None))
+             for a in result.actions]
+    return render_cells(items, result.num_ranks, max_cells=max_cells, multi_stage=multi)
+
+
+def _published(th) -> dict | None:
+    return (th.published.to_dict("time units") if th is not None and th.published is not None
+            else None)
 
 
 def _formula(th) -> str:
@@ -77,15 +94,19 @@ def render_simulation(sim: Simulation, max_cells: int = 160) -> str:
                    ("rank", "right"), ("busy", "right"), ("bubble", "right"))
     for i in range(s.num_ranks):
         ranks.add_row(str(i), _num(r.rank_busy[i]), _pct(r.rank_bubble[i]))
-    overall = _table("Bubble overall", ("", "left"), ("simulated", "right"), ("theory", "right"),
-                     ("formula", "left"))
+    overall = _table("Bubble overall (theory = the per-step closed form)", ("", "left"),
+                     ("simulated", "right"), ("theory", "right"), ("formula", "left"),
+                     ("published", "right"))
     overall.add_row("fraction of step", _pct(r.bubble), _pct(th.bubble if th else None),
-                    _formula(th))
+                    _formula(th), published_value(_published(th), 2))
     sim_ratio = r.bubble / (1 - r.bubble) if r.bubble < 1 else None
+    pub = _published(th)
     overall.add_row("bubble/compute ratio", _num(sim_ratio), _num(th.ratio if th else None),
-                    (th.ratio_formula or "-") if th else "-")
+                    (th.ratio_formula or "-") if th else "-",
+                    _num(pub.get("ratio")) if pub else "-")
     overall.add_row("makespan", _num(r.makespan), _num(th.busy + th.bubble_time)
-                    if th and th.bubble_time is not None and sim.durations.comm == 0 else "-", "")
+                    if th and th.bubble_time is not None and sim.durations.comm == 0 else "-", "",
+                    "")
     peaks = _table("Peak in-flight microbatches per stage (F done - B/I done)",
                    ("stage", "right"), ("rank", "right"), ("simulated", "right"),
                    (f"theory {th.peak_formula}" if th else "theory", "right"))
@@ -95,6 +116,7 @@ def render_simulation(sim: Simulation, max_cells: int = 160) -> str:
     parts.append(_render(ranks, overall, peaks))
     if th:
         parts.append(f"theory notes: {th.notes}")
+        parts += published_lines(pub, 2) or [NO_PUBLISHED]
     if sim.durations.comm:
         parts.append("note: the closed forms assume zero communication; the simulation adds "
                      f"{sim.durations.comm:g} per cross-rank dependency")
@@ -106,17 +128,18 @@ def render_compare(items: Sequence[Simulation | tuple[str, str]], max_cells: int
     ``(name, reason)`` and appear as skipped rows."""
     t = _table("Schedules compared", ("schedule", "left"), ("v", "right"), ("makespan", "right"),
                ("bubble sim", "right"), ("bubble theory", "right"), ("formula", "left"),
-               ("peak in-flight (max stage)", "right"), ("theory", "right"))
+               ("published", "right"), ("peak in-flight (max stage)", "right"), ("theory", "right"))
     for item in items:
         if isinstance(item, tuple):
-            t.add_row(item[0], "-", "-", "-", "-", f"skipped: {item[1]}", "-", "-")
+            t.add_row(item[0], "-", "-", "-", "-", f"skipped: {item[1]}", "-", "-", "-")
             continue
         th = item.theory
         t.add_row(item.schedule.name, str(item.schedule.chunks), _num(item.result.makespan),
                   _pct(item.result.bubble), _pct(th.bubble if th else None),
-                  _formula(th), str(max(item.result.peak_inflight.values())),
+                  _formula(th), published_value(_published(th), 2),
+                  str(max(item.result.peak_inflight.values())),
                   str(max(th.peak_inflight.values())) if th else "-")
-    parts = [_render(t)]
+    parts = [_render(t), _published_note([i for i in items if not isinstance(i, tuple)])]
     for item in items:
         if isinstance(item, tuple):
             continue
@@ -128,16 +151,50 @@ def render_sweep(rows: Sequence[SweepRow], num_ranks: int) -> str:
     """Bubble (simulated and theory) and peak in-flight against M."""
     t = _table(f"Sweep over microbatches (P={num_ranks})", ("schedule", "left"), ("M", "right"),
                ("bubble sim", "right"), ("bubble theory", "right"), ("formula", "left"),
-               ("peak in-flight sim", "right"), ("theory", "right"), ("makespan", "right"))
+               ("published", "right"), ("peak in-flight sim", "right"), ("theory", "right"),
+               ("makespan", "right"))
     for row in rows:
         if row.simulation is None:
             t.add_row(row.schedule, str(row.num_microbatches), "-", "-",
-                      f"skipped: {row.skipped}", "-", "-", "-")
+                      f"skipped: {row.skipped}", "-", "-", "-", "-")
             continue
         sim = row.simulation
         th = sim.theory
         t.add_row(row.schedule, str(row.num_microbatches), _pct(sim.result.bubble),
-                  _pct(th.bubble if th else None), _formula(th),
+                  _pct(th.bubble if th else None), _formula(th), published_value(_published(th), 2),
                   str(max(sim.result.peak_inflight.values())),
                   str(max(th.peak_inflight.values())) if th else "-", _num(sim.result.makespan))
-    return _render(t)
+    sims = [row.simulation for row in rows if row.simulation is not None]
+    return "\n".join([_render(t), _published_note(sims)])
+
+
+def _published_note(sims: Sequence[Simulation]) -> str:
+    """Under a table: what 'theory' and 'published' are, and each schedule's source."""
+    seen: dict[str, str] = {}
+    for sim in sims:
+        pub = _published(sim.theory)
+        if pub and sim.schedule.name not in seen:
+            seen[sim.schedule.name] = f"{sim.schedule.name}: {pub['formula']} ({pub['source']})"
+    text = ("bubble columns are fractions of the step; theory = the per-step closed form, "
+            "published = the source's formula at the same durations")
+    return "\n".join([text] + [f"  {line}" for line in seen.values()])
+
+
+def render_block(info: dict) -> str:
+    """What the building block gave: interval, layout before squeezing, memory it fixes."""
+    peaks = info["lifespan_rank_peak"]
+    order = info["rank_peak"]
+    lines = [
+        f"building block {info['name']}: {len(info['passes'])} passes, "
+        f"{info['microbatches_per_block']} microbatch(es) per block, repeated every "
+        f"{info['interval']:g} (block durations "
+        + ", ".join(f"{k}={v:g}" for k, v in info["durations"].items()) + ")"
+        + ("; warm-up and cool-down reordered" if info["reordered"] else ""),
+        f"  laid out before squeezing: {info['layout_makespan']:g} block time units; the "
+        "timeline above is the squeezed order (each pass as soon as its inputs are there)",
+        "  peak activation per rank, in microbatches of the rank's share of the model: "
+        + ", ".join(f"rank {r} {order[r]:g}" for r in sorted(order))
+        + " (from the order); the block's lifespans give "
+        + ", ".join(f"{peaks[r]:g}" for r in sorted(peaks)) + " in the steady state",
+    ]
+    return "\n".join(lines)

@@ -45,15 +45,20 @@ def test_timeline_tables_identical_across_executors() -> None:
 def test_errors_keep_their_order(tmp_path: Path, kw: dict) -> None:
     for r in (0, 2):
         write(tmp_path / f"rank{r}.json", simple_rank(r, 4))
-    # a set error (missing rank 1) comes before a bad --action-pattern
+    # a set error (missing rank 1) comes before a rank's job error (an --action-pattern whose
+    # mb group matches text that is no integer: found only while reducing a rank; a pattern
+    # that is no regex at all is refused before any file is read)
+    pattern = r"P(?P<mb>P):\d(?P<kind>F)"
     with pytest.raises(TraceError, match="missing ranks 1, 3"):
-        pipeaudit.load(tmp_path, action_pattern="(", **kw)
+        pipeaudit.load(tmp_path, action_pattern=pattern, **kw)
+    with pytest.raises(ConfigError, match="not an integer"):
+        pipeaudit.load(tmp_path, action_pattern=pattern, allow_missing=True, **kw)
     with pytest.raises(ConfigError, match="not a valid regex"):
-        pipeaudit.load(tmp_path, action_pattern="(", allow_missing=True, **kw)
+        pipeaudit.load(tmp_path, action_pattern="(", **kw)
     (tmp_path / "rank3.json").write_text('{"traceEvents": 5}')
     # a file that cannot be decoded comes first of all
     with pytest.raises(TraceError, match="rank3.json: not a trace"):
-        pipeaudit.load(tmp_path, action_pattern="(", **kw)
+        pipeaudit.load(tmp_path, action_pattern=pattern, **kw)
 
 
 def test_map_ranks_returns_small_results_sorted_by_rank(tmp_path: Path) -> None:
@@ -89,7 +94,7 @@ def test_cli_options() -> None:
                                "--max-memory", "1M"])
     assert same.exit_code == 0 and json.loads(same.output) == json.loads(base.output)
     bad = runner.invoke(cli, ["analyze", run, "--executor", "nope"])
-    assert bad.exit_code == 2 and "--executor 'nope' is not one of" in bad.output
+    assert bad.exit_code == 2 and "--executor: 'nope' is not one of" in bad.output
     bad = runner.invoke(cli, ["analyze", run, "--max-memory", "lots"])
     assert bad.exit_code == 2 and "not a memory size" in bad.output
 

@@ -108,18 +108,6 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
                      "every rank")
     audited_steps = sorted(bubbles)
 
-    replays: dict[int, Any] = {}
-    contiguous = sorted(placement) == list(range(S))
-    if complete and contiguous:
-        place = [stage_pos[s] for s in range(S)]
-        for k in audited_steps:
-            try:
-                replays[k] = _replay_step(rep_tl, k, representatives, place)  # type: ignore[arg-type]
-            except ScheduleError as exc:
-                notes.append(f"step {k}: replay of the observed order failed: {exc}")
-    elif complete:
-        notes.append(f"stages {sorted(placement)} are not 0..{S - 1}: no replay")
-
     if sparse:
         notes.append(f"microbatch numbers are sparse (up to {M - 1}, {n_mb} distinct in the first "
                      "step): the schedule is not checked, detected or compared with theory")
@@ -130,6 +118,27 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
             rep_tl, schedule, P, M, v, representatives, stage_pos, notes, steps[0])
     kind_means = {k: float(acts.filter(pl.col("kind") == k)["compute_ns"].mean() or 0.0) / US
                   for k in ("F", "B", "I", "W")}
+    # replay ideal per step: the observed order, measured compute, free communication; the
+    # schedule's overlapped F/B pairs (DualPipeV) run as torch runs them, back to back
+    replays: dict[int, Any] = {}
+    contiguous = sorted(placement) == list(range(S))
+    if complete and contiguous:
+        place = [stage_pos[s] for s in range(S)]
+        pairs = sched.pairs if sched is not None else frozenset()
+        for k in audited_steps:
+            try:
+                replays[k] = _replay_step(rep_tl, k, representatives, place, pairs)  # type: ignore[arg-type]
+            except ScheduleError:
+                try:
+                    replays[k] = _replay_step(rep_tl, k, representatives, place, frozenset())  # type: ignore[arg-type]
+                    if pairs:
+                        notes.append(f"step {k}: the observed order does not hold {sched.name}'s "
+                                     "overlapped pairs; replayed without them")
+                except ScheduleError as exc:
+                    notes.append(f"step {k}: replay of the observed order failed: {exc}")
+    elif complete:
+        notes.append(f"stages {sorted(placement)} are not 0..{S - 1}: no replay")
+
     th = (closed_form_theory(name, sched, P, M, v, kind_means, notes)
           if name is not None and not sparse else None)
 
@@ -202,7 +211,7 @@ def _profiler_step(tl: Timeline, k: int) -> int | None:
     return None
 
 
-def _replay_step(tl: Timeline, k: int, representatives: list[int], place: list[int]):
+def _replay_step(tl: Timeline, k: int, representatives: list[int], place: list[int], pairs=()):
     durations: dict[tuple[int, Action], float] = {}
     orders: list[list[Action]] = []
     by_step = tl.step_rows(("stage", "kind", "microbatch", "compute_ns"))
@@ -214,7 +223,7 @@ def _replay_step(tl: Timeline, k: int, representatives: list[int], place: list[i
             order.append(act)
             durations[(len(orders), act)] = float(c)
         orders.append(order)
-    return replay(orders, place, lambda rank, act: durations[(rank, act)], 0.0)
+    return replay(orders, place, lambda rank, act: durations[(rank, act)], 0.0, pairs=pairs)
 
 
 def _breakdown(rt: RankTimeline, steps: list[int], computes, windows, *, tp: bool) -> dict | None:

@@ -32,6 +32,8 @@ LIMITS = {
     "max-imbalance": "Budget: max/median stage compute.",
     "max-exposed-comm": "Budget: exposed communication (fraction of the step).",
     "max-peak-memory-mib": "Budget: peak allocated memory of every rank in MiB.",
+    "max-replica-spread": "Budget: the slowest pipeline replica's median step against the "
+                          "fastest's, relative (jobs of several replicas).",
 }
 
 

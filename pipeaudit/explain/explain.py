@@ -61,6 +61,9 @@ def _where(tl: Timeline) -> str | None:
 
 def prepared_graphs(tl: Timeline) -> tuple[list[StepGraph], Calibration, list[str]]:
     """Every step's graph with modelled delays, and the run's calibration."""
+    if tl.layout is not None and len(tl.layout.replicas) > 1:
+        raise ScheduleError(f"the job has {len(tl.layout.replicas)} pipeline replicas: explain "
+                            "or replay one at a time (Run.pipeline(d), or --pipeline D)")
     try:
         pipeline_layout(tl)
     except ScheduleError as exc:

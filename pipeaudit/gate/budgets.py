@@ -62,6 +62,17 @@ def budget_checks(run: Snapshot, th: Thresholds) -> list[Check]:
         for r in sorted(s.rank_peak_memory):
             add("peak_memory", "rank", r, stats.median(s.rank_peak_memory[r]),
                 b["max_peak_memory_mib"] * 2**20, "bytes")
+    if "max_replica_spread" in b:
+        job = run.audit.job or {}
+        if len(run.audit.pipelines) < 2:
+            out.append(Check("replica_spread", "pipeline", None, None, None, None, "budget",
+                             b["max_replica_spread"], None, "ratio", "skip",
+                             "budget: replica spread: the run is one pipeline"))
+        else:
+            slow = job.get("slowest_pipeline")
+            add("replica_spread", "pipeline", slow, job.get("spread"), b["max_replica_spread"],
+                "ratio", f"pipeline {slow} holds the job back (its slowest stage: "
+                         f"{job.get('slowest_stage')})")
     return out
 
 

@@ -44,6 +44,8 @@ class Thresholds:
     max_imbalance: float | None = None
     max_exposed_comm: float | None = None
     max_peak_memory_mib: float | None = None
+    #: the job's slowest pipeline replica against its fastest, relative (several replicas only)
+    max_replica_spread: float | None = None
 
     def budgets(self) -> dict[str, float]:
         """The budgets that are set."""
@@ -56,11 +58,11 @@ class Thresholds:
 
 KEYS = tuple(f.name for f in fields(Thresholds))
 BUDGETS = ("max_bubble", "max_bubble_over_theory", "max_rank_bubble", "max_step_time_ms",
-           "max_imbalance", "max_exposed_comm", "max_peak_memory_mib")
+           "max_imbalance", "max_exposed_comm", "max_peak_memory_mib", "max_replica_spread")
 PERCENT_OK = {"max_bubble_increase", "max_rank_bubble_increase", "max_step_time_increase",
               "max_stage_compute_increase", "max_exposed_comm_increase",
               "max_peak_memory_increase", "max_bubble", "max_bubble_over_theory",
-              "max_rank_bubble", "max_exposed_comm"}
+              "max_rank_bubble", "max_exposed_comm", "max_replica_spread"}
 
 
 def parse_value(key: str, value: Any, label: str | None = None) -> float | None:

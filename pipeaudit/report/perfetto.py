@@ -266,6 +266,26 @@ class _Batched:
             self.flush()
 
 
+def _replica_events(tl: Timeline, *, origin_ns: int, with_ideal: bool, summary: ExportSummary,
+                    sort_base: int, label: str) -> Iterator[dict[str, Any]]:
+    """The pipeline tracks of every replica of the job, each on its own step windows; ranks
+    are named with their replica and sorted replica by replica."""
+    layout = tl.layout
+    if layout is None or len(layout.replicas) < 2:
+        yield from pipeline_events(tl, origin_ns=origin_ns, with_ideal=with_ideal, summary=summary,
+                                   sort_base=sort_base, label=label)
+        return
+    order = {r: i for i, r in enumerate(r for d in range(len(layout.replicas))
+                                        for r in layout.replica_ranks(d))}
+    for d in range(len(layout.replicas)):
+        for ev in pipeline_events(tl.replica(d), origin_ns=origin_ns, with_ideal=with_ideal,
+                                  summary=summary, sort_base=sort_base,
+                                  label=f"pipeline {d} · " + label):
+            if ev.get("name") == "process_sort_index":
+                ev = {**ev, "args": {"sort_index": order.get(ev["pid"], ev["pid"]) * sort_base}}
+            yield ev
+
+
 def write_perfetto(tl: Timeline, path: str, *, with_ideal: bool = False,
                    merge_original: bool = False, force: bool = False) -> ExportSummary:
     """Write the run's Chrome trace to ``path`` (gzip when it ends in ``.gz``), atomically.
@@ -291,7 +311,7 @@ def write_perfetto(tl: Timeline, path: str, *, with_ideal: bool = False,
             first = True
             label = "rank {rank} · pipeline" if merge_original else "rank {rank}"
             sort_base = 100 if merge_original else 1
-            for ev in pipeline_events(tl, origin_ns=origin, with_ideal=with_ideal,
+            for ev in _replica_events(tl, origin_ns=origin, with_ideal=with_ideal,
                                       summary=summary, sort_base=sort_base, label=label):
                 fh.write(enc.encode(ev) if first else b",\n" + enc.encode(ev))
                 first = False

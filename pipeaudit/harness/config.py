@@ -167,6 +167,11 @@ class ProfileConfig:
                 "--dp-mode ddp cannot be combined with --tp > 1 (torch's DDP does not take the "
                 "tensor-parallel DTensor parameters); use --dp-mode fsdp"
             )
+        if self.dp > 1 and self.dp_mode == "ddp" and self.schedule == "dualpipev":
+            raise ConfigError(
+                "--dp-mode ddp does not run dualpipev in torch 2.13 (DDP's reducer fails on its "
+                "overlapped forward/backward pairs); use --dp-mode fsdp"
+            )
         ffn = self.model.ffn_mult * self.model.hidden
         if self.tp > 1 and (ffn % self.tp or self.model.hidden % self.tp):
             raise ConfigError(

@@ -12,6 +12,12 @@ As torchtitan applies them, in this order:
   torch.distributed.pipelining turns gradient sync off for all but the last backward (DDP
   ``no_sync``; FSDP ``set_requires_gradient_sync(False)``) and reduces once per step.
 
+  DDP gets ``find_unused_parameters=True``: without it, DDP rebuilds its gradient buckets after
+  the first step from the gradients it saw become ready, which under pipelining (torch 2.13)
+  are not all of them, and the second step fails (``rebuilt parameter indices size is not same
+  as original model parameters size``) for gpipe, 1f1b with M = P, interleaved-1f1b and zbv.
+  DualPipeV does not run with DDP at all (refused before start).
+
   One FSDP unit per stage, where torchtitan wraps each transformer block and then the root:
   torch 2.13's pipelining runs a real forward and backward at its first step to infer shapes,
   with FSDP's default resharding after backward, so a per-block unit applied several times
@@ -45,5 +51,6 @@ def apply_data_parallel(module: nn.Module, dp_mesh: DeviceMesh, mode: str,
     if mode == "ddp":
         device_ids = [device] if device.type == "cuda" else None
         return nn.parallel.DistributedDataParallel(
-            module, process_group=dp_mesh.get_group(), device_ids=device_ids)
+            module, process_group=dp_mesh.get_group(), device_ids=device_ids,
+            find_unused_parameters=True)
     raise ValueError(f"unknown data-parallel mode {mode!r}")

@@ -35,15 +35,23 @@ def test_coords_and_ranks_are_inverse_and_pp_is_outermost(p, d, t):
     # pp outermost: consecutive ranks share the pipeline position (torchtitan's mesh order)
     assert [lay.coords(r)["pp"] for r in range(lay.world_size)] == sorted(
         lay.coords(r)["pp"] for r in range(lay.world_size))
-    pipes = lay.pipelines()
+    pipes = lay.pp_groups()
     assert len(pipes) == d * t and sorted(itertools.chain(*pipes)) == list(range(p * d * t))
     for pipe in pipes:
         assert [lay.coords(r)["pp"] for r in pipe] == list(range(p))
+    reps = lay.replicas()  # the manifest's pipelines: per replica, by position (TP peers listed)
+    assert len(reps) == d
+    for dd, rep in enumerate(reps):
+        assert len(rep) == p
+        for pos, ranks in enumerate(rep):
+            ranks = ranks if t > 1 else [ranks]
+            assert [lay.coords(r) for r in ranks] == [{"pp": pos, "dp": dd, "tp": tt} for tt in range(t)]
 
 
 def test_p4_dp2_pipelines_are_every_other_rank():
     lay = MeshLayout(4, 2)
-    assert lay.pipelines() == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert lay.pp_groups() == lay.replicas() == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert MeshLayout(2, 2, 2).replicas() == [[[0, 1], [4, 5]], [[2, 3], [6, 7]]]
     assert lay.coords(5) == {"pp": 2, "dp": 1, "tp": 0}
     assert lay.mesh_dim_names == ["pp", "dp_shard"]
     assert MeshLayout(4, 2, dp_mode="ddp").mesh_dim_names == ["pp", "dp_replicate"]

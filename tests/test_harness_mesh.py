@@ -74,7 +74,7 @@ def check_layout(out: Path, man: dict, p: int, d: int, t: int, m: int, dp_mode: 
     world = p * d * t
     assert man["world_size"] == world and man["num_ranks"] == p
     assert man["layout"]["mesh_dim_names"] == lay.mesh_dim_names
-    assert man["pipelines"] == lay.pipelines()
+    assert man["pipelines"] == lay.replicas()
     assert sorted(x.name for x in out.iterdir()) == sorted(
         ["manifest.json"] + [f"rank{r}.json.gz" for r in range(world)])
     for r in range(world):
@@ -154,7 +154,7 @@ def test_pp2_dp2_tp2_three_dimensional_mesh(tmp_path):
                        "--microbatches", str(m), "--layers", "2")
     check_layout(out, man, 2, 2, 2, m)
     assert man["layout"]["mesh_dim_names"] == ["pp", "dp_shard", "tp"]
-    assert man["pipelines"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert man["pipelines"] == [[[0, 1], [4, 5]], [[2, 3], [6, 7]]]  # per replica, TP peers
     for r in range(8):
         doc = load(out / f"rank{r}.json.gz")
         for st in spans(doc, "ProfilerStep#"):

@@ -4,12 +4,13 @@ The harness lays ranks out as torchtitan's ``ParallelDims`` does: one DeviceMesh
 ranks with the pipeline dimension outermost, then data parallel, then tensor parallel
 (torchtitan: ``("pp", "dp_replicate", "dp_shard", "cp", "tp")``). So the rank with pipeline
 position ``p``, data-parallel index ``d`` and tensor-parallel index ``t`` is
-``(p * D + d) * T + t``, and a pipeline (the P ranks that hand activations to each other,
-one pp process group) is every D*T-th rank.
+``(p * D + d) * T + t``; a pipeline process group (the P ranks that hand activations to each
+other) is every D*T-th rank, and a data-parallel replica of the pipeline is the T pp groups
+that share d.
 
 Mesh dimension names follow torchtitan: ``pp``; ``dp_shard`` for FSDP (torchtitan's
 ``data_parallel_shard_degree``) or ``dp_replicate`` for DDP; ``tp``. Dimensions of size 1
-other than ``pp`` are left out of the mesh (torchtitan gives them no process group either),
+other than ``pp`` are left out of the mesh (torchtitan gives them only a fake process group),
 and with D = T = 1 no mesh is built at all (the world group is the pipeline).
 """
 
@@ -71,9 +72,17 @@ class MeshLayout:
         """The ranks of one pipeline (one pp process group), by pipeline position."""
         return [self.rank(p, dp, tp) for p in range(self.pp)]
 
-    def pipelines(self) -> list[list[int]]:
-        """Every pipeline, ordered by (dp, tp): index ``d * T + t``."""
+    def pp_groups(self) -> list[list[int]]:
+        """Every pipeline process group, ordered by (dp, tp): index ``d * T + t``."""
         return [self.pipeline(d, t) for d in range(self.dp) for t in range(self.tp)]
+
+    def replicas(self) -> list[list]:
+        """The manifest's ``pipelines``: for each data-parallel replica, its ranks by pipeline
+        position; with T > 1 each position is the list of its T tensor-parallel ranks."""
+        if self.tp == 1:
+            return [self.pipeline(d) for d in range(self.dp)]
+        return [[[self.rank(p, d, t) for t in range(self.tp)] for p in range(self.pp)]
+                for d in range(self.dp)]
 
     def to_dict(self) -> dict:
         """The manifest's ``layout``."""

@@ -7,8 +7,9 @@ Fields (schema_version 1):
 pipeline; 1 with ``single_process``) · ``world_size`` (P x D x T processes) ·
 ``num_stages`` P·v · ``num_microbatches`` M · ``chunks`` v · ``placement``
 ("loop" or "v") · ``stage_to_rank`` (global rank of each stage in pipeline replica 0) ·
-``layout`` ({pp, dp, tp, order, dp_mode, mesh_dim_names}) · ``pipelines`` (the ranks of
-each pipeline by pipeline position, one list per pp process group, ordered by (dp, tp)) ·
+``layout`` ({pp, dp, tp, order, dp_mode, mesh_dim_names}) · ``pipelines`` (for each
+data-parallel replica its ranks by pipeline position; with tp > 1 each position is the list
+of its tensor-parallel ranks) ·
 ``rank_coords`` ({rank: {pp, dp, tp}}) · ``stage_layers`` (blocks per stage) · ``model``
 (dict) · ``imbalance`` ({stage: factor}, keys are strings in JSON) · ``slow_ranks``
 ({rank: factor}) · ``steps`` · ``warmup_steps`` · ``step_marks`` (ProfilerStep#i spans
@@ -65,7 +66,7 @@ def build_manifest(
     if config.single_process:
         pipelines, coords = [[0]], {"0": {"pp": 0, "dp": 0, "tp": 0}}
     else:
-        pipelines = layout.pipelines()
+        pipelines = layout.replicas()
         coords = {str(r): layout.coords(r) for r in range(world)}
     return {
         "schema_version": SCHEMA_VERSION,

@@ -125,3 +125,29 @@ def test_single_process_two_gpus(tmp_path):  # pragma: no cover - no GPU on the 
     kernel_devices = {e.get("args", {}).get("device") for e in ev if e.get("cat") == "kernel"}
     assert {0, 1} <= kernel_devices
     assert any(e.get("cat") == "gpu_memcpy" for e in ev)  # activations cross devices
+
+
+@pytest.mark.slow
+def test_single_process_under_torchrun(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from pipeaudit.harness.launcher import free_port
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    out = tmp_path / "tr"
+    res = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
+         "--master-port", str(free_port()), "-m", "pipeaudit.harness", "--single-process",
+         "--schedule", "1f1b", "--stages", "2", "--microbatches", "2", "--layers", "2",
+         "--hidden", "32", "--seq-len", "4", "--out", str(out)],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["launcher"] == "torchrun" and man["single_process"] is True
+    assert man["rank_actions"]["0"] == ["0F0", "0F1", "1F0", "1B0", "0B0", "1F1", "1B1", "0B1"]
+    assert sorted(x.name for x in out.iterdir()) == ["manifest.json", "rank0.json.gz"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
+from pathlib import Path
 
 import torch
 from torch.profiler import record_function
@@ -96,6 +97,7 @@ def run_single(config: ProfileConfig, launcher: str, status_dir: str | None) -> 
     torch.set_num_threads(config.threads)
     devices = stage_devices(config)
     use_cuda = devices[0].type == "cuda"
+    Path(config.out).mkdir(parents=True, exist_ok=True)  # under torchrun no launcher made it
     rep.phase("build")
     pipe = HandWrittenPipeline(config, devices)
     params = [p for mod in pipe.modules for p in mod.parameters()]

@@ -36,3 +36,11 @@ run dualpipev_p4_m8          --schedule dualpipev        -P 4 -M 8 --layers 8
 run naive_p2_m4              --schedule naive            -P 2 -M 4 --layers 2
 run naive_p4_m4              --schedule naive            -P 4 -M 4 --layers 4
 run gpipe_p2_m4_shapes       --schedule gpipe            -P 2 -M 4 --layers 2 --record-shapes
+# Data-parallel replicas (8 ranks: 2 pipelines of 4 on a pp x dp_shard DeviceMesh, FSDP2)
+run 1f1b_p4_dp2_m8           --schedule 1f1b             -P 4 -M 8 --layers 4 --dp 2
+run 1f1b_p4_dp2_m8_slow_r5x3 --schedule 1f1b             -P 4 -M 8 --layers 4 --dp 2 --slow-rank 5=3
+# As users often profile: torch's own schedules, no PP: spans, no ProfilerStep marks
+run 1f1b_p4_m8_noannot_nosteps  --schedule 1f1b          -P 4 -M 8 --layers 4 --no-annotate --no-step-marks
+run gpipe_p4_m8_noannot_nosteps --schedule gpipe         -P 4 -M 8 --layers 4 --no-annotate --no-step-marks
+# One process runs both stages (on the CPU: one after another)
+run single_gpipe_p2_m4       --schedule gpipe            -P 2 -M 4 --layers 2 --single-process

@@ -15,7 +15,7 @@ from pipeaudit.harness.options import config_from_options, profile_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="json: print the manifest on stdout.")
 def command(fmt: str, **opts) -> None:
-    """Run P ranks of real pipelined training under torch.profiler.
+    """Run P x D x T ranks of real pipelined training under torch.profiler.
 
     Writes OUT/rank{r}.json.gz (one Kineto trace per rank) and OUT/manifest.json.
     Invalid combinations fail before any process starts.
@@ -28,10 +28,18 @@ def command(fmt: str, **opts) -> None:
         click.echo(json.dumps(manifest, indent=2))
     else:
         walls = ", ".join(f"{w * 1000:.1f}" for w in manifest["step_wall_s"])
+        layout = manifest["layout"]
+        shape = f"P={config.stages}"
+        if layout["dp"] > 1:
+            shape += f", D={layout['dp']} ({layout['dp_mode']})"
+        if layout["tp"] > 1:
+            shape += f", T={layout['tp']}"
+        where = (f"single process on {', '.join(manifest['stage_devices'])}"
+                 if manifest["single_process"] else manifest["backend"])
         click.echo(
-            f"{config.out}: {manifest['num_ranks']} traces + manifest.json "
-            f"({manifest['schedule']}, P={manifest['num_ranks']}, M={manifest['num_microbatches']}, "
-            f"v={manifest['chunks']}, {manifest['backend']}); step wall ms: {walls}"
+            f"{config.out}: {manifest['world_size']} trace(s) + manifest.json "
+            f"({manifest['schedule']}, {shape}, M={manifest['num_microbatches']}, "
+            f"v={manifest['chunks']}, {where}); step wall ms: {walls}"
         )
 
 

@@ -3,7 +3,8 @@
     torchrun --nproc-per-node 4 -m pipeaudit.harness --schedule 1f1b -M 8 --out runs/x
 
 Takes the same options as ``pipeaudit profile``; the rank comes from RANK /
-WORLD_SIZE / LOCAL_RANK. ``--stages`` defaults to WORLD_SIZE and must equal it.
+WORLD_SIZE / LOCAL_RANK. ``--stages`` defaults to WORLD_SIZE / (dp x tp); P x D x T must
+equal WORLD_SIZE (``--single-process``: WORLD_SIZE must be 1).
 Timeouts and process clean-up are torchrun's job here; rank 0 writes the manifest.
 """
 
@@ -32,10 +33,17 @@ def main(**opts) -> None:
         local_rank = int(os.environ.get("LOCAL_RANK", rank))
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         command = [sys.executable, "-m", "pipeaudit.harness", *sys.argv[1:]]
-        config = config_from_options(opts, default_stages=world, command=command)
-        if config.stages != world:
-            raise ConfigError(f"--stages {config.stages} != WORLD_SIZE {world} under torchrun")
+        per_pipeline = max(1, opts["dp"]) * max(1, opts["tp"])
+        default_stages = 2 if opts["single_process"] else max(1, world // per_pipeline)
+        config = config_from_options(opts, default_stages=default_stages, command=command)
         config = config.replace(progress=False).validate()
+        if config.world_size != world:
+            raise ConfigError(
+                f"--stages {config.stages} x --dp {config.dp} x --tp {config.tp} = "
+                f"{config.world_size} processes != WORLD_SIZE {world} under torchrun"
+                if not config.single_process else
+                f"--single-process runs one process, but WORLD_SIZE is {world} under torchrun"
+            )
         from pipeaudit.harness.worker import run_rank
 
         run_rank(config, rank, world, local_rank, local_world, "torchrun")

@@ -11,8 +11,13 @@ from torch.distributed.pipelining import schedules as S
 from pipeaudit.harness.annotate import annotate_stage
 from pipeaudit.harness.catalog import get_spec, rank_stages
 from pipeaudit.harness.config import ProfileConfig
+from pipeaudit.harness.mesh import RankPlace
 from pipeaudit.harness.model import build_stage_module, loss_fn
 from pipeaudit.harness.naive import ScheduleNaive
+from pipeaudit.harness.parallel import apply_data_parallel, apply_tensor_parallel
+from pipeaudit.harness.plans import single_stage_rank_actions
+
+__all__ = ["Pipeline", "build_pipeline", "plan_rank_actions", "single_stage_rank_actions"]
 
 
 def schedule_class(torch_class: str) -> type:
@@ -24,14 +29,31 @@ def schedule_class(torch_class: str) -> type:
 class Pipeline:
     schedule: object
     stages: list  # PipelineStage, increasing stage index
-    modules: list  # StageModule, same order
+    modules: list  # StageModule (wrapped for data parallelism if any), same order
     harness_annotated: bool  # the harness added its own PP: spans
 
 
-def build_pipeline(config: ProfileConfig, rank: int, device: torch.device, group=None) -> Pipeline:
+def build_pipeline(config: ProfileConfig, rank: int, device: torch.device, group=None,
+                   place: RankPlace | None = None) -> Pipeline:
+    """This rank's stages, wrapped for tensor/data parallelism when ``place`` says so.
+
+    ``place`` (from ``pipeaudit.harness.mesh.place_rank``) gives the rank's pipeline position
+    and its pp group; without it the rank is its own pipeline position in ``group`` (None:
+    the world group).
+    """
     spec = get_spec(config.schedule)
-    indices = rank_stages(spec.placement, config.stages, config.num_chunks, rank)
-    modules = [build_stage_module(config, s, device) for s in indices]
+    pp_rank = place.pp_rank if place is not None else rank
+    if place is not None:
+        group = place.pp_group
+    indices = rank_stages(spec.placement, config.stages, config.num_chunks, pp_rank)
+    modules = []
+    for s in indices:
+        module = build_stage_module(config, s, device, repeat=config.stage_repeat(s, rank))
+        if place is not None and place.tp_mesh is not None:
+            apply_tensor_parallel(module, place.tp_mesh)
+        if place is not None and place.dp_mesh is not None:
+            module = apply_data_parallel(module, place.dp_mesh, config.dp_mode, device)
+        modules.append(module)
     stages = [
         PipelineStage(m, s, config.num_stages, device, group=group)
         for m, s in zip(modules, indices)
@@ -46,39 +68,6 @@ def build_pipeline(config: ProfileConfig, rank: int, device: torch.device, group
     else:
         schedule = cls(stages[0], config.microbatches, loss_fn=loss_fn)
     return Pipeline(schedule, stages, modules, harness_annotated)
-
-
-def single_stage_rank_actions(name: str, num_ranks: int, num_microbatches: int) -> dict[int, list[str]]:
-    """Execution order of ``Schedule1F1B`` / ``ScheduleGPipe``, read off their ``_step_microbatches``.
-
-    Not taken from torch's ``_get_pipeline_order``: in torch 2.13 that IR is only
-    nominal, and for 1F1B it is wrong on the last rank (it starts with ``F1``).
-    1F1B on stage s: ``min(M, P-s)`` forwards, then B/F alternating, then the
-    remaining backwards. GPipe: all forwards, then all backwards.
-    """
-    m = num_microbatches
-    out: dict[int, list[str]] = {}
-    for s in range(num_ranks):
-        acts: list[str] = []
-        if name == "gpipe":
-            acts = [f"{s}F{i}" for i in range(m)] + [f"{s}B{i}" for i in range(m)]
-        else:
-            fwd = bwd = 0
-            for _ in range(min(m, num_ranks - s)):
-                acts.append(f"{s}F{fwd}")
-                fwd += 1
-            while True:
-                acts.append(f"{s}B{bwd}")
-                bwd += 1
-                if fwd == m:
-                    break
-                acts.append(f"{s}F{fwd}")
-                fwd += 1
-            while bwd < m:
-                acts.append(f"{s}B{bwd}")
-                bwd += 1
-        out[s] = acts
-    return out
 
 
 def plan_rank_actions(name: str, schedule, num_ranks: int, num_microbatches: int) -> dict[int, list[str]]:

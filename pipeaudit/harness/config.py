@@ -15,6 +15,8 @@ from typing import Any
 
 from pipeaudit.errors import ConfigError
 from pipeaudit.harness.catalog import check_schedule, get_spec, stage_to_rank
+from pipeaudit.harness.layout import DP_MODES, MeshLayout
+from pipeaudit.harness.plans import SINGLE_PROCESS_SCHEDULES
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -44,13 +46,19 @@ class ProfileConfig:
 
     out: str
     schedule: str = "1f1b"
-    stages: int = 2  #: P, the number of ranks
+    stages: int = 2  #: P, the number of ranks of one pipeline (stages per device with single_process)
     microbatches: int = 4  #: M
     chunks: int | None = None  #: v, stages per rank; None: the schedule's default
     steps: int = 2  #: profiled steps
     warmup_steps: int = 1  #: steps before the profiler starts
     model: ModelConfig = field(default_factory=ModelConfig)
     imbalance: dict[int, int] = field(default_factory=dict)  #: stage -> integer factor
+    dp: int = 1  #: D, data-parallel replicas of the pipeline
+    tp: int = 1  #: T, tensor-parallel ranks per stage
+    dp_mode: str = "fsdp"  #: how the dp dimension syncs gradients: fsdp (FSDP2) or ddp
+    slow_ranks: dict[int, int] = field(default_factory=dict)  #: global rank -> integer factor
+    step_marks: bool = True  #: ProfilerStep#i spans (a profiler schedule and prof.step())
+    single_process: bool = False  #: one process runs every stage (no process group)
     backend: str = "auto"
     timeout: float = 600.0  #: seconds for the whole run
     annotate: bool = True
@@ -63,6 +71,16 @@ class ProfileConfig:
     progress: bool | None = None  #: None: show progress when stderr is a terminal
 
     # ------------------------------------------------------------------ derived
+    @property
+    def layout(self) -> MeshLayout:
+        """Where each rank sits: P x D x T, pp outermost (see ``pipeaudit.harness.layout``)."""
+        return MeshLayout(self.stages, self.dp, self.tp, self.dp_mode)
+
+    @property
+    def world_size(self) -> int:
+        """Processes of the run: P x D x T (1 with ``single_process``)."""
+        return 1 if self.single_process else self.layout.world_size
+
     @property
     def num_chunks(self) -> int:
         return self.chunks if self.chunks is not None else get_spec(self.schedule).default_chunks
@@ -77,7 +95,16 @@ class ProfileConfig:
 
     @property
     def stage_to_rank(self) -> list[int]:
-        return stage_to_rank(get_spec(self.schedule).placement, self.stages, self.num_chunks)
+        """Global rank of each stage in pipeline replica 0 (all 0 with ``single_process``)."""
+        if self.single_process:
+            return [0] * self.num_stages
+        positions = stage_to_rank(get_spec(self.schedule).placement, self.stages, self.num_chunks)
+        ranks = self.layout.pipeline(0, 0)
+        return [ranks[p] for p in positions]
+
+    def stage_repeat(self, stage: int, rank: int) -> int:
+        """How many times ``rank`` applies each block of ``stage``: --imbalance x --slow-rank."""
+        return self.imbalance.get(stage, 1) * self.slow_ranks.get(rank, 1)
 
     @property
     def stage_layers(self) -> list[int]:
@@ -123,14 +150,71 @@ class ProfileConfig:
                 raise ConfigError(
                     f"--imbalance factor for stage {stage} must be an integer >= 1, got {factor!r}"
                 )
+        self._validate_layout()
+        self._validate_single_process()
         if check_out:
             check_out_dir(self.out, self.force)
         return self
+
+    def _validate_layout(self) -> None:
+        for name, value in (("--dp", self.dp), ("--tp", self.tp)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.dp_mode not in DP_MODES:
+            raise ConfigError(f"--dp-mode must be one of {', '.join(DP_MODES)}, got {self.dp_mode!r}")
+        if self.tp > 1 and self.dp > 1 and self.dp_mode == "ddp":
+            raise ConfigError(
+                "--dp-mode ddp cannot be combined with --tp > 1 (torch's DDP does not take the "
+                "tensor-parallel DTensor parameters); use --dp-mode fsdp"
+            )
+        if self.dp > 1 and self.dp_mode == "ddp" and self.schedule == "dualpipev":
+            raise ConfigError(
+                "--dp-mode ddp does not run dualpipev in torch 2.13 (DDP's reducer fails on its "
+                "overlapped forward/backward pairs); use --dp-mode fsdp"
+            )
+        ffn = self.model.ffn_mult * self.model.hidden
+        if self.tp > 1 and (ffn % self.tp or self.model.hidden % self.tp):
+            raise ConfigError(
+                f"--tp {self.tp} must divide --hidden {self.model.hidden} and the MLP width "
+                f"--ffn-mult x --hidden = {ffn} (each tensor-parallel rank holds an equal shard)"
+            )
+        world = self.world_size
+        for rank, factor in self.slow_ranks.items():
+            if not 0 <= rank < world:
+                raise ConfigError(
+                    f"--slow-rank rank {rank} does not exist (ranks are 0..{world - 1}: "
+                    f"{self.stages} stages x {self.dp} dp x {self.tp} tp)"
+                )
+            if not isinstance(factor, int) or factor < 1:
+                raise ConfigError(
+                    f"--slow-rank factor for rank {rank} must be an integer >= 1, got {factor!r}"
+                )
+        if self.tp > 1 and any(f > 1 for f in self.slow_ranks.values()):
+            raise ConfigError(
+                "--slow-rank cannot be combined with --tp > 1: a rank that repeats its blocks "
+                "would run more tensor-parallel collectives than its peers and hang them; "
+                "use --imbalance to slow a whole stage"
+            )
+
+    def _validate_single_process(self) -> None:
+        if not self.single_process:
+            return
+        if self.schedule not in SINGLE_PROCESS_SCHEDULES:
+            raise ConfigError(
+                f"--single-process runs {', '.join(SINGLE_PROCESS_SCHEDULES)} (hand-written "
+                f"loops, no process group), not {self.schedule}"
+            )
+        if self.dp != 1 or self.tp != 1:
+            raise ConfigError("--single-process runs one pipeline: --dp and --tp must be 1")
+        if self.slow_ranks:
+            raise ConfigError("--single-process has one rank: use --imbalance STAGE=FACTOR "
+                              "instead of --slow-rank")
 
     # ------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["imbalance"] = {str(k): v for k, v in self.imbalance.items()}
+        d["slow_ranks"] = {str(k): v for k, v in self.slow_ranks.items()}
         d["command"] = list(self.command)
         return d
 
@@ -139,6 +223,7 @@ class ProfileConfig:
         d = dict(d)
         d["model"] = ModelConfig(**d.get("model", {}))
         d["imbalance"] = {int(k): int(v) for k, v in d.get("imbalance", {}).items()}
+        d["slow_ranks"] = {int(k): int(v) for k, v in d.get("slow_ranks", {}).items()}
         d["command"] = tuple(d.get("command", ()))
         return cls(**d)
 
@@ -148,20 +233,29 @@ class ProfileConfig:
 
 def parse_imbalance(items: list[str] | tuple[str, ...]) -> dict[int, int]:
     """Parse repeated ``STAGE=FACTOR`` options, e.g. ``("1=3",)`` -> ``{1: 3}``."""
+    return _parse_factors(items, "--imbalance", "STAGE")
+
+
+def parse_slow_ranks(items: list[str] | tuple[str, ...]) -> dict[int, int]:
+    """Parse repeated ``RANK=FACTOR`` options, e.g. ``("5=3",)`` -> ``{5: 3}``."""
+    return _parse_factors(items, "--slow-rank", "RANK")
+
+
+def _parse_factors(items: list[str] | tuple[str, ...], option: str, key: str) -> dict[int, int]:
     out: dict[int, int] = {}
     for item in items:
-        stage_s, sep, factor_s = item.partition("=")
+        key_s, sep, factor_s = item.partition("=")
         try:
             if not sep:
                 raise ValueError
-            stage, factor = int(stage_s), int(factor_s)
+            index, factor = int(key_s), int(factor_s)
         except ValueError:
             raise ConfigError(
-                f"--imbalance expects STAGE=FACTOR with integers (e.g. 1=3), got {item!r}"
+                f"{option} expects {key}=FACTOR with integers (e.g. 1=3), got {item!r}"
             ) from None
-        if stage in out:
-            raise ConfigError(f"--imbalance gives stage {stage} twice")
-        out[stage] = factor
+        if index in out:
+            raise ConfigError(f"{option} gives {key.lower()} {index} twice")
+        out[index] = factor
     return out
 
 

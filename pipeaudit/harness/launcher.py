@@ -1,4 +1,4 @@
-"""Start P local worker processes, watch them, fail cleanly. Torch-free.
+"""Start the P x D x T local worker processes, watch them, fail cleanly. Torch-free.
 
 Each rank is a multiprocessing process (``pipeaudit.harness.entry.forked_main``)
 forked from a forkserver that has imported torch once (see ``entry``), in its
@@ -145,19 +145,22 @@ def _exit_text(code: int) -> str:
 
 
 def check_backend(config: ProfileConfig) -> None:
-    """``--backend nccl`` needs P CUDA devices here: say so before starting anything.
+    """``--backend nccl`` needs one CUDA device per rank (per stage with ``--single-process``)
+    here: say so before starting anything.
 
     Imports torch (only for an explicit nccl request); ``auto`` is resolved by the
-    workers themselves (nccl when they see >= P devices, else gloo).
+    workers themselves (nccl when they see enough devices, else gloo).
     """
     if config.backend != "nccl":
         return
     import torch
 
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if n < config.stages:
+    need, per = ((config.stages, "stage") if config.single_process
+                 else (config.world_size, "rank"))
+    if n < need:
         raise ConfigError(
-            f"--backend nccl needs {config.stages} CUDA devices (one per rank), found {n}; "
+            f"--backend nccl needs {need} CUDA devices (one per {per}), found {n}; "
             "use --backend gloo or auto"
         )
 
@@ -179,7 +182,7 @@ def clear_previous_outputs(out: Path) -> None:
 
 
 def run_profile(config: ProfileConfig) -> dict:
-    """Validate ``config``, run it on ``config.stages`` local processes, return the manifest.
+    """Validate ``config``, run it on ``config.world_size`` local processes, return the manifest.
 
     Raises ConfigError before starting anything if the configuration is invalid,
     HarnessError if the run fails or times out.
@@ -199,7 +202,7 @@ def run_profile(config: ProfileConfig) -> dict:
 def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
     from pipeaudit.harness.progress import Progress
 
-    world = config.stages
+    world = config.world_size
     port = free_port()
     procs: list = []
     logs: list[Path] = []

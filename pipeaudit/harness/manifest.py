@@ -3,18 +3,26 @@
 Fields (schema_version 1):
 
 ``schema_version`` 1 · ``tool`` "pipeaudit profile" · ``schedule`` (CLI name) ·
-``torch_schedule`` (torch class name or "naive") · ``num_ranks`` P ·
+``torch_schedule`` (torch class name or "naive") · ``num_ranks`` P (ranks of one
+pipeline; 1 with ``single_process``) · ``world_size`` (P x D x T processes) ·
 ``num_stages`` P·v · ``num_microbatches`` M · ``chunks`` v · ``placement``
-("loop" or "v") · ``stage_to_rank`` (list indexed by stage) · ``stage_layers``
-(blocks per stage) · ``model`` (dict) · ``imbalance`` ({stage: factor}, keys
-are strings in JSON) · ``steps`` · ``warmup_steps`` · ``annotated`` (every compute
-action has a ``PP:`` span) · ``annotation_source`` ("torch-runtime",
-"harness" or "none") · ``action_kinds`` · ``rank_actions`` ({rank: [actions in
-execution order]}) · ``torch_version`` · ``backend`` · ``device`` · ``host`` ·
-``launcher`` ("local" or "torchrun") · ``threads`` · ``step_wall_s`` (rank 0,
-per profiled step) · ``warmup_step_wall_s`` (rank 0, per warm-up step: the same
-training step without the profiler, for measuring its overhead) · ``profile_memory`` · ``record_shapes`` · ``seed`` ·
-``traces`` ({rank: file name}) · ``command`` (argv) · ``created`` (ISO 8601, UTC).
+("loop" or "v") · ``stage_to_rank`` (global rank of each stage in pipeline replica 0) ·
+``layout`` ({pp, dp, tp, order, dp_mode, mesh_dim_names}) · ``pipelines`` (for each
+data-parallel replica its ranks by pipeline position; with tp > 1 each position is the list
+of its tensor-parallel ranks) ·
+``rank_coords`` ({rank: {pp, dp, tp}}) · ``stage_layers`` (blocks per stage) · ``model``
+(dict) · ``imbalance`` ({stage: factor}, keys are strings in JSON) · ``slow_ranks``
+({rank: factor}) · ``steps`` · ``warmup_steps`` · ``step_marks`` (ProfilerStep#i spans
+present) · ``single_process`` · ``stage_devices`` (single process: device of each stage,
+else null) · ``stages_concurrent`` (single process: whether the stages' devices run at the
+same time, false on CPU; else null) · ``annotated`` (every compute action has a ``PP:``
+span) · ``annotation_source`` ("torch-runtime", "harness" or "none") · ``action_kinds`` ·
+``rank_actions`` ({rank: [actions in execution order]}, every rank) · ``torch_version`` ·
+``backend`` · ``device`` · ``host`` · ``launcher`` ("local" or "torchrun") · ``threads`` ·
+``step_wall_s`` (rank 0, per profiled step) · ``warmup_step_wall_s`` (rank 0, per warm-up
+step: the same training step without the profiler, for measuring its overhead) ·
+``profile_memory`` · ``record_shapes`` · ``seed`` · ``traces`` ({rank: file name}) ·
+``command`` (argv) · ``created`` (ISO 8601, UTC).
 """
 
 from __future__ import annotations
@@ -49,25 +57,43 @@ def build_manifest(
     rank_actions: dict[int, list[str]],
     annotation_source: str,
     warmup_step_wall_s: list[float] | None = None,
+    stage_devices: list[str] | None = None,
+    stages_concurrent: bool | None = None,
 ) -> dict[str, Any]:
     spec = get_spec(config.schedule)
+    layout = config.layout
+    world = config.world_size
+    if config.single_process:
+        pipelines, coords = [[0]], {"0": {"pp": 0, "dp": 0, "tp": 0}}
+    else:
+        pipelines = layout.replicas()
+        coords = {str(r): layout.coords(r) for r in range(world)}
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": TOOL,
         "schedule": spec.name,
         "torch_schedule": spec.torch_class,
-        "num_ranks": config.stages,
+        "num_ranks": 1 if config.single_process else config.stages,
+        "world_size": world,
         "num_stages": config.num_stages,
         "num_microbatches": config.microbatches,
         "chunks": config.num_chunks,
         "placement": spec.placement,
         "stage_to_rank": config.stage_to_rank,
+        "layout": layout.to_dict(),
+        "pipelines": pipelines,
+        "rank_coords": coords,
         "stage_layers": config.stage_layers,
         "model": {**config.model.to_dict(), "batch_size": config.batch_size,
                   "microbatch_size": config.batch_size // config.microbatches},
         "imbalance": {str(k): v for k, v in sorted(config.imbalance.items())},
+        "slow_ranks": {str(k): v for k, v in sorted(config.slow_ranks.items())},
         "steps": config.steps,
         "warmup_steps": config.warmup_steps,
+        "step_marks": config.step_marks,
+        "single_process": config.single_process,
+        "stage_devices": stage_devices,
+        "stages_concurrent": stages_concurrent,
         "annotated": annotation_source != "none",
         "annotation_source": annotation_source,
         "action_kinds": list(spec.kinds),
@@ -83,7 +109,7 @@ def build_manifest(
         "profile_memory": config.profile_memory,
         "record_shapes": config.record_shapes,
         "seed": config.seed,
-        "traces": {str(r): trace_name(r) for r in range(config.stages)},
+        "traces": {str(r): trace_name(r) for r in range(world)},
         "command": list(config.command),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -8,6 +8,8 @@ Imbalance: a stage with factor k applies each of its blocks k times in a row
 stage are therefore exactly k times those of an equal stage (the block's
 matmuls dominate; parameters and memory for weights do not change, activation
 memory grows k times). Only integer factors are accepted for that reason.
+``--imbalance STAGE=k`` does it to a stage in every pipeline replica,
+``--slow-rank RANK=k`` to the stages of one rank only (both given: the factors multiply).
 """
 
 from __future__ import annotations
@@ -48,8 +50,12 @@ class StageModule(nn.Module):
         return x
 
 
-def build_stage_module(config: ProfileConfig, stage: int, device: torch.device) -> StageModule:
-    """The module of global stage ``stage``; weights depend only on (seed, stage)."""
+def build_stage_module(config: ProfileConfig, stage: int, device: torch.device,
+                       repeat: int | None = None) -> StageModule:
+    """The module of global stage ``stage``; weights depend only on (seed, stage).
+
+    ``repeat``: how many times each block is applied (default: the stage's ``--imbalance``).
+    """
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(config.seed * 100_003 + stage)
     try:
@@ -58,16 +64,21 @@ def build_stage_module(config: ProfileConfig, stage: int, device: torch.device) 
             config.stage_layers[stage],
             config.model.hidden,
             config.model.ffn_mult,
-            config.imbalance.get(stage, 1),
+            repeat if repeat is not None else config.imbalance.get(stage, 1),
         )
     finally:
         torch.random.set_rng_state(gen_state)
     return module.to(device)
 
 
-def make_batch(config: ProfileConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fixed (input, target) of shape (batch_size, seq_len, hidden), same on every rank."""
-    gen = torch.Generator().manual_seed(config.seed)
+def make_batch(config: ProfileConfig, device: torch.device,
+               replica: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fixed (input, target) of shape (batch_size, seq_len, hidden) of one pipeline replica.
+
+    The same on every rank of a replica; each data-parallel replica has its own data
+    (replica 0's is the data of a run without data parallelism).
+    """
+    gen = torch.Generator().manual_seed(config.seed + 1_000_003 * replica)
     shape = (config.batch_size, config.model.seq_len, config.model.hidden)
     x = torch.randn(shape, generator=gen)
     y = torch.randn(shape, generator=gen)

@@ -12,13 +12,14 @@ from typing import Any, Callable
 import click
 
 from pipeaudit.harness.catalog import SCHEDULE_NAMES
-from pipeaudit.harness.config import ModelConfig, ProfileConfig, parse_imbalance
+from pipeaudit.harness.config import ModelConfig, ProfileConfig, parse_imbalance, parse_slow_ranks
 
 _OPTIONS = [
     click.option("--schedule", default="1f1b", show_default=True, metavar="NAME",
                  help=f"Pipeline schedule: {', '.join(SCHEDULE_NAMES)}."),
     click.option("--stages", "-P", type=int, default=None,
-                 help="Number of ranks P (one process each). [default: 2; under torchrun WORLD_SIZE]"),
+                 help="Pipeline stages P: ranks per pipeline (one process each). "
+                      "[default: 2; under torchrun WORLD_SIZE / (dp x tp)]"),
     click.option("--microbatches", "-M", type=int, default=4, show_default=True,
                  help="Microbatches per step M."),
     click.option("--chunks", type=int, default=None,
@@ -39,6 +40,17 @@ _OPTIONS = [
     click.option("--imbalance", multiple=True, metavar="STAGE=FACTOR",
                  help="Make STAGE FACTOR (integer) times heavier by applying each of its "
                       "blocks FACTOR times. Repeatable."),
+    click.option("--dp", type=int, default=1, show_default=True,
+                 help="Data-parallel replicas D of the pipeline: P x D x T ranks on a DeviceMesh "
+                      "(pp outermost, as torchtitan)."),
+    click.option("--tp", type=int, default=1, show_default=True,
+                 help="Tensor-parallel ranks T per stage (DTensor on each block's MLP)."),
+    click.option("--dp-mode", default="fsdp", show_default=True, metavar="fsdp|ddp",
+                 help="Data parallelism on the dp dimension: FSDP2 fully_shard (torchtitan's "
+                      "choice) or DDP."),
+    click.option("--slow-rank", multiple=True, metavar="RANK=FACTOR",
+                 help="Make the stage(s) of one global RANK FACTOR (integer) times heavier, "
+                      "e.g. one replica slower than its peers. Repeatable."),
     click.option("--backend", default="auto", show_default=True, metavar="auto|gloo|nccl",
                  help="gloo on CPU; nccl when there are >= P CUDA devices (auto picks)."),
     click.option("--timeout", type=float, default=600.0, show_default=True,
@@ -46,6 +58,12 @@ _OPTIONS = [
     click.option("--no-annotate", is_flag=True,
                  help="Do not add the harness's PP:<stage><kind><mb> spans (1f1b, gpipe); "
                       "torch's own runtime annotations stay."),
+    click.option("--no-step-marks", is_flag=True,
+                 help="Profile in a plain `with torch.profiler.profile():` (no schedule, no "
+                      "prof.step(), so no ProfilerStep#i spans)."),
+    click.option("--single-process", is_flag=True,
+                 help="One process runs every stage (cuda:0..P-1, or all on the CPU one after "
+                      "another) with hand-written naive/gpipe/1f1b loops; no process group."),
     click.option("--profile-memory", is_flag=True, help="torch.profiler profile_memory=True."),
     click.option("--record-shapes", is_flag=True, help="torch.profiler record_shapes=True."),
     click.option("--seed", type=int, default=0, show_default=True, help="Weights and data seed."),
@@ -77,6 +95,12 @@ def config_from_options(opts: dict[str, Any], default_stages: int = 2,
             batch_size=opts["batch_size"], seq_len=opts["seq_len"],
         ),
         imbalance=parse_imbalance(opts["imbalance"]),
+        dp=opts["dp"],
+        tp=opts["tp"],
+        dp_mode=opts["dp_mode"],
+        slow_ranks=parse_slow_ranks(opts["slow_rank"]),
+        step_marks=not opts["no_step_marks"],
+        single_process=opts["single_process"],
         backend=opts["backend"],
         timeout=opts["timeout"],
         annotate=not opts["no_annotate"],
@@ -94,7 +118,7 @@ def canonical_command(opts: dict[str, Any]) -> list[str]:
     argv = ["pipeaudit", "profile"]
     for key, value in opts.items():
         flag = "--" + key.replace("_", "-")
-        if key == "imbalance":
+        if key in ("imbalance", "slow_rank"):
             for item in value:
                 argv += [flag, item]
         elif isinstance(value, bool):

@@ -17,26 +17,19 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 RUNS = sorted(p for p in SAMPLES.iterdir() if (p / "manifest.json").exists())
 
 
-def _one_pipeline_with_step_marks(run_dir: Path) -> bool:
-    """The job shapes audited here today. Data-parallel replicas (issue 17), one process running
-    every stage (issue 15) and runs without ProfilerStep marks (issue 16) are sample runs for the
-    analysis work on those issues, which checks them itself (and drops this filter)."""
-    import json
-
-    man = json.loads((run_dir / "manifest.json").read_text())
-    return (man.get("world_size", man["num_ranks"]) == man["num_ranks"]
-            and not man.get("single_process", False) and man.get("step_marks", True))
-
-
-RUNS = [p for p in RUNS if _one_pipeline_with_step_marks(p)]
 P2 = [p for p in RUNS if "_p2_" in p.name]
 
 
 @lru_cache(maxsize=None)
 def loaded(run_dir: Path):
-    """(run, audit) of a sample, loaded once for this module's tests."""
+    """(run, audit) of a sample, loaded once for this module's tests; of a job of several
+    pipeline replicas, its slowest replica's (what ``explain`` shows by default)."""
     run = pipeaudit.load(run_dir)
-    return run, run.audit()
+    res = run.audit()
+    if len(res.pipelines) > 1:
+        run = run.pipeline(res.job["slowest_pipeline"])
+        res = run.audit()
+    return run, res
 
 
 @pytest.mark.parametrize("run_dir", RUNS, ids=[p.name for p in RUNS])

@@ -159,3 +159,54 @@ def test_consecutive_forwards_with_nothing_between(tmp_path, marks):
                       latency=400, dur=_dur(3, 2.5), batched_recvs=True, **MARKS[marks])
     result = pipeaudit.load(built.directory).audit()
     _check(result, built, 6, 2, 4, "gpipe")
+
+
+SAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+def _bare_copy(src, dst, drop=()):
+    """The rank files of a sample run without its manifest (as users share them), less the
+    events whose names start with ``drop``."""
+    import gzip
+    import json
+
+    dst.mkdir(parents=True)
+    for f in sorted(src.glob("rank*.json.gz")):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        doc["traceEvents"] = [e for e in doc["traceEvents"]
+                              if not str(e.get("name", "")).startswith(tuple(drop) or ("\0",))]
+        (dst / f.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return dst
+
+
+@pytest.mark.parametrize("drop,evidence", [
+    ((), OPTIMIZER_EVIDENCE),
+    (("Optimizer.",), SPLIT_EVIDENCE),
+    (("Optimizer.", "aten::tensor_split"), PERIODICITY_EVIDENCE),
+])
+@pytest.mark.parametrize("sample,schedule", [("1f1b_p4_m8_noannot_nosteps", "1f1b"),
+                                             ("gpipe_p4_m8_noannot_nosteps", "gpipe")])
+def test_torch_schedules_profiled_without_step_marks(tmp_path, sample, schedule, drop, evidence):
+    """Real runs of torch's own Schedule1F1B / ScheduleGPipe, no PP: annotation and no
+    prof.step(), no manifest and no option: M, 2 steps, the schedule and its theory."""
+    run_dir = _bare_copy(SAMPLES / sample, tmp_path / "run", drop)
+    result = pipeaudit.load(run_dir).audit()
+    assert (result.num_ranks, result.num_microbatches, result.num_steps) == (4, 8, 2)
+    assert result.schedule == schedule and result.schedule_source == "detected"
+    assert result.bubble.theory == pytest.approx(3 / 11)
+    if schedule == "gpipe":  # torch's Forward i / Backward i spans: actions by k-th occurrence
+        assert result.step_evidence in (evidence, "the k-th occurrence of each annotated action")
+    else:
+        assert result.step_evidence == evidence
+    for st in result.stages:
+        assert st.actions["F"] == 16 and st.actions["B"] == 16
+    assert not [f for f in result.findings if f.code in ("MISSING_ACTIONS", "DUPLICATED_ACTIONS",
+                                                         "SCHEDULE_ORDER_VIOLATION", "NO_ACTIONS_FOUND")]
+
+
+def test_one_real_rank_file_of_a_four_rank_run():
+    result = pipeaudit.load(SAMPLES / "1f1b_p4_m8" / "rank1.json.gz").audit()
+    assert result.num_ranks == 4 and result.bubble.theory == pytest.approx(3 / 11)
+    assert result.ranks_present == [1] and result.ranks_missing == [0, 2, 3]
+    assert not [f for f in result.findings if f.code == "SCHEDULE_ORDER_VIOLATION"]
+    assert result.to_dict()["num_ranks"] == 4

@@ -13,15 +13,27 @@ from pipeaudit.errors import ConfigError, PipeauditError, ScheduleError, TraceEr
 __version__ = "0.1.0"
 SCHEMA_VERSION = 1
 
-def load(*args, **kwargs):  # noqa: D401 - thin re-export, keeps import light
-    """Load a run's traces; see :func:`pipeaudit.api.load`."""
-    from pipeaudit.api import load as _load
+#: Attributes imported on first use, so that ``import pipeaudit`` stays light (no polars).
+_LAZY = {"load": ("pipeaudit.api", "load"), "Run": ("pipeaudit.api", "Run"),
+         "LoadOptions": ("pipeaudit.options", "LoadOptions")}
 
-    return _load(*args, **kwargs)
+
+def __getattr__(name: str):
+    """``pipeaudit.load`` (with its own signature and docstring), ``Run``, ``LoadOptions``."""
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'pipeaudit' has no attribute {name!r}")
 
 
 __all__ = [
     "Action",
+    "LoadOptions",
+    "Run",
     "load",
     "ConfigError",
     "PipeauditError",

@@ -65,7 +65,7 @@ def test_config_roundtrip(tmp_path):
     [
         ("1f1b", 4, 3, 1, "at least as many microbatches as ranks"),
         ("zbv", 2, 4, 3, "--chunks must be 2"),
-        ("dualpipev", 2, 3, 2, "--microbatches 3 < 2 x --stages"),
+        ("dualpipev", 2, 3, 2, "--microbatches 3 < 2 x --ranks"),
         ("interleaved-1f1b", 4, 9, 2, "multiple of max(1, M // P) = 2"),
         ("interleaved-zb", 2, 5, 2, "multiple of max(1, M // P) = 2"),
         ("gpipe", 2, 4, 2, "--chunks must be 1"),

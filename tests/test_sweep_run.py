@@ -59,7 +59,7 @@ def test_every_point_is_recorded(sweep_dir):
     assert skipped.status == "skipped"
     assert skipped.reason == ("schedule 1f1b needs at least as many microbatches as ranks "
                               "(M >= P), as torch's Schedule1F1B requires; got --microbatches 1, "
-                              "--stages 2")
+                              "--ranks 2")
     for key, r in recs.items():
         assert r.status == "ok", (key, r.reason)
         assert 0 < r.measured_bubble < 1 and 0 < r.replay_ideal < 1

@@ -140,7 +140,7 @@ def test_non_empty_out_is_refused_without_force(tmp_path):
     (["--report", "x", "--out", "y"], "do not combine"),
     (["--out", "y", "--resume", "--force"], "do not go together"),
     (["--out", "y", "--schedules", "nope"], "unknown schedule 'nope'"),
-    (["--out", "y", "-P", "2,a"], "--stages expects comma-separated integers"),
+    (["--out", "y", "-P", "2,a"], "--ranks expects comma-separated integers"),
 ])
 def test_cli_usage_errors(tmp_path, args, problem):
     res = CliRunner().invoke(cli, ["sweep", *args])

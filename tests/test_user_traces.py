@@ -210,3 +210,29 @@ def test_one_real_rank_file_of_a_four_rank_run():
     assert result.ranks_present == [1] and result.ranks_missing == [0, 2, 3]
     assert not [f for f in result.findings if f.code == "SCHEDULE_ORDER_VIOLATION"]
     assert result.to_dict()["num_ranks"] == 4
+
+
+def test_every_command_says_what_it_does_with_ranks_missing(tmp_path):
+    """explain and whatif need every rank (one line, exit 2); export, plot and gate work on
+    the ranks present and say so in one line."""
+    import subprocess
+    import sys
+
+    one = str(SAMPLES / "1f1b_p4_m8" / "rank1.json.gz")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "pipeaudit", *args], capture_output=True,
+                              text=True)
+
+    for cmd in (["explain", one], ["whatif", one, "--scale", "1=0.5"]):
+        proc = cli(*cmd)
+        assert proc.returncode == 2 and proc.stdout == ""
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "needs every rank" in lines[0] and "ranks 0, 2-3 of 4" in lines[0]
+    for cmd, word in ((["export", one, "--perfetto", str(tmp_path / "p.json")], "export"),
+                      (["plot", one, "-o", str(tmp_path / "p.png")], "plot"),
+                      (["gate", one, "--max-bubble", "0.99", "--no-config"], "gate")):
+        proc = cli(*cmd)
+        assert proc.returncode == 0, proc.stderr
+        notes = [ln for ln in proc.stderr.splitlines() if "have no trace" in ln]
+        assert len(notes) == 1 and word in notes[0], proc.stderr

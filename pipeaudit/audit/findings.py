@@ -32,7 +32,7 @@ def bubble_above_theory(measured: float, theory: float, formula: str, ideal: flo
         why = "`pipeaudit explain` shows the critical path and which stage to speed up."
     return Finding("BUBBLE_ABOVE_THEORY", severity, None, None, measured, theory,
                    f"Pipeline bubble {measured:.3f} is {excess:.3f} above theory {formula} = "
-                   f"{theory:.3f}: {why}")
+                   f"{theory:.3f}: {why}", unit="fraction")
 
 
 def stage_imbalance(stage: int, rank: int, per_step_us: float, median_us: float) -> Finding | None:
@@ -47,7 +47,7 @@ def stage_imbalance(stage: int, rank: int, per_step_us: float, median_us: float)
                    f"Stage {stage} computes {per_step_us / 1000:.2f} ms per step, {ratio:.2f}x the "
                    f"median stage ({median_us / 1000:.2f} ms): every other stage waits for it; "
                    f"move layers off it (`pipeaudit whatif --scale {stage}=FACTOR` predicts the "
-                   f"gain).")
+                   f"gain).", unit="ratio")
 
 
 def overhead_pipeline(measured: float | None, ideal: float | None, worst_rank: int) -> Finding | None:
@@ -60,7 +60,7 @@ def overhead_pipeline(measured: float | None, ideal: float | None, worst_rank: i
                    f"The pipeline idles {gap:.3f} of the step more than a replay of the observed order "
                    f"with measured compute and free communication (worst: rank {worst_rank}): "
                    f"transfers, recv waits or host overhead sit on the critical path "
-                   f"(`pipeaudit explain` splits it into communication and host gaps).")
+                   f"(`pipeaudit explain` splits it into communication and host gaps).", unit="fraction")
 
 
 def overhead(rank: int, gap: float, median_gap: float) -> Finding:
@@ -68,7 +68,7 @@ def overhead(rank: int, gap: float, median_gap: float) -> Finding:
     return Finding("EXPOSED_COMMUNICATION", "warning", rank, None, round(gap, 4), round(median_gap, 4),
                    f"Rank {rank} loses {gap:.3f} of the step to communication, waits or host overhead "
                    f"beyond the replay, against {median_gap:.3f} for the median rank: look at its "
-                   f"links, its host and its launches.")
+                   f"links, its host and its launches.", unit="fraction")
 
 
 def memory_above_theory(stage: int, rank: int, peak: int, expected: int) -> Finding | None:
@@ -77,7 +77,7 @@ def memory_above_theory(stage: int, rank: int, peak: int, expected: int) -> Find
         return None
     return Finding("MEMORY_ABOVE_THEORY", "warning", rank, stage, peak, expected,
                    f"Stage {stage} holds {peak} microbatches' activations at once where the schedule "
-                   f"needs {expected}: its backward runs later than the schedule puts it.")
+                   f"needs {expected}: its backward runs later than the schedule puts it.", unit="count")
 
 
 def schedule_violation(schedule: str, rank: int, position: int, seen: str, expected: str) -> Finding:
@@ -94,7 +94,7 @@ def straggler(rank: int, delay_us: float, median_us: float, step_us: float) -> F
     return Finding("STRAGGLER_RANK", "warning", rank, None, round(delay_us, 1), round(median_us, 1),
                    f"Rank {rank} starts its actions {delay_us / 1000:.2f} ms per step after their inputs "
                    f"were ready (median rank {median_us / 1000:.2f} ms): host overhead, slow "
-                   f"launches or a busy CPU on that rank.")
+                   f"launches or a busy CPU on that rank.", unit="us")
 
 
 def missing_actions(stage: int, rank: int, step: int, missing: list[str]) -> Finding:
@@ -102,7 +102,7 @@ def missing_actions(stage: int, rank: int, step: int, missing: list[str]) -> Fin
     shown = ", ".join(missing[:8]) + (" …" if len(missing) > 8 else "")
     return Finding("MISSING_ACTIONS", "error", rank, stage, len(missing), 0,
                    f"Step {step} of stage {stage} lacks {len(missing)} actions ({shown}): the trace is "
-                   f"incomplete or the step was cut; figures for this step are partial.")
+                   f"incomplete or the step was cut; figures for this step are partial.", unit="count")
 
 
 def duplicated_actions(stage: int, rank: int, step: int, dups: list[str]) -> Finding:
@@ -110,7 +110,7 @@ def duplicated_actions(stage: int, rank: int, step: int, dups: list[str]) -> Fin
     shown = ", ".join(dups[:8]) + (" …" if len(dups) > 8 else "")
     return Finding("DUPLICATED_ACTIONS", "error", rank, stage, len(dups), 0,
                    f"Step {step} of stage {stage} runs {shown} more than once: traces from two runs, or "
-                   f"steps not separated by ProfilerStep spans.")
+                   f"steps not separated by ProfilerStep spans.", unit="count")
 
 
 def truncated_trace(report) -> Finding:
@@ -118,10 +118,10 @@ def truncated_trace(report) -> Finding:
     partial trace (PARTIAL_TRACE): what was recovered and which steps were excluded."""
     if report.kind == "partial":
         return Finding("PARTIAL_TRACE", "warning", report.rank, None, float(report.events_recovered),
-                       None, f"The trace of rank {report.rank} ({report.file_name}) is {report.describe()}.")
+                       None, f"The trace of rank {report.rank} ({report.file_name}) is {report.describe()}.", unit="count")
     return Finding("TRUNCATED_TRACE", "warning", report.rank, None, float(report.events_recovered),
                    None, f"The trace of rank {report.rank} ({report.file_name}) is damaged: "
-                         f"{report.describe()}.")
+                         f"{report.describe()}.", unit="count")
 
 
 def missing_ranks(given: list[int], world_size: int) -> Finding:
@@ -132,7 +132,7 @@ def missing_ranks(given: list[int], world_size: int) -> Finding:
     return Finding("MISSING_RANKS", "warning", None, None, len(given), world_size,
                    f"Only {len(given)} of {world_size} ranks are in the traces (missing "
                    f"{missing}): the figures cover ranks {format_ranks(given)} only; "
-                   "the stages on the missing ranks are not audited.")
+                   "the stages on the missing ranks are not audited.", unit="count")
 
 
 def no_actions(rank: int, position: int | None, source: str) -> Finding:
@@ -142,7 +142,7 @@ def no_actions(rank: int, position: int | None, source: str) -> Finding:
                    f"Rank {rank}{where} has a trace but no pipeline action could be found in it "
                    f"(no PP:/Forward/Backward annotation and no F/B inferable from its ops): its "
                    "stage is missing from every figure; profile with the pipeline annotations or "
-                   "give --action-pattern.")
+                   "give --action-pattern.", unit="count")
 
 
 def slow_replica(pipeline: int, stage: int | None, step_us: float, median_us: float) -> Finding:
@@ -152,7 +152,7 @@ def slow_replica(pipeline: int, stage: int | None, step_us: float, median_us: fl
                    round(median_us, 1),
                    f"Pipeline replica {pipeline} takes {step_us / 1000:.2f} ms per step against "
                    f"{median_us / 1000:.2f} ms for the median other replica{where}: every replica "
-                   "waits for it at the data-parallel gradient sync, so it sets the job's step.")
+                   "waits for it at the data-parallel gradient sync, so it sets the job's step.", unit="us")
 
 
 def slower_than_peers(rank: int, position: int, us: float, median_us: float, peers: int) -> Finding:
@@ -161,4 +161,4 @@ def slower_than_peers(rank: int, position: int, us: float, median_us: float, pee
                    f"Rank {rank} computes {us / 1000:.2f} ms per step at stage position {position}, "
                    f"{us / median_us:.2f}x the median of its {peers} peers in the other replicas "
                    f"({median_us / 1000:.2f} ms): the same work on slower hardware (a throttled "
-                   "or shared device, a busy host).")
+                   "or shared device, a busy host).", unit="us")

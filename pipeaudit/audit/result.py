@@ -26,6 +26,9 @@ class Finding:
     measured: float | None
     expected: float | None
     message: str
+    #: the unit of ``measured`` and ``expected``: "fraction" (of the step), "ratio", "us",
+    #: "count" or None
+    unit: str | None = None
 
 
 @dataclass

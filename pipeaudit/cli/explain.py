@@ -5,7 +5,13 @@ from __future__ import annotations
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
-from pipeaudit.cli.runopts import load_options, load_run, one_pipeline, run_options
+from pipeaudit.cli.runopts import (
+    load_options,
+    load_run,
+    one_pipeline,
+    require_every_rank,
+    run_options,
+)
 
 
 @click.command("explain")
@@ -32,6 +38,7 @@ def command(paths, fmt, step, top, width, pipeline, output, force, **run) -> Non
     options = load_options(run)
     check_writable(output, force=force)
     run, note = one_pipeline(load_run(paths, options), pipeline)
+    require_every_rank(run, "explain", "the critical path crosses them")
     result = explain(run.timeline)
     if note:
         result.notes.insert(0, note)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pipeaudit.cli.runopts import load_options, load_run, run_options
+from pipeaudit.cli.runopts import load_options, load_run, note_missing_ranks, run_options
 
 
 @click.command("export")
@@ -28,6 +28,8 @@ def command(paths, out, with_ideal, merge_original, force, **run) -> None:
     options = load_options(run)
     check_writable(out, force=force)
     run = load_run(paths, options)
+    note_missing_ranks(run, "export", "writes the ranks present; their bubble tracks lie in the "
+                                      "window of the ranks present")
     s = write_perfetto(run.timeline, out, with_ideal=with_ideal, merge_original=merge_original,
                        force=force)
     parts = [f"{s.ranks} ranks", f"{s.slices} actions", f"{s.flows} flows",

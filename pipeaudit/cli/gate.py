@@ -12,6 +12,7 @@ import click
 
 from pipeaudit.cli.output import check_writable, write_output
 from pipeaudit.cli.runopts import load_options, run_options
+from pipeaudit.report.run_facts import ranks_text
 
 # option name -> help; every one is also a key of [tool.pipeaudit.gate]
 LIMITS = {
@@ -90,6 +91,9 @@ def command(ctx, paths, baseline_path, allow_config_change, config_path, no_conf
         raise ConfigError("nothing to check: give --baseline FILE or a budget (--max-bubble, "
                           "--max-step-time-ms, ...)")
     run = load_snapshot(paths, options=options)
+    if run.audit.ranks_missing:
+        click.echo(f"pipeaudit: note: ranks {ranks_text(run.audit.ranks_missing)} have no trace: "
+                   "gate checks the ranks present, each bubble in its own window", err=True)
     result = gate(run, base, th, allow_config_change=allow_config_change,
                   thresholds_file=th_file)
     write_output(_render(result, fmt, color=sys.stdout.isatty() and output is None), output,

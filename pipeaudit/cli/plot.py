@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pipeaudit.cli.runopts import load_options, load_run, run_options
+from pipeaudit.cli.runopts import load_options, load_run, note_missing_ranks, run_options
 
 
 @click.command("plot")
@@ -34,6 +34,7 @@ def command(paths, output, kind, step, no_ideal, dpi, force, **run) -> None:
     options = load_options(run)
     check_writable(output, force=force)
     run = load_run(paths, options)
+    note_missing_ranks(run, "plot", "draws the ranks present, each bubble in its own window")
     opts = {"step": step, "ideal": not no_ideal} if kind == "timeline" else {}
     save_plot(kind, run.timeline, run.audit(), output, force=force, dpi=dpi, **opts)
     click.echo(f"wrote {output}", err=True)

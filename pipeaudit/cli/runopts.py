@@ -127,3 +127,31 @@ def one_pipeline(run, index: int | None):
         return run.pipeline(index), (f"the job has {count} pipeline replicas; this is pipeline "
                                      f"{index}, the slowest (--pipeline D for another)")
     return run.pipeline(index), f"pipeline {index} of the job's {count}"
+
+
+def missing_ranks(run) -> str | None:
+    """``ranks 0, 2-3 of 4`` when ranks of the job have no trace, else None."""
+    from pipeaudit.report.run_facts import ranks_text
+
+    res = run.audit()
+    if not res.ranks_missing:
+        return None
+    world = len(res.ranks_present) + len(res.ranks_missing)
+    return f"ranks {ranks_text(res.ranks_missing)} of {world}"
+
+
+def require_every_rank(run, command: str, why: str) -> None:
+    """One line (exit 2) when ``command`` cannot work with ranks missing."""
+    from pipeaudit.errors import ConfigError
+
+    gone = missing_ranks(run)
+    if gone:
+        raise ConfigError(f"{command} needs every rank of the pipeline ({why}); {gone} have no "
+                          "trace: `pipeaudit analyze` reports what the ranks present show")
+
+
+def note_missing_ranks(run, command: str, what: str) -> None:
+    """One line on stderr saying what ``command`` does with ranks missing."""
+    gone = missing_ranks(run)
+    if gone:
+        click.echo(f"pipeaudit: note: {gone} have no trace: {command} {what}", err=True)

@@ -12,8 +12,9 @@ from pipeaudit.errors import ConfigError
 @click.command("sweep")
 @click.option("--schedules", default="naive,gpipe,1f1b", show_default=True, metavar="A,B,...",
               help="Schedules to run (harness names, comma-separated).")
-@click.option("--stages", "-P", default="2", show_default=True, metavar="P1,P2,...",
-              help="Numbers of ranks P.")
+@click.option("--ranks", "-P", "stages", default=None, metavar="P1,P2,...",
+              help="Pipeline ranks P to run (stage positions of one pipeline). [default: 2]")
+@click.option("--stages", "stages_alias", default=None, hidden=True, help="Old spelling of --ranks.")
 @click.option("--microbatches", "-M", default="1,2,4,8", show_default=True, metavar="M1,M2,...",
               help="Microbatches per step M.")
 @click.option("--chunks", "-v", default=None, metavar="V1,V2,...",
@@ -46,7 +47,7 @@ from pipeaudit.errors import ConfigError
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "csv"]), default="text",
               show_default=True, help="Result on stdout.")
 @click.option("--no-plots", is_flag=True, help="Do not write the PNG plots.")
-def command(schedules, stages, microbatches, chunks, steps, warmup_steps, layers, hidden, ffn_mult,
+def command(schedules, stages, stages_alias, microbatches, chunks, steps, warmup_steps, layers, hidden, ffn_mult,
             batch_size, seq_len, threads, seed, backend, timeout, no_profile_memory, out, resume,
             force, report_dir, fmt, no_plots) -> None:
     """Profile and audit every valid combination of schedules x P x M (x v).
@@ -76,7 +77,7 @@ def command(schedules, stages, microbatches, chunks, steps, warmup_steps, layers
 
     cfg = sw.SweepConfig(
         out=out, schedules=tuple(parse_schedules(schedules)),
-        stages=tuple(parse_int_list(stages, "--stages")),
+        stages=tuple(parse_int_list(stages or stages_alias or "2", "--ranks")),
         microbatches=tuple(parse_int_list(microbatches, "--microbatches")),
         chunks=tuple(parse_int_list(chunks, "--chunks")) if chunks else None,
         steps=steps, warmup_steps=warmup_steps,

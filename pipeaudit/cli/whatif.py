@@ -5,7 +5,14 @@ from __future__ import annotations
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
-from pipeaudit.cli.runopts import WHATIF_FLAGS, load_options, load_run, one_pipeline, run_options
+from pipeaudit.cli.runopts import (
+    WHATIF_FLAGS,
+    load_options,
+    load_run,
+    one_pipeline,
+    require_every_rank,
+    run_options,
+)
 
 
 @click.command("whatif")
@@ -40,6 +47,7 @@ def command(paths, scales, comm_latency, microbatches, schedule, chunks, fmt, pi
     changes = Changes(scale=tuple(parse_scale(s) for s in scales), comm_latency_us=comm_latency,
                       microbatches=microbatches, schedule=schedule, chunks=chunks)
     run, note = one_pipeline(load_run(paths, options), pipeline)
+    require_every_rank(run, "whatif", "the replay runs every rank's order")
     pred = whatif(run.timeline, changes, run.audit())
     if note:
         pred.notes.insert(0, note)

@@ -54,7 +54,56 @@ class StepSeries(msgspec.Struct, kw_only=True):
 
 
 def step_series(tl: Timeline) -> StepSeries | None:
-    """Measure the per-step series of ``tl``; None when it holds no pipeline step."""
+    """Measure the per-step series of ``tl``; None when it holds no pipeline step.
+
+    A job of several pipeline replicas is measured replica by replica, each on its own step
+    windows, then combined: a step lasts as long as its slowest replica, the bubble is the
+    mean over every rank, a stage's compute the mean over the replicas that run it, its
+    in-flight peak the largest."""
+    layout = tl.layout
+    if layout is None or len(layout.replicas) < 2:
+        return _replica_series(tl)
+    parts = [x for x in (_replica_series(tl.replica(d)) for d in range(len(layout.replicas)))
+             if x is not None]
+    return _combine(parts) if parts else None
+
+
+def _combine(parts: list[StepSeries]) -> StepSeries:
+    steps = sorted(set.intersection(*(set(p.steps) for p in parts)))
+
+    def at(p: StepSeries, values: list) -> list:
+        return [values[p.steps.index(k)] for k in steps]
+
+    rank_bubble = {r: at(p, v) for p in parts for r, v in p.rank_bubble.items()}
+    rank_exposed = {r: at(p, v) for p in parts for r, v in p.rank_exposed_comm.items()}
+    stages = sorted({st for p in parts for st in p.stage_compute_us})
+    stage_compute = {st: {k: [float(np.mean(col)) for col in zip(*(at(p, p.stage_compute_us[st][k])
+                                                                    for p in parts
+                                                                    if st in p.stage_compute_us))]
+                          for k in KINDS} for st in stages}
+    totals = [[sum(x) for x in zip(*by.values())] for by in stage_compute.values()]
+    imbalance = []
+    for i in range(len(steps)):
+        per_stage = [t[i] for t in totals]
+        med = median(per_stage) if per_stage else 0.0
+        imbalance.append(max(per_stage) / med if med > 0 else 1.0)
+    return StepSeries(
+        steps=steps,
+        step_time_us=[max(at(p, p.step_time_us)[i] for p in parts) for i in range(len(steps))],
+        bubble=[float(np.mean([v[i] for v in rank_bubble.values()])) for i in range(len(steps))],
+        exposed_comm=[float(np.mean([v[i] for v in rank_exposed.values()])) for i in range(len(steps))],
+        imbalance=imbalance, rank_bubble=rank_bubble, rank_exposed_comm=rank_exposed,
+        stage_compute_us=stage_compute,
+        stage_peak_inflight={st: [max(vals) for vals in zip(*(at(p, p.stage_peak_inflight[st])
+                                                              for p in parts
+                                                              if st in p.stage_peak_inflight))]
+                             for st in stages},
+        rank_peak_memory={r: at(p, v) for p in parts for r, v in p.rank_peak_memory.items()},
+    )
+
+
+def _replica_series(tl: Timeline) -> StepSeries | None:
+    """:func:`step_series` of one pipeline (its ranks present)."""
     wb = windows_and_bubbles(tl.ranks, tl.steps) if tl.actions.height else {}
     if not wb:
         return None

@@ -3,7 +3,7 @@
     torchrun --nproc-per-node 4 -m pipeaudit.harness --schedule 1f1b -M 8 --out runs/x
 
 Takes the same options as ``pipeaudit profile``; the rank comes from RANK /
-WORLD_SIZE / LOCAL_RANK. ``--stages`` defaults to WORLD_SIZE / (dp x tp); P x D x T must
+WORLD_SIZE / LOCAL_RANK. ``--ranks`` defaults to WORLD_SIZE / (dp x tp); P x D x T must
 equal WORLD_SIZE (``--single-process``: WORLD_SIZE must be 1).
 Timeouts and process clean-up are torchrun's job here; rank 0 writes the manifest.
 """
@@ -39,7 +39,7 @@ def main(**opts) -> None:
         config = config.replace(progress=False).validate()
         if config.world_size != world:
             raise ConfigError(
-                f"--stages {config.stages} x --dp {config.dp} x --tp {config.tp} = "
+                f"--ranks {config.stages} x --dp {config.dp} x --tp {config.tp} = "
                 f"{config.world_size} processes != WORLD_SIZE {world} under torchrun"
                 if not config.single_process else
                 f"--single-process runs one process, but WORLD_SIZE is {world} under torchrun"

@@ -17,9 +17,11 @@ from pipeaudit.harness.config import ModelConfig, ProfileConfig, parse_imbalance
 _OPTIONS = [
     click.option("--schedule", default="1f1b", show_default=True, metavar="NAME",
                  help=f"Pipeline schedule: {', '.join(SCHEDULE_NAMES)}."),
-    click.option("--stages", "-P", type=int, default=None,
-                 help="Pipeline stages P: ranks per pipeline (one process each). "
-                      "[default: 2; under torchrun WORLD_SIZE / (dp x tp)]"),
+    click.option("--ranks", "-P", "stages", type=int, default=None,
+                 help="Pipeline ranks P: the stage positions of one pipeline (one process "
+                      "each). [default: 2; under torchrun WORLD_SIZE / (dp x tp)]"),
+    click.option("--stages", "stages_alias", type=int, default=None, hidden=True,
+                 help="Old spelling of --ranks."),
     click.option("--microbatches", "-M", type=int, default=4, show_default=True,
                  help="Microbatches per step M."),
     click.option("--chunks", type=int, default=None,
@@ -81,7 +83,10 @@ def profile_options(f: Callable) -> Callable:
 def config_from_options(opts: dict[str, Any], default_stages: int = 2,
                         command: list[str] | None = None) -> ProfileConfig:
     """The (not yet validated) ProfileConfig for parsed click options."""
-    stages = opts["stages"] if opts["stages"] is not None else default_stages
+    opts = dict(opts)
+    alias = opts.pop("stages_alias", None)
+    stages = opts["stages"] if opts["stages"] is not None else alias
+    stages = stages if stages is not None else default_stages
     return ProfileConfig(
         out=opts["out"],
         schedule=opts["schedule"],
@@ -116,8 +121,12 @@ def config_from_options(opts: dict[str, Any], default_stages: int = 2,
 def canonical_command(opts: dict[str, Any]) -> list[str]:
     """A complete ``pipeaudit profile`` argv reproducing ``opts`` (every option spelled out)."""
     argv = ["pipeaudit", "profile"]
+    opts = dict(opts)
+    alias = opts.pop("stages_alias", None)
+    if opts.get("stages") is None:
+        opts["stages"] = alias
     for key, value in opts.items():
-        flag = "--" + key.replace("_", "-")
+        flag = "--ranks" if key == "stages" else "--" + key.replace("_", "-")
         if key in ("imbalance", "slow_rank"):
             for item in value:
                 argv += [flag, item]

@@ -34,3 +34,26 @@ def inputs_line(inputs: list[str], most: int = 4) -> str:
         shown = ", ".join(names) if len(names) == 2 else f"{names[0]} ... {names[-1]}"
         return f"{os.path.join(parents.pop(), '')} ({len(names)} traces: {shown})"
     return ", ".join(inputs[:most]) + (f" (+{len(inputs) - most} more)" if len(inputs) > most else "")
+
+
+def with_unit(x: float | None, unit: str | None) -> str:
+    """A finding's value in its unit: 52.4%, 1.99x, 82.07 ms, 4 (plain when the unit is unknown)."""
+    if x is None:
+        return "-"
+    if unit == "fraction":
+        return pct(x)
+    if unit == "ratio":
+        return f"{x:.2f}x"
+    if unit == "us":
+        return f"{ms(x)} ms"
+    if unit == "count":
+        return f"{x:.0f}"
+    return num(x)
+
+
+def finding_values(f) -> str:
+    """`` (measured 52.4%, expected 27.3%)``, or "" when the finding has no values."""
+    if f.measured is None or f.expected is None:
+        return ""
+    unit = getattr(f, "unit", None)
+    return f" (measured {with_unit(f.measured, unit)}, expected {with_unit(f.expected, unit)})"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeaudit.audit.result import AuditResult
-from pipeaudit.report.formatting import mib, ms, num, pct
+from pipeaudit.report.formatting import finding_values, mib, ms, pct
 from pipeaudit.report.published_text import NO_PUBLISHED, published_lines
 from pipeaudit.report.run_facts import (
     PIPELINE_COLUMNS,
@@ -82,8 +82,7 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
     for f in r.findings:
         where = ", ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
                                       f"stage {f.stage}" if f.stage is not None else "") if x)
-        vals = f" (measured {num(f.measured)}, expected {num(f.expected)})" \
-            if f.measured is not None and f.expected is not None else ""
+        vals = finding_values(f)
         out.append(f"- **{f.severity}** `{f.code}`{' ' + where if where else ''}{vals}: {f.message}")
     if r.notes:
         out += ["", "## Notes", ""] + [f"- {n}" for n in r.notes]

@@ -19,8 +19,8 @@ def fact_lines(r: AuditResult) -> list[str]:
                    + (f", {lay['tp']} tensor-parallel ranks per stage" if lay.get("tp", 1) > 1 else ""))
     if r.ranks_missing:
         world = len(r.ranks_present) + len(r.ranks_missing)
-        out.append(f"ranks present: {_ranks(r.ranks_present)} of {world} (missing "
-                   f"{_ranks(r.ranks_missing)}): figures of the ranks present only")
+        out.append(f"ranks present: {ranks_text(r.ranks_present)} of {world} (missing "
+                   f"{ranks_text(r.ranks_missing)}): figures of the ranks present only")
     if r.pipeline_found and r.step_evidence:
         out.append(f"steps from {r.step_evidence}")
     if r.actions_inferred:
@@ -48,7 +48,7 @@ PIPELINE_COLUMNS = ("pipeline", "ranks", "bubble", "replay ideal", "median step 
 
 def pipeline_rows(r: AuditResult) -> list[list[str]]:
     """One row per pipeline replica (shown when there are several)."""
-    return [[str(p.pipeline), _ranks(p.ranks), pct(p.bubble), pct(p.replay_ideal),
+    return [[str(p.pipeline), ranks_text(p.ranks), pct(p.bubble), pct(p.replay_ideal),
              ms(p.step_time_us), "-" if p.slowest_stage is None else str(p.slowest_stage),
              ms(p.slowest_stage_compute_us)] for p in r.pipelines]
 
@@ -76,7 +76,7 @@ def job_lines(r: AuditResult) -> list[str]:
     return out
 
 
-def _ranks(ranks: list[int]) -> str:
+def ranks_text(ranks: list[int]) -> str:
     """``0-3, 6`` style."""
     if not ranks:
         return "-"

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeaudit.audit.result import AuditResult
-from pipeaudit.report.formatting import inputs_line, mib, ms, num, pct
+from pipeaudit.report.formatting import finding_values, inputs_line, mib, ms, pct
 from pipeaudit.report.published_text import NO_PUBLISHED, published_lines
 from pipeaudit.report.run_facts import (
     PIPELINE_COLUMNS,
@@ -154,8 +154,7 @@ def _findings(con: Console, r: AuditResult) -> None:
     for f in r.findings:
         where = " ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
                                      f"stage {f.stage}" if f.stage is not None else "") if x)
-        vals = f" (measured {num(f.measured)}, expected {num(f.expected)})" \
-            if f.measured is not None and f.expected is not None else ""
+        vals = finding_values(f)
         con.print(f"[{_SEV_STYLE.get(f.severity, '')}]{f.severity.upper():7}[/] {f.code}"
                   f"{' ' + where if where else ''}{vals}")
         con.print(f"        {f.message}", markup=False)

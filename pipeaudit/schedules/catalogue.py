@@ -30,7 +30,7 @@ SINGLE_LOOP, ACTION_RUNTIME = "PipelineScheduleSingle", "_PipelineScheduleRuntim
 @dataclass(frozen=True)
 class Terms:
     """How a constraint message names P, M and v: ``P``/``M``/``v`` for the analysis,
-    ``--stages``/``--microbatches``/``--chunks`` for the harness."""
+    ``--ranks``/``--microbatches``/``--chunks`` for the harness."""
 
     P: str = "P"
     M: str = "M"
@@ -42,7 +42,7 @@ class Terms:
 
 
 ANALYSIS = Terms()
-HARNESS = Terms("--stages", "--microbatches", "--chunks")
+HARNESS = Terms("--ranks", "--microbatches", "--chunks")
 
 #: A constraint: (name, P, M, v, terms) -> the problem in one sentence, or None.
 Check = Callable[[str, int, int, int, Terms], "str | None"]

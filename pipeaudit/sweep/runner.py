@@ -64,7 +64,7 @@ class SweepConfig:
 
     def profile_config(self, point: GridPoint, run_dir: Path) -> ProfileConfig:
         m = self.model
-        argv = ["pipeaudit", "profile", "--schedule", point.schedule, "--stages", str(point.stages),
+        argv = ["pipeaudit", "profile", "--schedule", point.schedule, "--ranks", str(point.stages),
                 "--microbatches", str(point.microbatches), "--chunks", str(point.chunks),
                 "--steps", str(self.steps), "--warmup-steps", str(self.warmup_steps),
                 "--layers", str(m.layers), "--hidden", str(m.hidden), "--ffn-mult", str(m.ffn_mult),

@@ -118,19 +118,28 @@ def diff_runs(a: Snapshot, b: Snapshot) -> RunDiff:
 
 
 def _side(r: AuditResult, stage: int) -> Side:
-    st: StageMetrics | None = next((s for s in r.stages if s.stage == stage), None)
-    if st is None:
+    """One run's figures of a stage; with several pipeline replicas, the mean over the
+    replicas that run it (the largest in-flight count and peak memory)."""
+    sts: list[StageMetrics] = [s for s in r.stages if s.stage == stage]
+    if not sts:
         return Side()
-    n = max(r.num_steps, 1)
-    rank: RankMetrics | None = next((x for x in r.ranks if x.rank == st.rank), None)
-    comp = {k: st.compute_us.get(k, 0.0) / n for k in KINDS if st.actions.get(k, 0)}
-    return Side(rank=st.rank, compute_us=comp, total_us=sum(st.compute_us.values()) / n,
-                bubble=rank.bubble if rank else None, overlap=rank.overlap if rank else None,
-                peak_bytes=rank.peak_allocated_bytes if rank else None, inflight=st.peak_inflight)
+    n = max(r.num_steps, 1) * len(sts)
+    ranks: list[RankMetrics] = [x for x in r.ranks if x.rank in {st.rank for st in sts}]
+    comp = {k: sum(st.compute_us.get(k, 0.0) for st in sts) / n for k in KINDS
+            if any(st.actions.get(k, 0) for st in sts)}
+    bubbles = [x.bubble for x in ranks if x.bubble is not None]
+    overlaps = [x.overlap for x in ranks if x.overlap is not None]
+    peaks = [x.peak_allocated_bytes for x in ranks if x.peak_allocated_bytes is not None]
+    return Side(rank=sts[0].rank, compute_us=comp,
+                total_us=sum(sum(st.compute_us.values()) for st in sts) / n,
+                bubble=sum(bubbles) / len(bubbles) if bubbles else None,
+                overlap=sum(overlaps) / len(overlaps) if overlaps else None,
+                peak_bytes=max(peaks) if peaks else None,
+                inflight=max(st.peak_inflight for st in sts))
 
 
 def _imbalance(r: AuditResult) -> float | None:
-    totals = [sum(s.compute_us.values()) for s in r.stages]
+    totals = [_side(r, s).total_us or 0.0 for s in sorted({st.stage for st in r.stages})]
     if not totals:
         return None
     med = median(totals)

@@ -20,7 +20,7 @@ from pipeaudit.cli.main import cli
 from pipeaudit.harness.config import ModelConfig
 from pipeaudit.harness.faults import ENV_VAR
 from pipeaudit.sweep import SweepConfig, load, run_sweep
-from pipeaudit.sweep.plots import PLOT_NAMES, matplotlib_available
+from pipeaudit.report.sweep_plots import PLOT_NAMES, matplotlib_available
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("torch")

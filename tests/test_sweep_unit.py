@@ -168,7 +168,7 @@ def test_library_imports_without_click_torch_matplotlib_or_hta():
     import subprocess
     import sys
 
-    code = ("import sys, pipeaudit.sweep, pipeaudit.sweep.table, pipeaudit.sweep.plots, "
+    code = ("import sys, pipeaudit.sweep, pipeaudit.report.sweep_text, pipeaudit.report.sweep_plots, "
             "pipeaudit.sweep.progress, pipeaudit.integrations.hta, pipeaudit.timeline.idle; "
             "bad = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'matplotlib', 'click', 'hta'}); "
             "assert not bad, bad")

@@ -8,6 +8,7 @@ import click
 
 from pipeaudit.cli.output import write_output
 from pipeaudit.cli.runopts import load_options, load_run, run_options
+from pipeaudit.report import render
 
 
 @click.command("analyze")
@@ -50,32 +51,18 @@ def command(paths, fmt, output, html_path, force, with_hta, **run) -> None:
 
         hta = compare_with_hta(run)
     if fmt == "json":
-        from pipeaudit.report.json_doc import to_json
-
         doc = result.to_dict()
         if hta is not None:
             doc["hta"] = hta.to_dict()
-        text = to_json(doc) + "\n"
+        text = render("analyze", doc, "json")
     else:
         step, tl_text = step_timeline_text(run.timeline, result) if result.pipeline_found else (None, "")
-        if fmt == "markdown":
-            from pipeaudit.report.markdown import render_markdown
-
-            text = render_markdown(result, timeline_text=tl_text, timeline_step=step)
-        else:
-            import io
-
-            from pipeaudit.report.terminal import render_terminal
-
-            buf = io.StringIO()
-            color = sys.stdout.isatty() and output is None
-            render_terminal(result, buf, timeline_text=tl_text, timeline_step=step, color=color)
-            text = buf.getvalue()
+        text = render("analyze", result, fmt, timeline_text=tl_text, timeline_step=step,
+                      color=sys.stdout.isatty() and output is None)
         if hta is not None:
-            from pipeaudit.integrations.hta import render_text
-
-            text += ("\n## HTA alongside\n\n```\n" + render_text(hta) + "```\n"
-                     if fmt == "markdown" else "\n" + render_text(hta))
+            table = render("hta", hta, "text")
+            text += ("\n## HTA alongside\n\n```\n" + table + "```\n" if fmt == "markdown"
+                     else "\n" + table)
     write_output(text, output, force=force)
     timings.mark("report")
     timings.report()

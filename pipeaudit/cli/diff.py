@@ -6,6 +6,7 @@ import click
 
 from pipeaudit.cli.output import check_writable, write_output
 from pipeaudit.cli.runopts import load_options, run_options
+from pipeaudit.report import render
 
 
 @click.command("diff")
@@ -31,16 +32,4 @@ def command(run_a, run_b, fmt, output, force, **run) -> None:
     a = load_snapshot([run_a], allow_analyze=True, options=options)
     b = load_snapshot([run_b], allow_analyze=True, options=options)
     d = diff_runs(a, b)
-    if fmt == "json":
-        from pipeaudit.report.json_doc import to_json
-
-        text = to_json(d.to_dict()) + "\n"
-    elif fmt == "markdown":
-        from pipeaudit.report.diff_markdown import render_diff_markdown
-
-        text = render_diff_markdown(d)
-    else:
-        from pipeaudit.report.diff_text import render_diff_text
-
-        text = render_diff_text(d)
-    write_output(text, output, force=force)
+    write_output(render("diff", d, fmt), output, force=force)

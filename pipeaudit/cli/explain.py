@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
+from pipeaudit.report import render
 from pipeaudit.cli.runopts import (
     load_options,
     load_run,
@@ -43,9 +44,7 @@ def command(paths, fmt, step, top, width, pipeline, output, force, **run) -> Non
     if note:
         result.notes.insert(0, note)
     if fmt == "json":
-        from pipeaudit.report.json_doc import to_json
-
-        write_output(to_json(result.to_dict()) + "\n", output, force=force)
+        write_output(render("explain", result, "json"), output, force=force)
         return
     shown = result.median_step
     if step is not None:
@@ -58,12 +57,5 @@ def command(paths, fmt, step, top, width, pipeline, output, force, **run) -> Non
 
     tl_text = "\n".join([legend(run.timeline), critical_timeline(run.timeline, shown, width=width),
                          LEGEND]) if shown else ""
-    if fmt == "markdown":
-        from pipeaudit.report.explain_markdown import render_explain_markdown
-
-        text = render_explain_markdown(result, step=shown, timeline_text=tl_text, top=top)
-    else:
-        from pipeaudit.report.explain_text import render_explain_text
-
-        text = render_explain_text(result, step=shown, timeline_text=tl_text, top=top)
-    write_output(text, output, force=force)
+    write_output(render("explain", result, fmt, step=shown, timeline_text=tl_text, top=top),
+                 output, force=force)

@@ -12,6 +12,7 @@ import click
 
 from pipeaudit.cli.output import check_writable, write_output
 from pipeaudit.cli.runopts import load_options, run_options
+from pipeaudit.report import render
 from pipeaudit.report.run_facts import ranks_text
 
 # option name -> help; every one is also a key of [tool.pipeaudit.gate]
@@ -96,33 +97,10 @@ def command(ctx, paths, baseline_path, allow_config_change, config_path, no_conf
                    "gate checks the ranks present, each bubble in its own window", err=True)
     result = gate(run, base, th, allow_config_change=allow_config_change,
                   thresholds_file=th_file)
-    write_output(_render(result, fmt, color=sys.stdout.isatty() and output is None), output,
-                 force=force)
+    write_output(render("gate", result, fmt, color=sys.stdout.isatty() and output is None),
+                 output, force=force)
     if fmt == "github":
         from pipeaudit.report.gate_github import append_step_summary
-        from pipeaudit.report.gate_markdown import render_gate_markdown
 
-        append_step_summary(render_gate_markdown(result))
+        append_step_summary(render("gate", result, "markdown"))
     ctx.exit(0 if exit_zero else result.exit_code)
-
-
-def _render(result, fmt: str, *, color: bool) -> str:
-    if fmt == "json":
-        from pipeaudit.report.json_doc import to_json
-
-        return to_json(result.to_dict()) + "\n"
-    if fmt == "junit":
-        from pipeaudit.report.gate_junit import render_gate_junit
-
-        return render_gate_junit(result)
-    if fmt == "github":
-        from pipeaudit.report.gate_github import render_gate_github
-
-        return render_gate_github(result)
-    if fmt == "markdown":
-        from pipeaudit.report.gate_markdown import render_gate_markdown
-
-        return render_gate_markdown(result)
-    from pipeaudit.report.gate_text import render_gate_text
-
-    return render_gate_text(result, color=color)

@@ -6,7 +6,6 @@ import json
 
 import click
 
-from pipeaudit import SCHEMA_VERSION
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, load_schedule_file, save_schedule_file
 from pipeaudit.cli.output import check_writable
@@ -18,13 +17,9 @@ from pipeaudit.schedules.simulation import (
     chunks_for,
     simulate,
     simulate_schedule,
-    simulation_to_dict,
     sweep,
-    sweep_row_to_dict,
 )
-from pipeaudit.report.simulate_text import (
-    render_block, render_compare, render_simulation, render_sweep,
-)
+from pipeaudit.report import render
 from pipeaudit.schedules.block_files import format_block_json
 from pipeaudit.schedules.block_library import NAMED_BLOCKS, block_from_option
 from pipeaudit.schedules.blocks import block_summary, build_from_block
@@ -138,11 +133,7 @@ def command(schedule_name: str, num_ranks: int | None, num_microbatches: int | N
                               "not --sweep-microbatches")
         names = _names(compare) if compare else [schedule_name]
         rows = sweep(names, num_ranks, microbatches, chunks, durations)
-        if fmt == "json":
-            click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "P": num_ranks,
-                                   "sweep": [sweep_row_to_dict(r) for r in rows]}, indent=1))
-        else:
-            click.echo(render_sweep(rows, num_ranks))
+        click.echo(render("microbatch-sweep", rows, fmt, num_ranks=num_ranks), nl=fmt != "json")
         return
     if num_microbatches is None:
         raise ConfigError("-M/--microbatches is required (or give --sweep-microbatches)")
@@ -154,17 +145,7 @@ def command(schedule_name: str, num_ranks: int | None, num_microbatches: int | N
                                       durations))
             except ScheduleError as exc:
                 items.append((name, str(exc)))
-        if fmt == "json":
-            click.echo(json.dumps({
-                "schema_version": SCHEMA_VERSION,
-                "compare": [
-                    simulation_to_dict(i, include_actions=False) if not isinstance(i, tuple)
-                    else {"schedule": i[0], "skipped": i[1]}
-                    for i in items
-                ],
-            }, indent=1))
-        else:
-            click.echo(render_compare(items, max_cells))
+        click.echo(render("comparison", items, fmt, max_cells=max_cells), nl=fmt != "json")
         sims = [i for i in items if not isinstance(i, tuple)]
         if save_schedule:
             raise ConfigError("--save-schedule needs a single schedule, not --compare")
@@ -189,10 +170,7 @@ def _simulate_block(source: str, num_ranks: int | None, num_microbatches: int | 
                              name=f"{block.name}+reorder" if reorder else block.name)
     sim = simulate_schedule(sched, durations)
     info = block_summary(block, sched, reordered=reorder)
-    if fmt == "json":
-        click.echo(json.dumps({**simulation_to_dict(sim), "building_block": info}, indent=1))
-    else:
-        click.echo(render_simulation(sim, max_cells) + "\n" + render_block(info))
+    click.echo(render("simulation", sim, fmt, max_cells=max_cells, info=info), nl=False)
     _side_outputs([sim], chrome_trace, save_schedule)
     if save_block:
         write_text_atomic(save_block, format_block_json(block) + "\n", what="the building block")
@@ -200,10 +178,7 @@ def _simulate_block(source: str, num_ranks: int | None, num_microbatches: int | 
 
 
 def _emit_single(sim: Simulation, fmt: str, max_cells: int) -> None:
-    if fmt == "json":
-        click.echo(json.dumps(simulation_to_dict(sim), indent=1))
-    else:
-        click.echo(render_simulation(sim, max_cells))
+    click.echo(render("simulation", sim, fmt, max_cells=max_cells), nl=False)
 
 
 def _side_outputs(sims: list[Simulation], chrome_trace: str | None, save_schedule: str | None) -> None:

@@ -94,7 +94,7 @@ def command(schedules, stages, stages_alias, microbatches, chunks, steps, warmup
 def _plots(result, out_dir: str, no_plots: bool) -> None:
     if no_plots:
         return
-    from pipeaudit.sweep.plots import matplotlib_available, plot_sweep
+    from pipeaudit.report.sweep_plots import matplotlib_available, plot_sweep
 
     if not matplotlib_available():
         click.echo("pipeaudit: note: matplotlib is not installed: no plots "
@@ -106,13 +106,6 @@ def _plots(result, out_dir: str, no_plots: bool) -> None:
 
 
 def _emit(result, fmt: str) -> None:
-    from pipeaudit.sweep import results as io
+    from pipeaudit.report import render
 
-    if fmt == "json":
-        click.echo(io.to_json_text(result), nl=False)
-    elif fmt == "csv":
-        click.echo(io.to_csv_text(result), nl=False)
-    else:
-        from pipeaudit.sweep.table import render_text
-
-        click.echo(render_text(result, color=sys.stdout.isatty()), nl=False)
+    click.echo(render("sweep", result, fmt, color=sys.stdout.isatty()), nl=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
+from pipeaudit.report import render
 from pipeaudit.cli.runopts import (
     WHATIF_FLAGS,
     load_options,
@@ -51,16 +52,4 @@ def command(paths, scales, comm_latency, microbatches, schedule, chunks, fmt, pi
     pred = whatif(run.timeline, changes, run.audit())
     if note:
         pred.notes.insert(0, note)
-    if fmt == "json":
-        from pipeaudit.report.json_doc import to_json
-
-        text = to_json(pred.to_dict()) + "\n"
-    elif fmt == "markdown":
-        from pipeaudit.report.explain_markdown import render_whatif_markdown
-
-        text = render_whatif_markdown(pred)
-    else:
-        from pipeaudit.report.explain_text import render_whatif_text
-
-        text = render_whatif_text(pred)
-    write_output(text, output, force=force)
+    write_output(render("whatif", pred, fmt), output, force=force)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeaudit.gate import stats
-from pipeaudit.gate.format import fmt_value
+from pipeaudit.values import fmt_value
 from pipeaudit.gate.model import Check
 from pipeaudit.gate.series import StepSeries
 from pipeaudit.gate.snapshot import Snapshot

@@ -15,13 +15,13 @@ from typing import Callable
 from pipeaudit.actions import KINDS
 from pipeaudit.gate import stats
 from pipeaudit.gate.budgets import budget_checks
-from pipeaudit.gate.format import fmt_change, fmt_limit, fmt_value
+from pipeaudit.values import fmt_change, fmt_value
 from pipeaudit.gate.model import VERDICTS, Check, GateResult
 from pipeaudit.gate.series import StepSeries
 from pipeaudit.gate.snapshot import Snapshot
 from pipeaudit.gate.thresholds import Thresholds
 
-__all__ = ["Check", "GateResult", "VERDICTS", "gate", "fmt_change", "fmt_limit", "fmt_value"]
+__all__ = ["Check", "GateResult", "VERDICTS", "gate", "fmt_change", "fmt_value"]
 
 
 def gate(run: Snapshot, baseline: Snapshot | None, thresholds: Thresholds, *,

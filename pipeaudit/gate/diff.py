@@ -69,7 +69,7 @@ class Mover:
     unit: str
 
     def text(self) -> str:
-        from pipeaudit.gate.format import fmt_change, fmt_value
+        from pipeaudit.values import fmt_change, fmt_value
 
         rel = f", {100 * self.change:+.0f}%" if self.change is not None and self.unit != "fraction" \
             else ""

@@ -123,7 +123,7 @@ def _describe_inputs(inputs: list[str]) -> str:
 
 def baseline_json(snapshot: Snapshot) -> str:
     """Pretty JSON text of the baseline document of ``snapshot``."""
-    from pipeaudit.report.json_doc import to_json
+    from pipeaudit.jsontext import to_json
 
     doc = msgspec.to_builtins(snapshot.to_baseline())
     audit = snapshot.audit.to_dict()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from pipeaudit.gate.diff import RunDiff
 from pipeaudit.report.diff_text import pipeline_rows, stage_header, stage_rows
 from pipeaudit.report.gate_markdown import cell
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: the gate does not import the reporters, nor they the gate
+    from pipeaudit.gate.diff import RunDiff
 
 
 def _table(header: list[str], body: list[list[str]]) -> list[str]:

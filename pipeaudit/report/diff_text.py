@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pipeaudit.actions import KINDS
-from pipeaudit.gate.format import fmt_change, fmt_value
-from pipeaudit.gate.diff import RunDiff
+from pipeaudit.values import fmt_change, fmt_value
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: the gate does not import the reporters, nor they the gate
+    from pipeaudit.gate.diff import RunDiff
 
 
 def pipeline_rows(d: RunDiff) -> list[list[str]]:

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 
-from pipeaudit.gate.model import GateResult
 from pipeaudit.report.gate_text import verdict_line
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: the gate does not import the reporters, nor they the gate
+    from pipeaudit.gate.model import GateResult
 
 
 def escape_data(text: str) -> str:

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from pipeaudit.gate.model import GateResult
 from pipeaudit.report.gate_text import rows
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: the gate does not import the reporters, nor they the gate
+    from pipeaudit.gate.model import GateResult
 
 
 def render_gate_junit(result: GateResult, *, suite: str = "pipeaudit gate") -> str:

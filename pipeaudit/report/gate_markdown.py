@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from pipeaudit.gate.model import GateResult
 from pipeaudit.report.gate_text import HEADER, rows, verdict_line
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: the gate does not import the reporters, nor they the gate
+    from pipeaudit.gate.model import GateResult
 
 _ICON = {"FAIL": "❌ fail", "WARN": "⚠️ warn", "PASS": "✅ pass", "SKIP": "➖ skip"}
 

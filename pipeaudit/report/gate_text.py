@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 
-from pipeaudit.gate.format import fmt_change, fmt_limit, fmt_value
-from pipeaudit.gate.model import Check, GateResult
+from pipeaudit.values import fmt_change, fmt_value
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: the gate does not import the reporters, nor they the gate
+    from pipeaudit.gate.model import Check, GateResult
 
 HEADER = ["check", "baseline", "now", "change", "threshold", "verdict"]
 _STYLE = {"fail": "bold red", "warn": "yellow", "pass": "green", "skip": "dim"}
@@ -93,3 +96,15 @@ def _rich(result: GateResult, width: int) -> str:
         con.print(f"note: {n}", markup=False, style="dim")
     con.print(Text(verdict_line(result), style=_STYLE[result.verdict]))
     return buf.getvalue()
+
+
+def fmt_limit(c: "Check") -> str:
+    """The limit a check was held to, e.g. ``+3.0 pts`` or ``<= 25.0%``."""
+    if c.threshold is None:
+        return "off"
+    if c.mode == "budget":
+        return "<= " + fmt_value(c.threshold, c.unit)
+    text = fmt_change(c.threshold, c.mode, c.unit)
+    if c.noise and c.noise > c.threshold:
+        text += f" (noise {fmt_change(c.noise, c.mode, c.unit)})"
+    return text

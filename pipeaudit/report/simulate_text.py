@@ -147,7 +147,7 @@ def render_compare(items: Sequence[Simulation | tuple[str, str]], max_cells: int
     return "\n".join(parts)
 
 
-def render_sweep(rows: Sequence[SweepRow], num_ranks: int) -> str:
+def render_sweep(rows: Sequence[SweepRow], num_ranks: int) -> str:  # noqa: D401
     """Bubble (simulated and theory) and peak in-flight against M."""
     t = _table(f"Sweep over microbatches (P={num_ranks})", ("schedule", "left"), ("M", "right"),
                ("bubble sim", "right"), ("bubble theory", "right"), ("formula", "left"),
@@ -198,3 +198,9 @@ def render_block(info: dict) -> str:
         + ", ".join(f"{peaks[r]:g}" for r in sorted(peaks)) + " in the steady state",
     ]
     return "\n".join(lines)
+
+
+def render_simulation_text(sim: Simulation, *, max_cells: int = 160, info: dict | None = None) -> str:
+    """One simulation, and its building block when it was built from one."""
+    text = render_simulation(sim, max_cells)
+    return text + "\n" + render_block(info) + "\n" if info is not None else text + "\n"

@@ -23,6 +23,18 @@ from pipeaudit.report.step_view import timeline_caption
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
+def render_analyze_text(result: AuditResult, *, timeline_text: str = "",
+                        timeline_step: int | None = None, color: bool | None = None,
+                        width: int = 120) -> str:
+    """:func:`render_terminal` as text."""
+    import io
+
+    buf = io.StringIO()
+    render_terminal(result, buf, timeline_text=timeline_text, timeline_step=timeline_step,
+                    color=color, width=width)
+    return buf.getvalue()
+
+
 def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = "",
                     timeline_step: int | None = None, color: bool | None = None,
                     width: int = 120) -> None:

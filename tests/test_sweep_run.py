@@ -93,8 +93,11 @@ def test_measured_bubble_decreases_with_m(sweep_dir):
         assert measured[-1] < measured[0], (sched, measured)
         assert all(b < a + NOISE for a, b in zip(measured, measured[1:])), (sched, measured)
         assert ideal[-1] < ideal[0], (sched, ideal)
-        for m, b in zip(ms, measured):  # never below what the schedule allows
-            assert b >= 1 / (m + 1) - 0.02, (sched, m, b)
+        # never below the replay of the same order with the same durations and free
+        # communication (the theory's uniform durations are no bound for real, uneven ones:
+        # a 1F1B M=2 run measured 0.30 against a theory of 0.33 on a loaded machine)
+        for m, b, i in zip(ms, measured, ideal):
+            assert b >= i - 0.01, (sched, m, b, i)
 
 
 def test_outputs_and_report(sweep_dir):

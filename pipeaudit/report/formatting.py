@@ -38,17 +38,11 @@ def inputs_line(inputs: list[str], most: int = 4) -> str:
 
 def with_unit(x: float | None, unit: str | None) -> str:
     """A finding's value in its unit: 52.4%, 1.99x, 82.07 ms, 4 (plain when the unit is unknown)."""
-    if x is None:
-        return "-"
-    if unit == "fraction":
-        return pct(x)
-    if unit == "ratio":
-        return f"{x:.2f}x"
-    if unit == "us":
-        return f"{ms(x)} ms"
-    if unit == "count":
-        return f"{x:.0f}"
-    return num(x)
+    if x is None or unit is None:
+        return num(x)
+    from pipeaudit.values import fmt_value
+
+    return fmt_value(x, unit) + ("x" if unit == "ratio" else "")
 
 
 def finding_values(f) -> str:

@@ -42,6 +42,8 @@ class StepModel:
     compute: Callable[[int, Action], float]
     comm: Callable[[Action, Action], float]
     gap: Callable[[int, Action], float]
+    #: overlapped (forward, backward) pairs run as torch runs OVERLAP_F_B (Schedule.pairs)
+    pairs: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class Predicted:
 
 def run_model(m: StepModel) -> Predicted:
     """Replay ``m``; raises :class:`pipeaudit.errors.ScheduleError` on a deadlock."""
-    res = replay(m.orders, m.placement, m.duration, m.comm, gap=m.gap)
+    res = replay(m.orders, m.placement, m.duration, m.comm, gap=m.gap, pairs=m.pairs)
     span = res.makespan
     busy = [sum(m.compute(r, a) for a in order) for r, order in enumerate(m.orders)]
     rb = tuple((1.0 - b / span) if span > 0 else 0.0 for b in busy)
@@ -95,10 +97,12 @@ def measured_model(g: StepGraph, scale: Scale = no_scale, comm_latency: float | 
 
 def typical_model(orders: Sequence[Sequence[Action]], placement: Sequence[int],
                   duration: Callable[[int, str], float], compute: Callable[[int, str], float],
-                  cal: Calibration, comm_latency: float | None = None) -> StepModel:
+                  cal: Calibration, comm_latency: float | None = None,
+                  pairs: frozenset = frozenset()) -> StepModel:
     """A model of any order from typical values: ``duration``/``compute`` per (stage, kind)
     (ns), the calibrated delays (or ``comm_latency`` ns for every cross-rank edge), the
-    calibrated host gap of each rank before every action but its first."""
+    calibrated host gap of each rank before every action but its first; ``pairs``: the
+    schedule's overlapped F/B pairs."""
     firsts = {r: o[0] for r, o in enumerate(orders) if o}
 
     def comm(p: Action, c: Action) -> float:
@@ -111,5 +115,5 @@ def typical_model(orders: Sequence[Sequence[Action]], placement: Sequence[int],
         orders=[list(o) for o in orders], placement=list(placement),
         duration=lambda r, a: duration(a.stage, a.kind),
         compute=lambda r, a: compute(a.stage, a.kind),
-        comm=comm, gap=gap,
+        comm=comm, gap=gap, pairs=frozenset(pairs),
     )

@@ -273,14 +273,15 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
             f"M_old/M_new = {mb:g} (linear in the microbatch size; small microbatches are often "
             "less efficient than that on GPUs)")
     model = typical_model(sched.orders, sched.placement, lambda s, k: new_dur[(s, k)],
-                          lambda s, k: new_comp[(s, k)], cal, latency)
+                          lambda s, k: new_comp[(s, k)], cal, latency, pairs=sched.pairs)
     pred = run_model(model)
 
     # calibration: the same typical model on the observed order, nothing changed
     dur_raw, comp_raw, _ = _stage_tables(cal, Changes(), S)
-    unchanged = run_model(typical_model(g0.action_orders(), g0.placement,
-                                        lambda s, k: dur_raw[(s, k)],
-                                        lambda s, k: comp_raw[(s, k)], cal))
+    unchanged = _run_with_pairs(typical_model(g0.action_orders(), g0.placement,
+                                              lambda s, k: dur_raw[(s, k)],
+                                              lambda s, k: comp_raw[(s, k)], cal,
+                                              pairs=_run_pairs(common["before"])))
     measured = common["measured_step_time_us"]
     assumptions += [
         f"order: the catalogue's {name} order for P={P}, M={M_new}, v={sched.chunks}",
@@ -308,3 +309,34 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
     return Prediction(predicted_step_time_us=pred.step_time / US, predicted_bubble=pred.bubble,
                       model="typical values", after=after, assumptions=assumptions,
                       calibration=calibration, **common)
+
+
+def _run_pairs(before: dict) -> frozenset:
+    """The overlapped F/B pairs of the schedule the run ran (DualPipeV), when it is known
+    (``before``: the prediction's description of the run)."""
+    from pipeaudit.errors import ScheduleError
+    from pipeaudit.schedules import build_schedule
+
+    if not before.get("schedule"):
+        return frozenset()
+    chunks = before.get("num_chunks")
+    try:
+        sched = build_schedule(before["schedule"], before["num_ranks"], before["num_microbatches"],
+                               chunks if chunks and chunks > 1 else None)
+    except ScheduleError:
+        return frozenset()
+    return sched.pairs
+
+
+def _run_with_pairs(model):
+    """Replay ``model``; without its pairs when the order does not hold them."""
+    import dataclasses
+
+    from pipeaudit.errors import ScheduleError
+
+    try:
+        return run_model(model)
+    except ScheduleError:
+        if not model.pairs:
+            raise
+        return run_model(dataclasses.replace(model, pairs=frozenset()))

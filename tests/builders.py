@@ -332,7 +332,7 @@ def _consumers(orders, slots) -> dict[tuple, tuple[int, tuple]]:
 def build_gpu_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1,
                   host_delay=None, name="built_gpu", p2p="runtime", nccl="new", p2p_args=True,
                   drop_launches=0.0, shuffle=False, hosts=None, clock_offset_us=None,
-                  world_size=None, seed=0, with_profiler_steps=True) -> BuiltRun:
+                  world_size=None, seed=0, with_profiler_steps=True, annotate=True) -> BuiltRun:
     """The GPU (Kineto kernel-level) trace of the run :func:`build_run` writes for the same
     arguments with ``rendezvous=True``: the same compute intervals, now kernels.
 
@@ -350,6 +350,8 @@ def build_gpu_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, ste
     compute launches left out (those kernels are found through the GPU copy). ``shuffle``:
     events in random order. ``hosts``: rank -> host name; ``clock_offset_us``: host ->
     µs its clock reads ahead of the true time (every event of its ranks is shifted).
+    ``annotate=False``: torch's own ``Schedule1F1B`` on GPUs: no ``PP:`` span nor GPU copy,
+    P2P as bare ops, a backward's kernels all launched from the autograd thread.
 
     ``extra["recv"]``: per rank, the truth of every recv kernel: (stage, kind, mb, start,
     end, waiting, transfer) in µs of true time.
@@ -417,7 +419,7 @@ def build_gpu_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, ste
                 direction = "F" if k == "F" else "B"
                 if sl.dep_rank is not None:  # recv kernel: posted when the rank gets here
                     name_ = f"PP:{s}RECV_{direction}{m}"
-                    ext = annotated(name_, L, 4) if p2p == "runtime" else None
+                    ext = annotated(name_, L, 4) if p2p == "runtime" and annotate else None
                     cpu("c10d::recv_", "cpu_op", L + 1, 3)
                     corr = launch(L + 2)
                     key = (sl.dep_rank, r)
@@ -432,18 +434,25 @@ def build_gpu_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, ste
                     waiting = min(max(sl.send_start - sl.post, 0), sl.arrival - sl.post)
                     recv_truth[r].append((s, k, m, t0 + sl.post, t0 + sl.arrival, waiting,
                                           sl.arrival - sl.post - waiting))
-                ext = annotated(f"PP:{s}{k}{m}", L + 5, 15)
-                cpu("aten::mm" if k == "F" else "aten::ones_like", "cpu_op", L + 6, 3)
-                keep = rng.random() >= drop_launches
-                corr1 = launch(L + 7, keep=keep)
+                ext = annotated(f"PP:{s}{k}{m}", L + 5, 15) if annotate else None
+                if annotate or k == "F":
+                    cpu("aten::mm" if k == "F" else "aten::ones_like", "cpu_op", L + 6, 3)
+                    keep = rng.random() >= drop_launches
+                    corr1 = launch(L + 7, keep=keep)
+                else:  # the autograd engine launches the whole backward from its thread
+                    cpu("autograd::engine::evaluate_function: AddBackward0", "cpu_op", L + 6, 3,
+                        autograd)
+                    corr1 = launch(L + 7, autograd)
                 assert L + 7 < t0 + a, "launch after its kernel"
                 if k == "F":
                     gpu("sm90_xmma_gemm_f16f16_tn", "kernel", t0 + a, c1 - a, COMPUTE_STREAM, correlation=corr1)
-                    copy(f"PP:{s}{k}{m}", ext, a, c1, COMPUTE_STREAM)
+                    if ext is not None:
+                        copy(f"PP:{s}{k}{m}", ext, a, c1, COMPUTE_STREAM)
                 else:
                     mid = a + (c1 - a) // 2
                     gpu("elementwise_kernel", "kernel", t0 + a, mid - a, COMPUTE_STREAM, correlation=corr1)
-                    copy(f"PP:{s}{k}{m}", ext, a, mid, COMPUTE_STREAM)
+                    if ext is not None:
+                        copy(f"PP:{s}{k}{m}", ext, a, mid, COMPUTE_STREAM)
                     cpu("autograd::engine::evaluate_function: MmBackward0", "cpu_op", L + 10, 4, autograd)
                     corr2 = launch(L + 11, autograd)
                     gpu("sm90_xmma_gemm_f16f16_nt", "kernel", t0 + mid, c1 - mid, SIDE_STREAM, correlation=corr2)
@@ -453,7 +462,7 @@ def build_gpu_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, ste
                     dst_rank, dst_act = consumers[(s, k, m)]
                     arrival = slots[dst_act].arrival
                     name_ = f"PP:{s}SEND_{direction}{m}"
-                    ext = annotated(name_, L + 21, 4) if p2p == "runtime" else None
+                    ext = annotated(name_, L + 21, 4) if p2p == "runtime" and annotate else None
                     cpu("c10d::send", "cpu_op", L + 22, 2)
                     corr = launch(L + 23)
                     key = (r, dst_rank)

@@ -182,3 +182,21 @@ def test_single_process_two_devices_is_a_two_stage_pipeline(tmp_path, schedule, 
         assert r.bubble == pytest.approx(truth[r.rank], abs=0.005)
     assert any("single-process pipeline over 2 devices" in n for n in result.notes)
     assert result.bubble.replay_ideal is not None
+
+
+@pytest.mark.parametrize("steps_marked", [True, False])
+def test_unannotated_gpu_run(tmp_path, steps_marked):
+    """torch's own Schedule1F1B on GPUs: no PP: span, no GPU copy; F/B from the host ops (the
+    backward on the autograd thread), compute from the kernels they launch."""
+    orders = one_f_one_b_orders(4, 8)
+    built = build_gpu_run(tmp_path, orders, latency=200, steps=2, annotate=False,
+                          with_profiler_steps=steps_marked,
+                          dur=lambda s, k, m: (4 if s == 0 else 1) * {"F": 1000, "B": 2000}[k])
+    result = pipeaudit.load(built.directory).audit()
+    assert result.actions_inferred and result.schedule == "1f1b"
+    assert (result.num_ranks, result.num_microbatches, result.num_steps) == (4, 8, 2)
+    for st in result.stages:
+        assert st.actions["F"] == 16 and st.actions["B"] == 16
+    truth = built.true_bubble()
+    for r in result.ranks:
+        assert r.bubble == pytest.approx(truth[r.rank], abs=0.005)

@@ -117,7 +117,7 @@ def _child(method: str, path: str, repeat: int) -> None:
     import msgspec
 
     from pipeaudit.trace import read_trace
-    from pipeaudit.trace.source import read_bytes
+    from pipeaudit.trace.source import read_text
 
     base_rss = _rss_mb()
     best = best_cpu = float("inf")
@@ -129,14 +129,14 @@ def _child(method: str, path: str, repeat: int) -> None:
             n_events = rt.events.height
             del rt
         else:
-            data = read_bytes(Path(path))[0]
+            data = read_text(Path(path))[0]
             obj = msgspec.json.decode(data) if method == "msgspec" else json.loads(data)
             n_events = len(obj["traceEvents"])
             del obj, data
         best = min(best, time.perf_counter() - t0)
         best_cpu = min(best_cpu, time.process_time() - c0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3  # KB -> MB on Linux
-    json_bytes = len(read_bytes(Path(path))[0])  # after the peak was taken
+    json_bytes = len(read_text(Path(path))[0])  # after the peak was taken
     print(json.dumps({"method": method, "seconds": best, "cpu_seconds": best_cpu, "json_bytes": json_bytes, "events": n_events,
                       "peak_rss_mb": peak - base_rss}))
 

@@ -43,15 +43,14 @@ def corpus(tmp_path_factory) -> Path:
 def _deny(monkeypatch, path: Path) -> None:
     """Simulate a file the user may not read (chmod 000 does not stop root)."""
     source = importlib.import_module("pipeaudit.trace.source")
-    real_open = open
+    real_open = source._open_fd
 
     def guarded(file, *args, **kwargs):
         if os.fspath(file) == str(path):
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(source, "open", guarded, raising=False)
-    monkeypatch.setattr(importlib.import_module("pipeaudit.trace.stream"), "open", guarded, raising=False)
+    monkeypatch.setattr(source, "_open_fd", guarded)
 
 
 def _invoke(corpus: Path, spec: dict, fmt: str = "json"):

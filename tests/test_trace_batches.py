@@ -1,5 +1,6 @@
-"""Streaming decode: the same RankTrace (or the same error) as the whole-file decode, in
-bounded memory."""
+"""One reading pipeline: the same RankTrace (or the same error, with the same byte offsets)
+whatever the batch size (1 byte to the whole file) and the tokenizer (compiled scanner or
+msgspec), in bounded memory."""
 
 from __future__ import annotations
 
@@ -16,10 +17,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeaudit.errors import TraceError
-from pipeaudit.trace import read_trace
+from pipeaudit.trace import ReadOptions, Tokenizer, read_trace, scanner
+from pipeaudit.trace.decode import decode_file
 from pipeaudit.trace.source import estimated_json_bytes
-from pipeaudit.trace.stream import needs_streaming, read_trace_streaming
-from pipeaudit.trace.synth import mem, simple_rank, trace, write, x
+from synth import mem, simple_rank, trace, write, x
+
+TOKENIZERS = [Tokenizer.MSGSPEC] + ([Tokenizer.SCANNER] if scanner.available() else [])
+WHOLE = 1 << 40  # a batch bigger than any file: the whole array at once
+
+
+def read_batched(path, *, batch_bytes: int = 4 << 20, tokenizer: Tokenizer = Tokenizer.MSGSPEC,
+                 columns=None):
+    """``read_trace`` with explicit options: this batch size and tokenizer."""
+    options = ReadOptions(tokenizer=tokenizer, batch_bytes=batch_bytes, max_event_bytes=64 << 20)
+    return decode_file(path, options, columns=columns)
 
 ROOT = Path(__file__).resolve().parents[1]
 HTA = Path("/work/shared/traces/hta")
@@ -49,30 +60,30 @@ def _outcome(fn, path: Path, **kw):
         return str(exc)
 
 
+@pytest.mark.parametrize("tokenizer", TOKENIZERS, ids=lambda t: t.value)
 @pytest.mark.parametrize("path", _files(), ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_same_result_as_whole_file(path: Path) -> None:
-    whole = read_trace(path)
+def test_same_result_whatever_the_batch_size(path: Path, tokenizer: Tokenizer) -> None:
+    whole = read_batched(path, batch_bytes=WHOLE, tokenizer=Tokenizer.MSGSPEC)
+    _same(whole, read_trace(path))
     # small batches (about 30 per file): many cuts, some inside args that must be retried
     batch = max(2000, estimated_json_bytes(path) // 30)
-    _same(whole, read_trace_streaming(path, batch_bytes=batch))
-    _same(whole, read_trace_streaming(path))
+    _same(whole, read_batched(path, batch_bytes=batch, tokenizer=tokenizer))
+    _same(whole, read_batched(path, tokenizer=tokenizer))
     cols = ["tid", "correlation"]
-    _same(read_trace(path, columns=cols), read_trace_streaming(path, columns=cols, batch_bytes=batch * 3))
+    _same(read_batched(path, batch_bytes=WHOLE, columns=cols),
+          read_batched(path, columns=cols, batch_bytes=batch * 3, tokenizer=tokenizer))
 
 
-def test_max_memory_switches_to_streaming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    p = write(tmp_path / "rank0.json", simple_rank(0))
+def test_options_follow_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader's options are explicit and come from the memory budget."""
+    small, big = ReadOptions.for_budget(100), ReadOptions.for_budget(8 << 30)
+    assert (small.batch_bytes, small.max_event_bytes) == (1 << 20, 1 << 20)
+    assert (big.batch_bytes, big.max_event_bytes) == (4 << 20, 64 << 20)
+    assert big.tokenizer is (Tokenizer.SCANNER if scanner.available() else Tokenizer.MSGSPEC)
+    assert big.describe() == f"{big.tokenizer.value}, 4 MiB batches"
+    assert ReadOptions.for_budget(None, salvage=True).describe().endswith(", salvage")
     monkeypatch.setenv("PIPEAUDIT_NO_SCANNER", "1")
-    assert not needs_streaming(p, 1 << 30) and needs_streaming(p, 100)
-    _same(read_trace(p), read_trace(p, max_memory=100))
-
-
-def test_streams_every_size_with_the_scanner(tmp_path: Path) -> None:
-    """With the compiled scanner the streaming decode is the faster one at any size."""
-    from pipeaudit.trace import scanner
-
-    p = write(tmp_path / "rank0.json", simple_rank(0))
-    assert needs_streaming(p, 1 << 30) == scanner.available()
+    assert ReadOptions.for_budget(8 << 30).tokenizer is Tokenizer.MSGSPEC
 
 
 def test_pretty_printed_and_odd_layouts(tmp_path: Path) -> None:
@@ -88,9 +99,10 @@ def test_pretty_printed_and_odd_layouts(tmp_path: Path) -> None:
                        ("members.json.gz", gzip.compress(text[:300].encode()) + gzip.compress(text[300:].encode()))]:
         p = tmp_path / name
         p.write_bytes(data)
-        whole = read_trace(p)
-        for batch in (1, 50, 400, 1 << 20):
-            _same(whole, read_trace_streaming(p, batch_bytes=batch))
+        whole = read_batched(p, batch_bytes=WHOLE)
+        for tokenizer in TOKENIZERS:
+            for batch in (1, 50, 400, 1 << 20):
+                _same(whole, read_batched(p, batch_bytes=batch, tokenizer=tokenizer))
 
 
 BAD = [
@@ -115,13 +127,14 @@ BAD = [
 
 @pytest.mark.parametrize("content", BAD)
 @pytest.mark.parametrize("gz", [False, True])
-def test_same_error_as_whole_file(tmp_path: Path, content: bytes, gz: bool) -> None:
+def test_same_error_whatever_the_batch_size(tmp_path: Path, content: bytes, gz: bool) -> None:
     p = tmp_path / ("bad.json.gz" if gz else "bad.json")
     p.write_bytes(gzip.compress(content) if gz else content)
-    want = _outcome(read_trace, p)
-    for batch in (1, 30, 1 << 20):
-        got = _outcome(read_trace_streaming, p, batch_bytes=batch)
-        assert got == want if isinstance(want, str) else not isinstance(got, str)
+    want = _outcome(read_batched, p, batch_bytes=WHOLE)
+    for tokenizer in TOKENIZERS:
+        for batch in (1, 30, 1 << 20):
+            got = _outcome(read_batched, p, batch_bytes=batch, tokenizer=tokenizer)
+            assert got == want if isinstance(want, str) else not isinstance(got, str)
 
 
 def test_gzip_errors_match(tmp_path: Path) -> None:
@@ -133,10 +146,10 @@ def test_gzip_errors_match(tmp_path: Path) -> None:
     for name, content in cases.items():
         p = tmp_path / name
         p.write_bytes(content)
-        want = _outcome(read_trace, p)
-        got = _outcome(read_trace_streaming, p, batch_bytes=40)
+        want = _outcome(read_batched, p, batch_bytes=WHOLE)
+        got = _outcome(read_batched, p, batch_bytes=40)
         assert got == want if isinstance(want, str) else not isinstance(got, str), name
-    assert _outcome(read_trace_streaming, tmp_path / "nope.json") == f"{tmp_path / 'nope.json'}: no such file or directory"
+    assert _outcome(read_batched, tmp_path / "nope.json") == f"{tmp_path / 'nope.json'}: no such file or directory"
 
 
 # --------------------------------------------------------------------------- fuzz
@@ -149,11 +162,12 @@ SETTINGS = settings(max_examples=int(os.environ.get("PIPEAUDIT_FUZZ_EXAMPLES", "
 
 @SETTINGS
 @given(doc=mutated_traces(), gz=st.booleans(), cut=st.none() | st.integers(0, 400), pretty=st.booleans(),
-       batch=st.sampled_from([1, 20, 200, 1 << 20]))
-def test_fuzz_same_outcome(doc, gz: bool, cut: int | None, pretty: bool, batch: int) -> None:
+       batch=st.sampled_from([1, 20, 200, 1 << 20]), tokenizer=st.sampled_from(TOKENIZERS))
+def test_fuzz_same_outcome(doc, gz: bool, cut: int | None, pretty: bool, batch: int,
+                           tokenizer: Tokenizer) -> None:
     path = _write(doc, gz, cut, pretty)
-    want = _outcome(read_trace, path)
-    got = _outcome(read_trace_streaming, path, batch_bytes=batch)
+    want = _outcome(read_batched, path, batch_bytes=WHOLE)
+    got = _outcome(read_batched, path, batch_bytes=batch, tokenizer=tokenizer)
     if isinstance(want, str):
         assert got == want
     else:
@@ -162,10 +176,11 @@ def test_fuzz_same_outcome(doc, gz: bool, cut: int | None, pretty: bool, batch: 
 
 
 @SETTINGS
-@given(doc=good_traces(), pretty=st.booleans(), batch=st.sampled_from([1, 64, 1 << 20]))
-def test_fuzz_good_traces(doc, pretty: bool, batch: int) -> None:
+@given(doc=good_traces(), pretty=st.booleans(), batch=st.sampled_from([1, 64, 1 << 20]),
+       tokenizer=st.sampled_from(TOKENIZERS))
+def test_fuzz_good_traces(doc, pretty: bool, batch: int, tokenizer: Tokenizer) -> None:
     path = _write(doc, False, None, pretty)
-    _same(read_trace(path), read_trace_streaming(path, batch_bytes=batch))
+    _same(read_batched(path, batch_bytes=WHOLE), read_batched(path, batch_bytes=batch, tokenizer=tokenizer))
 
 
 # --------------------------------------------------------------------------- memory
@@ -176,8 +191,8 @@ def test_fuzz_good_traces(doc, pretty: bool, batch: int) -> None:
 _CHILD = """
 import sys
 sys.path.insert(0, {root!r})
-from pipeaudit.trace import read_trace
-from pipeaudit.trace.stream import read_trace_streaming
+from pipeaudit.trace import ReadOptions, Tokenizer
+from pipeaudit.trace.decode import decode_file
 
 def hwm():
     for line in open("/proc/self/status"):
@@ -185,7 +200,7 @@ def hwm():
             return int(line.split()[1]) // 1024
 
 before = hwm()
-rt = read_trace_streaming(sys.argv[1]) if sys.argv[2] == "stream" else read_trace(sys.argv[1])
+rt = decode_file(sys.argv[1], ReadOptions.for_budget(256 << 20, tokenizer=Tokenizer(sys.argv[2])))
 print(rt.events.height, before, hwm(), rt.events.estimated_size() // 2**20)
 """
 
@@ -214,37 +229,34 @@ def _generate(path: Path, n_events: int) -> int:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
-def test_streaming_memory_is_bounded(tmp_path: Path) -> None:
-    """A 210 MB (JSON) trace: the whole-file decode peaks at several times the JSON size;
-    the streaming decode holds the finished columns plus a few batches, well below it."""
+def test_memory_is_bounded(tmp_path: Path) -> None:
+    """A 210 MB (JSON) trace: the decode holds the finished columns plus a few batches, well
+    below the JSON size (a whole-file decode peaked at 3-4x it), with either tokenizer."""
     path = tmp_path / "big.json.gz"
     json_mb = _generate(path, 600_000) / 1e6
-    peaks = {}
-    for mode in ("stream", "whole"):
-        out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT)), str(path), mode],
-                             check=True, capture_output=True, text=True).stdout.split()
-        assert int(out[0]) == 600_000
-        peaks[mode] = int(out[2]) - int(out[1])  # MB above the interpreter with its imports
-        table_mb = int(out[3])
-    print(f"JSON {json_mb:.0f} MB, peak RSS above imports: {peaks}")
     assert json_mb > 200
-    assert peaks["whole"] > 2 * json_mb
-    assert peaks["stream"] < 2 * table_mb + 64  # the columns (sort copy) and the batches
-    assert peaks["stream"] < 0.75 * json_mb and peaks["stream"] < peaks["whole"] / 4
+    for tokenizer in TOKENIZERS:
+        out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT)), str(path),
+                              tokenizer.value], check=True, capture_output=True, text=True).stdout.split()
+        assert int(out[0]) == 600_000
+        peak = int(out[2]) - int(out[1])  # MB above the interpreter with its imports
+        table_mb = int(out[3])
+        print(f"JSON {json_mb:.0f} MB, {tokenizer.value}: peak RSS above imports {peak} MB")
+        assert peak < 2 * table_mb + 64  # the columns (sort copy) and the batches
+        assert peak < 0.75 * json_mb
 
 
 @pytest.mark.parametrize("path", _files(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_lean_decode_builds_the_same_columns(path: Path) -> None:
     """The analysis columns come from the lean Structs (no pid, fewer args keys): the same
-    values as the full decode, whole-file and streamed."""
+    values as the full decode, with either tokenizer."""
     from pipeaudit.timeline.build import REDUCE_COLUMNS
     from pipeaudit.trace.decode import check_columns
     from pipeaudit.trace.schema import is_lean
 
     assert is_lean(check_columns(REDUCE_COLUMNS)) and not is_lean(check_columns(None))
     full = _outcome(read_trace, path)
-    for lean in (_outcome(read_trace, path, columns=REDUCE_COLUMNS),
-                 _outcome(read_trace_streaming, path, columns=REDUCE_COLUMNS)):
+    for lean in [_outcome(read_batched, path, columns=REDUCE_COLUMNS, tokenizer=t) for t in TOKENIZERS]:
         if isinstance(full, str):
             assert lean == full
             continue
@@ -253,16 +265,32 @@ def test_lean_decode_builds_the_same_columns(path: Path) -> None:
         assert set(lean.warnings) <= set(full.warnings)
 
 
-def test_invalid_utf8_is_repaired_as_the_whole_file_decode_does(tmp_path: Path) -> None:
-    """A name with bytes that are not UTF-8 (once an internal error when streamed)."""
-    doc = trace([x("ProfilerStep#1", 1000, 900), x("aten::mm", 1001, 5), x("PP:F0", 1002, 3)])
-    data = msgspec.json.encode(doc).replace(b"aten::mm", b"aten::\xff\xfemm")
+def test_invalid_utf8_is_repaired_and_counted_the_same_way(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8, in a kept name and in the name of an event that is not
+    kept (ph M): replaced and counted by the byte reader, so every tokenizer and batch size
+    gives the same names and the same note (the scanner once said nothing about the second)."""
+    doc = trace([x("ProfilerStep#1", 1000, 900), x("aten::mm", 1001, 5), x("PP:F0", 1002, 3),
+                 {"ph": "M", "name": "thread_nameXX", "pid": 1, "tid": 1}])
+    data = msgspec.json.encode(doc).replace(b"aten::mm", b"aten::\xff\xfemm").replace(b"nameXX", b"name\xc3")
     p = tmp_path / "rank0.json"
     p.write_bytes(data)
-    whole = read_trace(p)
-    assert "2 invalid UTF-8 byte sequences in strings replaced by U+FFFD" in whole.warnings
-    for batch in (64, 1 << 20):
-        _same(whole, read_trace_streaming(p, batch_bytes=batch))
-    with pytest.raises(UnicodeDecodeError):
-        read_trace_streaming(p, repair_utf8=False)
-    _same(whole, read_trace(p, max_memory=1 << 30))  # streamed for speed, then whole-file
+    whole = read_batched(p, batch_bytes=WHOLE)
+    assert "3 invalid UTF-8 byte sequences in strings replaced by U+FFFD" in whole.warnings
+    assert "aten::\ufffd\ufffdmm" in whole.events["name"].to_list()
+    for tokenizer in TOKENIZERS:
+        for batch in (1, 64, 1 << 20):
+            _same(whole, read_batched(p, batch_bytes=batch, tokenizer=tokenizer))
+
+
+def test_offsets_are_the_files_own_after_repairs(tmp_path: Path) -> None:
+    """100k invalid bytes before a broken number: the message names the broken byte of the
+    file, not a byte of the repaired text (three times as long), in every configuration."""
+    clean = msgspec.json.encode(trace([x("a" * 100_000, 1000, 5)])).replace(b'"dur":5', b'"dur":5.x')
+    p, q = tmp_path / "rank0.json", tmp_path / "clean.json"
+    q.write_bytes(clean)
+    p.write_bytes(clean.replace(b"a" * 100_000, b"\xff" * 100_000))  # same length, not UTF-8
+    want = _outcome(read_batched, q, batch_bytes=WHOLE).replace(str(q), str(p))
+    assert "invalid number (byte " in want and p.stat().st_size > 100_000
+    for tokenizer in TOKENIZERS:
+        for batch in (1, 1000, 1 << 20, WHOLE):
+            assert _outcome(read_batched, p, batch_bytes=batch, tokenizer=tokenizer) == want

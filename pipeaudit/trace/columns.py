@@ -166,7 +166,7 @@ def _field(events: list[Event], name: str) -> list:
 @dataclass
 class TableParts:
     """Columns of the kept events of the batches of one file, before the drop rules, the
-    base time and the sort (:func:`finish_tables` applies them).
+    base time and the sort (:func:`finish_tables` applies them, and adds ``ph``: always "X").
 
     A bad ``ts``/``dur`` does not raise at once: the first error of each kind ("ts", "dur",
     "memory ts"), in file order, is kept in :attr:`errors` and no more columns are built;
@@ -202,7 +202,6 @@ class TableParts:
         out = [
             pl.Series("name", _field(kept, "name"), dtype=pl.Utf8),
             pl.Series("cat", _field(kept, "cat"), dtype=pl.Utf8),
-            pl.repeat("X", len(kept), dtype=pl.Utf8, eager=True).alias("ph"),
             ts.alias("ts"),
             dur.alias("dur"),
         ]
@@ -287,7 +286,8 @@ def finish_tables(parts: TableParts, base_ns: int, warnings: list[str]) -> tuple
                + _set_aside(df, negative, "with negative dur", warnings))
     if dropped:
         df = df.filter(~(ts_missing | dur_missing | negative))
-    df = df.with_columns(pl.col("ts") + base_ns)
+    df = df.with_columns(pl.col("ts") + base_ns, ph=pl.lit("X", dtype=pl.Utf8))
+    df = df.select([c for c in EVENT_SCHEMA if c in df.columns])  # the schema's order
     if df.height == 0 or not df["ts"].is_sorted() or _has_ties(df["ts"]):
         df = df.sort(["ts", "dur"], descending=[False, True], maintain_order=True)
     df = df.cast({c: t for c, t in EVENT_SCHEMA.items() if c in df.columns})  # type: ignore[arg-type]

@@ -45,7 +45,8 @@ from pipeaudit.trace.source import READ_BYTES, TraceBytes
 MAX_CUT_TRIES = 4
 
 _NON_WS = re.compile(rb"[^ \t\r\n]")
-_CUT = re.compile(rb"\}(?=[ \t\r\n]*(?:[,\]]|\Z))")
+_CUT = re.compile(rb"\}(?=[ \t\r\n]*(?:[,\]]|\Z))")  # \Z: whitespace to the end of what is read
+_CUT_AT_END = re.compile(rb"\}(?=[ \t\r\n]*[,\]])")  # when the text ends there too
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _WS = b" \t\r\n"
 _RAW = msgspec.json.Decoder(msgspec.Raw)
@@ -340,18 +341,17 @@ class Document:
         return key
 
     def _value(self, key: str) -> bytes:
-        """The raw JSON text of the member value at ``buf.start`` (checked by msgspec)."""
+        """The raw JSON text of the member value at ``buf.start`` (checked by msgspec, on a
+        window that grows until it holds the value: the rest of the buffer is not read)."""
         buf = self.buf
+        window = 1 << 12
         while True:
-            view = memoryview(buf.data)[buf.start:]
+            end = min(len(buf.data), buf.start + window)
+            view = memoryview(buf.data)[buf.start:end]
             try:
-                try:
-                    _RAW.decode(view)
-                except RecursionError:
-                    raise self._too_deep(f"the top-level member {key!r}") from None
-                if buf.eof:
-                    end = len(buf.data)
-                    break
+                _RAW.decode(view)
+                if end == len(buf.data) and buf.eof:
+                    break  # the value runs to the end of the text
             except msgspec.DecodeError as exc:
                 msg = str(exc)
                 k = diagnose.msgspec_byte(msg)
@@ -360,13 +360,17 @@ class Document:
                     break
                 if "truncated" not in msg:
                     raise self.syntax(buf.start + (k or 0), diagnose.msgspec_reason(msg)) from None
-                if buf.eof:
+                if end == len(buf.data) and buf.eof:
                     raise self.truncated() from None
+            except RecursionError:
+                raise self._too_deep(f"the top-level member {key!r}") from None
             finally:
                 view.release()
-            if buf.live > self.max_event:
+            if window > self.max_event:
                 raise self._too_big_member(f"the top-level member {key!r}")
-            buf.fill(max(2 * buf.live, READ_BYTES))
+            window *= 4
+            if buf.start + window > len(buf.data):
+                buf.fill(window)
         raw = buf.data[buf.start:end]
         buf.start = end
         return raw
@@ -414,7 +418,8 @@ class Document:
         while top > p:
             lo = max(p, top - window)
             end = min(len(data), top + 4096)
-            found = [m.start() for m in _CUT.finditer(data, lo, end) if m.start() < top]
+            cut = _CUT_AT_END if end == len(data) and self.buf.eof else _CUT
+            found = [m.start() for m in cut.finditer(data, lo, end) if m.start() < top]
             yield from reversed(found)
             top = lo
             window *= 4

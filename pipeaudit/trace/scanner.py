@@ -39,7 +39,8 @@ _ARG_COLUMNS = ("correlation", "external_id", "stream", "device", "src_rank", "d
 
 @dataclass
 class ScannedBatch:
-    """What :meth:`pipeaudit.trace.decode.TableParts.add` would have built from a batch."""
+    """What :meth:`pipeaudit.trace.columns.TableParts.add` would have built from a batch
+    (``complete`` without the constant ``ph`` column, which the finished table adds)."""
 
     complete: pl.DataFrame
     memory: pl.DataFrame
@@ -67,11 +68,9 @@ def scan_batch(data: bytes | memoryview, columns: frozenset[str], dropped: froze
     def text(key: str) -> pl.Series:
         return strings.gather(pl.Series(np.frombuffer(out[key], dtype=np.int32))).alias(key)
 
-    n = out["n_kept"]
     cols = [
         text("name"),
         text("cat"),
-        pl.repeat("X", n, dtype=pl.Utf8, eager=True).alias("ph"),
         _nullable("ts", out["ts"], out["ts_missing"], missing=True),
         _nullable("dur", out["dur"], out["dur_missing"], missing=True),
     ]

@@ -154,7 +154,7 @@ def test_gzip_errors_match(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- fuzz
 
-from tests.test_trace_fuzz import _write, good_traces, mutated_traces  # noqa: E402
+from tests.test_trace_fuzz import _DIR, _write, good_traces, mutated_traces  # noqa: E402
 
 SETTINGS = settings(max_examples=int(os.environ.get("PIPEAUDIT_FUZZ_EXAMPLES", "60")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -294,3 +294,51 @@ def test_offsets_are_the_files_own_after_repairs(tmp_path: Path) -> None:
     for tokenizer in TOKENIZERS:
         for batch in (1, 1000, 1 << 20, WHOLE):
             assert _outcome(read_batched, p, batch_bytes=batch, tokenizer=tokenizer) == want
+
+
+# --------------------------------------------------------------------------- both decoders, damaged real traces
+
+_REAL = gzip.decompress((SAMPLES / "1f1b_p2_m4" / "rank0.json.gz").read_bytes())
+_TOKENS = [b"{", b"}", b"[", b"]", b'"', b",", b":", b"\\", b"\\u00e9", b"\x00", b"\xff\xfe", b"\xc3",
+           b"NaN", b"1e999", b"-0", b"null", b'"ts": 1, "ts": 2', b'"dur": -5', b"[" * 1200,
+           b'"traceEvents": [],', b" " * 3000]
+
+
+def _damaged(rng, text: bytes) -> bytes:
+    out = bytearray(text)
+    for _ in range(rng.randint(1, 4)):
+        at = rng.randrange(len(out))
+        how = rng.random()
+        if how < 0.25:
+            out[at] = rng.randrange(256)
+        elif how < 0.55:
+            out[at:at] = rng.choice(_TOKENS)
+        elif how < 0.75:
+            del out[at:at + rng.randint(1, 40)]
+        elif how < 0.85:
+            del out[at:]
+        else:  # an event without dur
+            i = out.find(b'"dur":', at)
+            if i >= 0:
+                del out[i:out.index(b",", i) + 1]
+    return bytes(out)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32), gz=st.booleans())
+def test_fuzz_decoders_agree_on_damaged_real_traces(seed: int, gz: bool) -> None:
+    """A real harness trace damaged byte by byte: the scanner and msgspec, in batches of any
+    size, give the same trace (same notes) or the same one-line error."""
+    import random
+
+    data = _damaged(random.Random(seed), _REAL)
+    p = _DIR / ("damaged.json.gz" if gz else "damaged.json")
+    p.write_bytes(gzip.compress(data, compresslevel=1) if gz else data)
+    want = _outcome(read_batched, p, batch_bytes=WHOLE, tokenizer=Tokenizer.MSGSPEC)
+    for tokenizer, batch in [(t, b) for t in TOKENIZERS for b in (4 << 20, 3000)]:
+        got = _outcome(read_batched, p, batch_bytes=batch, tokenizer=tokenizer)
+        if isinstance(want, str):
+            assert got == want, (tokenizer, batch)
+        else:
+            assert not isinstance(got, str), got
+            _same(want, got)

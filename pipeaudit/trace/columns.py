@@ -280,14 +280,15 @@ def finish_tables(parts: TableParts, base_ns: int, warnings: list[str]) -> tuple
     ts_missing = df["_ts_missing"]
     dur_missing = df["dur"].is_null() & ~ts_missing
     negative = (df["dur"] < 0).fill_null(False) & ~ts_missing
-    df = df.drop("_ts_missing")
     dropped = (_set_aside(df, ts_missing, "without ts", warnings)
                + _set_aside(df, dur_missing, "without dur (their end is unknown)", warnings)
                + _set_aside(df, negative, "with negative dur", warnings))
     if dropped:
         df = df.filter(~(ts_missing | dur_missing | negative))
-    df = df.with_columns(pl.col("ts") + base_ns, ph=pl.lit("X", dtype=pl.Utf8))
-    df = df.select([c for c in EVENT_SCHEMA if c in df.columns])  # the schema's order
+    # the schema's order, the base time added, ph (always "X") made once: one pass
+    df = df.select([pl.lit("X", dtype=pl.Utf8).alias(c) if c == "ph" else
+                    (pl.col(c) + base_ns) if c == "ts" else pl.col(c)
+                    for c in EVENT_SCHEMA if c in df.columns or c == "ph"])
     if df.height == 0 or not df["ts"].is_sorted() or _has_ties(df["ts"]):
         df = df.sort(["ts", "dur"], descending=[False, True], maintain_order=True)
     df = df.cast({c: t for c, t in EVENT_SCHEMA.items() if c in df.columns})  # type: ignore[arg-type]

@@ -111,19 +111,23 @@ def _read(text: TraceBytes, options: ReadOptions, cols: frozenset[str],
 
 def _read_salvaged(path: Path, options: ReadOptions, cols: frozenset[str],
                    rank_hint: int | None) -> RankTrace:
-    """An intact file as :func:`_read` reads it; a damaged one's complete events, cut."""
+    """An intact file as :func:`_read` reads it (in bounded memory); a damaged one's
+    complete events (its whole text held, within ``options.salvage_limit``), cut."""
+    try:
+        return _read(TraceBytes(path), options, cols, rank_hint)
+    except TraceError as exc:
+        if exc.kind is Kind.GZIP_CORRUPT:
+            raise salv.unverifiable(exc) from None
+        if not salv.is_salvageable(exc):
+            raise
+        damage = exc.problem
     try:
         text, source = read_text(path, tolerant=True, limit=options.salvage_limit)
     except TraceError as exc:
-        raise salv.unverifiable(exc) if exc.kind is Kind.GZIP_CORRUPT else exc from None
-    damage = source.damage.problem if source.damage is not None else None
-    if damage is None:
-        try:
-            return _read(source.in_memory(text), options, cols, rank_hint)
-        except TraceError as exc:
-            if not salv.is_salvageable(exc):
-                raise
-            damage = exc.problem
+        if exc.kind is not Kind.TOO_BIG:
+            raise
+        raise TraceError(path, f"{damage}; --salvage holds a damaged file's whole text and this "
+                               f"one has {exc.problem}", Kind.TOO_BIG) from None
     doc, report = salv.recover(path, text, damage, size=source.size, used=source.compressed_used)
     rt = _read(source.in_memory(doc, offsets=False), options, cols, rank_hint)
     salv.complete_report(report, doc, rt)

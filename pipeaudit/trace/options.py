@@ -25,9 +25,9 @@ MAX_BATCH = 4 << 20
 #: The largest event (and the largest member of the header) a trace may hold: no profiler
 #: writes one this big; past it the file is refused rather than buffered.
 MAX_EVENT_BYTES = 64 << 20
-#: With ``salvage``, the whole JSON text is held at once (the damage is found by scanning
-#: it): at most this share of the budget.
-SALVAGE_SHARE = 4
+#: With ``salvage``, a damaged file's whole JSON text is held at once (the complete events are
+#: found by scanning it, which takes 3-4x the text): at most this share of the budget.
+SALVAGE_SHARE = 8
 
 
 class Tokenizer(enum.Enum):

@@ -384,7 +384,7 @@ def read_text(path: str | os.PathLike[str], *, tolerant: bool = False,
     for chunk in tb.chunks():
         total += len(chunk)
         if limit is not None and total > limit:
-            raise TraceError(path, f"more than {limit / 2**20:,.0f} MiB of JSON, more than this "
-                                   "reading can hold in its memory budget (--max-memory)", Kind.TOO_BIG)
+            raise TraceError(path, f"more than {limit / 2**20:,.0f} MiB of JSON, more than its share "
+                                   "of the memory budget (--max-memory)", Kind.TOO_BIG)
         parts.append(chunk)
     return b"".join(parts), tb

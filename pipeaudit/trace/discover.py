@@ -34,13 +34,12 @@ import glob
 import os
 import re
 import stat
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from pipeaudit.errors import TraceError, TraceErrorKind as Kind
 from pipeaudit.trace.naming import NOT_TRACES, has_trace_suffix, natural_key
-from pipeaudit.trace.source import GZIP_MAGIC, not_regular_problem, open_regular, os_problem
+from pipeaudit.trace.source import TraceBytes, not_regular_problem, os_problem
 
 MAX_DEPTH = 4
 SNIFF_BYTES = 64 * 1024
@@ -51,20 +50,14 @@ _ITERATION_DIR = re.compile(r"^(iteration|iter|step|epoch|cycle)[_-]?\d+$", re.I
 
 
 def looks_like_trace(path: Path) -> bool:
-    """Cheap check of a file's first bytes (decompressed when gzip): a JSON object that
-    mentions a Chrome-trace key. Unreadable files count as traces so that reading them
-    reports the problem."""
+    """Cheap check of a file's first bytes (decompressed when gzip, by the trace reader's own
+    byte reader): a JSON object that mentions a Chrome-trace key. Files that cannot be read
+    count as traces so that reading them reports the problem."""
     try:
-        with open_regular(path) as fh:
-            head = fh.read(SNIFF_BYTES)
-    except (OSError, TraceError):
+        head = TraceBytes(path).head(SNIFF_BYTES)
+    except TraceError:
         return True
-    if head.startswith(GZIP_MAGIC):
-        try:
-            head = zlib.decompressobj(wbits=31).decompress(head, SNIFF_BYTES)
-        except zlib.error:
-            return True  # a corrupt gzip named like a trace: let the reader say so
-    head = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    head = head.lstrip(b" \t\r\n")
     return head.startswith(b"{") and any(k in head for k in _SNIFF_KEYS)
 
 

@@ -35,6 +35,7 @@ import os
 import stat
 import threading
 import zlib
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,9 +62,20 @@ _REPAIR = "pipeaudit.trace.source.repair"
 _repairs = threading.local()  # the (start, end) of each invalid sequence of one decode
 
 
+#: More invalid UTF-8 sequences than this in one file: not a UTF-8 text with an odd name
+#: (the repairs' offset map stays within a few MB).
+MAX_REPAIRS = 200_000
+
+
+class _TooManyRepairs(Exception):
+    pass
+
+
 def _record_repair(exc: UnicodeError) -> tuple[str, int]:
     """A codec error handler: U+FFFD for an invalid sequence, whose span is recorded."""
     assert isinstance(exc, UnicodeDecodeError)
+    if len(_repairs.spans) >= _repairs.room:
+        raise _TooManyRepairs
     _repairs.spans.append((exc.start, exc.end))
     return "\ufffd", exc.end
 
@@ -175,12 +187,15 @@ class TraceBytes:
         self.damage: Damage | None = None
         self.compressed_used = 0
         #: the first bytes of the text as in the file (before any repair): what the file is
-        self.head = b""
+        self.first_bytes = b""
         self._memory: bytes | None = None
-        # offset map of the repairs: at repaired offset _rep[i] starts original offset _orig[i]
-        self._rep: list[int] = [0]
-        self._orig: list[int] = [0]
-        self._span: list[int] = [0]  # >0: the mark starts a replacement of this many original bytes
+        self._read_bytes, self._out_bytes = READ_BYTES, OUT_BYTES
+        # the repairs, one entry each (8 bytes a field): where the U+FFFD starts in the output,
+        # where the invalid sequence starts in the original text, and its length there
+        self._rep = array("q")
+        self._orig = array("q")
+        self._span = array("q")
+        self._bom = 0
 
     def in_memory(self, data: bytes, *, offsets: bool = True) -> "TraceBytes":
         """A reader of ``data``, text this reader produced (or rebuilt from it, e.g. a
@@ -188,10 +203,11 @@ class TraceBytes:
         to the file's offsets (only right when ``data`` is this reader's text)."""
         tb = TraceBytes(self.path)
         tb._memory = data
-        tb.size, tb.gzip, tb.repaired, tb.head = self.size, self.gzip, self.repaired, self.head
+        tb.size, tb.gzip, tb.repaired = self.size, self.gzip, self.repaired
+        tb.first_bytes = self.first_bytes
         tb.compressed_used = self.compressed_used
         if offsets:
-            tb._rep, tb._orig, tb._span = self._rep, self._orig, self._span
+            tb._rep, tb._orig, tb._span, tb._bom = self._rep, self._orig, self._span, self._bom
         return tb
 
     # ---- offsets
@@ -200,14 +216,27 @@ class TraceBytes:
         """The offset in the file's JSON text (after gunzip, before repairs, counting a BOM)
         of offset ``pos`` of the text :meth:`chunks` produced."""
         i = bisect.bisect_right(self._rep, pos) - 1
-        if self._span[i] and pos < self._rep[i] + len(_REPLACEMENT):
-            return self._orig[i]
-        return self._orig[i] + (pos - self._rep[i])
+        if i < 0:
+            return pos + self._bom
+        rep, orig, span = self._rep[i], self._orig[i], self._span[i]
+        if pos < rep + len(_REPLACEMENT):
+            return orig  # inside a U+FFFD: the invalid sequence's first byte
+        return orig + span + (pos - rep - len(_REPLACEMENT))
 
-    def _mark(self, rep: int, orig: int, span: int = 0) -> None:
-        self._rep.append(rep)
-        self._orig.append(orig)
-        self._span.append(span)
+    def head(self, size: int) -> bytes:
+        """The first ``size`` bytes of the text (fewer if it is shorter), reading and
+        decompressing little more; raises TraceError."""
+        self._read_bytes = self._out_bytes = max(size, 64)
+        out = b""
+        chunks = self.chunks()
+        try:
+            for chunk in chunks:
+                out += chunk
+                if len(out) >= size:
+                    break
+        finally:
+            chunks.close()
+        return out[:size]
 
     # ---- chunks
 
@@ -215,8 +244,8 @@ class TraceBytes:
         """The JSON text in chunks (never empty ones); raises TraceError."""
         if self._memory is not None:
             if self._memory:
-                if not self.head:
-                    self.head = self._memory[:64]
+                if not self.first_bytes:
+                    self.first_bytes = self._memory[:64]
                 yield self._memory
             return
         raw = self._raw_chunks()
@@ -225,11 +254,11 @@ class TraceBytes:
             head += chunk
             if len(head) >= len(UTF8_BOM):
                 break
-        self.head = head[:64]
+        self.first_bytes = head[:64]
         orig_at = 0
         if head.startswith(UTF8_BOM):
             head = head[len(UTF8_BOM):]
-            orig_at = self._orig[0] = len(UTF8_BOM)
+            orig_at = self._bom = len(UTF8_BOM)
         rep_at = 0
         carry = b""
         for data in itertools.chain((head,), raw):
@@ -256,16 +285,23 @@ class TraceBytes:
     def _repair(self, data: bytes, rep_at: int, orig_at: int, final: bool) -> tuple[bytes, int]:
         """``data`` with invalid UTF-8 replaced; also how many bytes were used (an incomplete
         sequence at the end is left for the next chunk unless ``final``)."""
-        _repairs.spans = []
-        text, used = codecs.utf_8_decode(data, _REPAIR, final)
-        spans, _repairs.spans = _repairs.spans, []
+        _repairs.spans, _repairs.room = [], MAX_REPAIRS - self.repaired
+        try:
+            text, used = codecs.utf_8_decode(data, _REPAIR, final)
+        except _TooManyRepairs:
+            raise TraceError(self.path, f"not JSON that pipeaudit reads: more than {MAX_REPAIRS:,} "
+                                        "invalid UTF-8 byte sequences (a binary file, or text in "
+                                        "another encoding?)", Kind.NOT_JSON) from None
+        finally:
+            spans, _repairs.spans = _repairs.spans, []
         if not spans:
             return data[:used] if used < len(data) else data, used
         shift = 0  # length of the output so far minus the input's
         for start, end in spans:
-            self._mark(rep_at + start + shift, orig_at + start, end - start)
+            self._rep.append(rep_at + start + shift)
+            self._orig.append(orig_at + start)
+            self._span.append(end - start)
             shift += len(_REPLACEMENT) - (end - start)
-            self._mark(rep_at + end + shift, orig_at + end)
         self.repaired += len(spans)
         return text.encode("utf-8"), used
 
@@ -274,7 +310,7 @@ class TraceBytes:
         with open_regular(self.path) as fh:
             try:
                 self.size = os.fstat(fh.fileno()).st_size
-                head = fh.read(READ_BYTES)
+                head = fh.read(self._read_bytes)
                 if not head:
                     raise TraceError(self.path, "empty file", Kind.EMPTY)
                 # (one byte of gzip's magic alone: a gzip file cut after its first byte)
@@ -284,7 +320,7 @@ class TraceBytes:
                     while data:
                         self.compressed_used += len(data)
                         yield data
-                        data = fh.read(READ_BYTES)
+                        data = fh.read(self._read_bytes)
                     return
                 produced = False
                 try:
@@ -338,13 +374,13 @@ class TraceBytes:
             members += 1
             while True:
                 try:
-                    out = d.decompress(data, OUT_BYTES)
+                    out = d.decompress(data, self._out_bytes)
                     while True:
                         if out:
                             yield out
                         if not d.unconsumed_tail or d.eof:
                             break
-                        out = d.decompress(d.unconsumed_tail, OUT_BYTES)
+                        out = d.decompress(d.unconsumed_tail, self._out_bytes)
                 except _GZIP_ERRORS as exc:
                     raise _GzipProblem(f"corrupt gzip data ({exc})", Kind.GZIP_CORRUPT) from None
                 if count:
@@ -352,7 +388,7 @@ class TraceBytes:
                 if d.eof:
                     data = d.unused_data
                     break
-                data = fh.read(READ_BYTES)
+                data = fh.read(self._read_bytes)
                 if not data:
                     try:
                         tail = d.flush()

@@ -396,6 +396,8 @@ def _hostile(root: Path) -> None:
          err("not JSON: the file holds only zero bytes (1,073,741,824)"))
     case("an event name of 512 MiB (512 KB of gzip)", "big_name.json.gz",
          err("traceEvents[0] (from byte 16) is larger than 64 MiB"))
+    case("an event name of 1 GiB that is not UTF-8 (1 MB of gzip)", "not_utf8_name.json.gz",
+         err("more than 200,000 invalid UTF-8 byte sequences"))
     # -- never a silent wrong number: X events without dur are set aside and counted
     if REAL_RUN.is_dir():
         real = json.loads(gzip.decompress((REAL_RUN / "rank1.json.gz").read_bytes()))
@@ -464,6 +466,8 @@ def make_dynamic(root: Path) -> None:
     (root / "zeros.json.gz").write_bytes(gzip_repeated(b"", b"\0" * (1 << 20), gib >> 20, b""))
     (root / "big_name.json.gz").write_bytes(gzip_repeated(
         b'{"traceEvents":[{"ph":"X","name":"', b"a" * (1 << 20), 512, b'","ts":1,"dur":1}]}'))
+    (root / "not_utf8_name.json.gz").write_bytes(gzip_repeated(
+        b'{"traceEvents":[{"ph":"X","name":"', b"\xff" * (1 << 20), gib >> 20, b'","ts":1,"dur":1}]}'))
     (root / "new\nline.json").write_bytes(b"not a trace\n")
 
 

@@ -100,7 +100,7 @@ def _read(text: TraceBytes, options: ReadOptions, cols: frozenset[str],
     doc = Document(text, ColumnTarget(path, parts, options.effective_tokenizer()),
                    batch_bytes=options.batch_bytes, max_event_bytes=options.max_event_bytes,
                    keep=_HEADER)
-    header = hdr.decode_members(doc.read())
+    header = hdr.decode_members(path, doc.read())
     base_ns = hdr.check(path, header)
     parts.raise_errors()
     warnings = [utf8_repair_note(text.repaired)] if text.repaired else []

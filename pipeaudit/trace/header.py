@@ -51,13 +51,16 @@ GPU_CATEGORIES: frozenset[str] = frozenset(
 )
 
 
-def decode_members(members: dict[str, bytes]) -> dict[str, Any]:
+def decode_members(path: Path, members: dict[str, bytes]) -> dict[str, Any]:
     """The header: each kept member's raw JSON decoded (null values left out)."""
     out = {}
     for key in HEADER_KEYS:
         raw = members.get(key)
         if raw is not None:
-            value = msgspec.json.decode(raw)
+            try:
+                value = msgspec.json.decode(raw)
+            except RecursionError:
+                raise TraceError(path, f"{key} is nested too deeply", Kind.TOO_DEEP) from None
             if value is not None:
                 out[key] = value
     return out

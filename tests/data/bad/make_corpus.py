@@ -383,11 +383,7 @@ def _hostile(root: Path) -> None:
          err("is a character device, not a regular file"))
     case("a link to /dev/zero matched by a glob", "devzero_run/rank*",
          err("rank2.json: is a character device, not a regular file"))
-    write(root, "symlinked_dirs/rank0.json", pipeline_rank(0, 1, ["0F0", "0B0"]))
-    for link in ("a", "b"):
-        if os.path.lexists(root / "symlinked_dirs" / link):
-            os.unlink(root / "symlinked_dirs" / link)
-        os.symlink(".", root / "symlinked_dirs" / link)
+    write(root, "symlinked_dirs/rank0.json", pipeline_rank(0, 1, ["0F0", "0B0"]))  # links: make_dynamic
     case("a ** glob over links to . (not followed)", "symlinked_dirs/**/rank*.json", ok())
     # -- bounded time and memory per byte (made at test time: make_dynamic)
     case("1 GiB of spaces inside traceEvents (1 MB of gzip)", "spaces.json.gz",
@@ -447,8 +443,12 @@ def _hostile(root: Path) -> None:
 
 def make_dynamic(root: Path) -> None:
     """Cases git cannot hold (an empty directory, a FIFO, a device link, a name with a
-    newline) or should not (gigabytes of text)."""
+    newline) or should not (gigabytes of text; links to ``.``, which make pytest's own
+    collection walk endless)."""
     (root / "empty_dir").mkdir(exist_ok=True)
+    for link in ("a", "b"):  # not committed: a directory walk that follows links never ends
+        if not os.path.lexists(root / "symlinked_dirs" / link):
+            os.symlink(".", root / "symlinked_dirs" / link)
     for name, special in (("fifo_run", None), ("devzero_run", "/dev/zero")):
         d = root / name
         d.mkdir(exist_ok=True)

@@ -2,7 +2,7 @@
  *
  * scan(data, dropped, want) reads `data`, the text of complete traceEvents elements
  * separated by commas (`{...},{...},...{...}`, any whitespace between), and returns the
- * columns that pipeaudit.trace.decode.TableParts builds from msgspec-decoded events: the kept
+ * columns that pipeaudit.trace.columns.TableParts builds from msgspec-decoded events: the kept
  * complete events (ph "X", category not in `dropped`) and the "[memory]" instant events.
  * No Python object is made per event: strings are interned (one str per distinct value),
  * numbers go straight into int64 buffers, and ts/dur are converted from their decimal

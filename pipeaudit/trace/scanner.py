@@ -13,7 +13,11 @@ type, an escaped string in a kept column, a ``ts`` with more than three decimals
 exponent, an ``args`` value that is not an integer. The caller then decodes that batch with
 msgspec, which gives the exact result or the exact error. So results and error messages do
 not depend on whether the scanner is built; ``PIPEAUDIT_NO_SCANNER=1`` turns it off (for
-comparisons and benchmarks).
+comparisons and benchmarks). Both read text the byte reader has already made valid UTF-8
+(:mod:`pipeaudit.trace.source`), so both give the same strings and the same repair note; a
+key repeated in an event is left to msgspec (the last value counts); nesting deeper than 64
+levels too. Memory safety: ``tests/test_scanner_sanitized.py`` runs it under AddressSanitizer
+and UBSan against msgspec.
 """
 
 from __future__ import annotations

@@ -3,17 +3,26 @@
     python benchmarks/bench_decode.py --size-mb 100            # generate a Kineto-like file
     python benchmarks/bench_decode.py PATH [PATH ...]          # or time real traces
     python benchmarks/bench_decode.py --size-mb 50 --gzip --repeat 3
+    python benchmarks/bench_decode.py PATH --baseline /tmp/old-tree --repeat 7   # before/after
 
 For each file it times, in a fresh child process each (so that peak RSS is the method's own):
 
-* ``read_trace``  pipeaudit's full path: read, gunzip, typed msgspec decode, exact-ns
-                  columns, polars tables;
-* ``msgspec``     read, gunzip, untyped ``msgspec.json.decode`` into dicts and lists;
-* ``json``        read, gunzip, ``json.loads``.
+* ``read_trace``          pipeaudit's reader with the columns ``analyze`` asks for (the
+                          compiled scanner when it is built), one file, default budget;
+* ``read_trace-msgspec``  the same with ``PIPEAUDIT_NO_SCANNER=1`` (msgspec Structs);
+* ``read_trace-all``      every event column;
+* ``msgspec``             read, gunzip, untyped ``msgspec.json.decode`` into dicts and lists;
+* ``json``                read, gunzip, ``json.loads``.
 
 and prints wall and CPU seconds (best of ``--repeat``; CPU time is the steadier number on a
 shared machine), MB/s of *uncompressed* JSON, and peak RSS (max
 resident set of the child minus its RSS after imports), also as a multiple of the JSON size.
+
+``--baseline TREE`` compares the ``read_trace*`` methods with another pipeaudit source tree
+(e.g. ``git worktree add /tmp/old HEAD~3`` and its ``setup.py build_ext --inplace``): the two
+trees run alternately, one child per run, ``--repeat`` rounds, and the minimum and median
+CPU of each are printed with their ratio (the noise of a shared machine hits both alike;
+each child reads the file twice and keeps the faster read, the first also paying lazy imports).
 Generated files go to ``benchmarks/data/`` (git-ignored) unless ``--out`` says otherwise.
 """
 
@@ -112,41 +121,71 @@ def _rss_mb() -> float:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
-def _child(method: str, path: str, repeat: int) -> None:
-    sys.path.insert(0, str(ROOT))
+#: The columns ``analyze`` decodes (``pipeaudit.timeline.build.REDUCE_COLUMNS``).
+ANALYSIS_COLUMNS = ("tid", "correlation")
+
+
+def _read_text(path: Path) -> bytes:
+    """The file's JSON (gunzipped): the benchmark's own, the same in every tree."""
+    data = path.read_bytes()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+def _child(method: str, path: str, repeat: int, root: Path = ROOT) -> None:
+    sys.path.insert(0, str(root))
     import msgspec
 
     from pipeaudit.trace import read_trace
-    from pipeaudit.trace.source import read_bytes
 
+    if method == "read_trace-msgspec":
+        os.environ["PIPEAUDIT_NO_SCANNER"] = "1"
     base_rss = _rss_mb()
     best = best_cpu = float("inf")
     n_events = 0
+    cpus = []
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        if method == "read_trace":
-            rt = read_trace(Path(path))
+        if method.startswith("read_trace"):
+            cols = None if method == "read_trace-all" else ANALYSIS_COLUMNS
+            rt = read_trace(Path(path), columns=cols)
             n_events = rt.events.height
             del rt
         else:
-            data = read_bytes(Path(path))[0]
+            data = _read_text(Path(path))
             obj = msgspec.json.decode(data) if method == "msgspec" else json.loads(data)
             n_events = len(obj["traceEvents"])
             del obj, data
         best = min(best, time.perf_counter() - t0)
         best_cpu = min(best_cpu, time.process_time() - c0)
+        cpus.append(time.process_time() - c0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3  # KB -> MB on Linux
-    json_bytes = len(read_bytes(Path(path))[0])  # after the peak was taken
+    json_bytes = len(_read_text(Path(path)))  # after the peak was taken
     print(json.dumps({"method": method, "seconds": best, "cpu_seconds": best_cpu, "json_bytes": json_bytes, "events": n_events,
-                      "peak_rss_mb": peak - base_rss}))
+                      "peak_rss_mb": peak - base_rss, "cpus": cpus}))
 
 
-def measure(method: str, path: Path, repeat: int) -> dict:
+def measure(method: str, path: Path, repeat: int, root: Path = ROOT) -> dict:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", method, str(path), "--repeat", str(repeat)],
+        [sys.executable, __file__, "--child", method, str(path), "--repeat", str(repeat),
+         "--root", str(root)],
         check=True, capture_output=True, text=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare(paths: list[Path], methods: list[str], baseline: Path, rounds: int) -> None:
+    """``read_trace*`` methods in this tree against ``baseline``, alternated, one child per run."""
+    print(f"{'file':28} {'method':19} {'baseline CPU s min/med':>23} {'this tree min/med':>18} {'min ratio':>9}")
+    for p in paths:
+        for m in (m for m in methods if m.startswith("read_trace")):
+            cpu: dict[str, list[float]] = {"baseline": [], "this": []}
+            for _ in range(rounds):
+                for name, root in (("baseline", baseline), ("this", ROOT)):
+                    # best of two reads in the child: the first also pays lazy imports
+                    cpu[name].append(measure(m, p, 2, root)["cpu_seconds"])
+            (b, t) = (sorted(cpu["baseline"]), sorted(cpu["this"]))
+            print(f"{p.name[:28]:28} {m:19} {b[0]:11.3f} {b[len(b) // 2]:11.3f} {t[0]:9.3f} "
+                  f"{t[len(t) // 2]:8.3f} {t[0] / b[0]:9.3f}", flush=True)
 
 
 def time_parallel(args: argparse.Namespace) -> None:
@@ -175,14 +214,17 @@ def main() -> None:
     ap.add_argument("--gzip", action="store_true", help="gzip the generated file")
     ap.add_argument("--out", type=Path, default=HERE / "data", help="where to write the generated file")
     ap.add_argument("--repeat", type=int, default=3, help="runs per method; the best is kept")
-    ap.add_argument("--methods", default="read_trace,msgspec,json")
+    ap.add_argument("--methods", default="read_trace,read_trace-msgspec,read_trace-all,msgspec,json")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another pipeaudit source tree: compare the read_trace methods, alternated")
+    ap.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     ap.add_argument("--ranks", type=int, default=0,
                     help="also generate this many rank files of --size-mb each and time load_traces "
                          "with jobs=1 against jobs=RANKS")
     ap.add_argument("--child", nargs=2, metavar=("METHOD", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        _child(args.child[0], args.child[1], args.repeat)
+        _child(args.child[0], args.child[1], args.repeat, args.root)
         return
     if args.ranks:
         time_parallel(args)
@@ -197,13 +239,16 @@ def main() -> None:
             print(f"generated {target} ({target.stat().st_size / 1e6:.1f} MB on disk) "
                   f"in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         paths = [target]
-    print(f"{'file':40} {'method':10} {'events':>8} {'JSON MB':>7} {'wall s':>7} {'MB/s':>6} "
+    if args.baseline is not None:
+        compare(paths, args.methods.split(","), args.baseline, args.repeat)
+        return
+    print(f"{'file':40} {'method':18} {'events':>8} {'JSON MB':>7} {'wall s':>7} {'MB/s':>6} "
           f"{'CPU s':>6} {'MB/CPUs':>7} {'peak RSS MB':>11} {'x JSON':>6}")
     for p in paths:
         for m in args.methods.split(","):
             r = measure(m, p, args.repeat)
             mb = r["json_bytes"] / 1e6
-            print(f"{p.name[:40]:40} {m:10} {r['events']:8d} {mb:7.1f} {r['seconds']:7.3f} "
+            print(f"{p.name[:40]:40} {m:18} {r['events']:8d} {mb:7.1f} {r['seconds']:7.3f} "
                   f"{mb / r['seconds']:6.1f} {r['cpu_seconds']:6.3f} {mb / r['cpu_seconds']:7.1f} "
                   f"{r['peak_rss_mb']:11.0f} {r['peak_rss_mb'] / mb:6.1f}", flush=True)
 

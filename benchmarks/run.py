@@ -67,19 +67,20 @@ _FLOOR = """
 import sys, zlib
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from pipeaudit.timeline.build import REDUCE_COLUMNS
-from pipeaudit.trace.decode import check_columns
-from pipeaudit.trace.schema import trace_decoder
-from pipeaudit.trace import source
-DECODER = trace_decoder(check_columns(REDUCE_COLUMNS))  # the lean Structs analyze decodes
+import msgspec
+from isal import isal_zlib
+from pipeaudit.trace.schema import LeanEvent
+
+class Floor(msgspec.Struct, gc=False):  # the lean Structs analyze decodes, whole file at once
+    traceEvents: list[LeanEvent]
+
+DECODER = msgspec.json.Decoder(Floor)
 files = {files!r}
 n = 0
 for f in files:
     raw = Path(f).read_bytes()
-    if {zlib!r}:
-        data = zlib.decompressobj(wbits=31).decompress(raw)
-    else:
-        data = source.gunzip(raw)
+    gunzip = zlib if {zlib!r} else isal_zlib
+    data = gunzip.decompressobj(wbits=31).decompress(raw)
     n += len(DECODER.decode(data).traceEvents)
     del data, raw
 print(n)
@@ -89,12 +90,13 @@ _SCAN = """
 import sys
 sys.path.insert(0, {root!r})
 from pipeaudit.timeline.build import REDUCE_COLUMNS
-from pipeaudit.trace import scanner
-from pipeaudit.trace.stream import read_trace_streaming
+from pipeaudit.trace import ReadOptions, Tokenizer, scanner
+from pipeaudit.trace.decode import decode_file
 assert scanner.available(), "the compiled scanner is not built"
+OPTIONS = ReadOptions.for_budget(None, tokenizer=Tokenizer.SCANNER)
 n = 0
 for f in {files!r}:
-    n += read_trace_streaming(f, columns=REDUCE_COLUMNS).events.height
+    n += decode_file(f, OPTIONS, columns=REDUCE_COLUMNS).events.height
 print(n)
 """
 

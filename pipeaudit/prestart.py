@@ -22,19 +22,20 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import stat
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
 #: Must match :data:`pipeaudit.trace.load.POOL_MIN_JSON_BYTES` and the executor's preload.
 POOL_MIN_JSON_BYTES = 128 * 1024 * 1024
-PRELOAD = ["msgspec", "numpy", "polars", "pipeaudit.trace.decode", "pipeaudit.trace.stream",
-           "pipeaudit.timeline.rank"]
+PRELOAD = ["msgspec", "numpy", "polars", "pipeaudit.trace.decode", "pipeaudit.timeline.rank"]
 _SUFFIXES = (".json", ".json.gz", ".json.gzip")
 
 
 def _guess(paths: Sequence[str]) -> tuple[int, int]:
-    """(files, JSON bytes) of trace-named files in ``paths`` (files or directories, one
-    level); gzip counted by the size its trailer records."""
+    """(files, JSON bytes) of trace-named regular files in ``paths`` (files or directories,
+    one level); gzip counted by the size its trailer records. Nothing else is opened: a FIFO
+    named like a trace would block the open (discovery refuses or skips it later)."""
     files = size = 0
     for p in paths:
         try:
@@ -44,16 +45,28 @@ def _guess(paths: Sequence[str]) -> tuple[int, int]:
             else:
                 entries = [p]
             for f in entries:
-                n = os.path.getsize(f)
-                with open(f, "rb") as fh:
-                    if fh.read(2) == b"\x1f\x8b" and n >= 18:
-                        fh.seek(-4, os.SEEK_END)
-                        n = max(n, int.from_bytes(fh.read(4), "little"))
-                files += 1
-                size += n
+                n = _json_bytes(f)
+                if n is not None:
+                    files += 1
+                    size += n
         except OSError:
             continue
     return files, size
+
+
+def _json_bytes(path: str) -> int | None:
+    """The JSON size of a regular file (None for anything else), opened without blocking."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        return None
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None  # replaced since the stat
+        n = os.fstat(fh.fileno()).st_size
+        if fh.read(2) == b"\x1f\x8b" and n >= 18:
+            fh.seek(-4, os.SEEK_END)
+            n = max(n, int.from_bytes(fh.read(4), "little"))
+    return n
 
 
 def cores() -> int:

@@ -19,8 +19,11 @@ import pipeaudit
 from pipeaudit.cli.main import cli
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import load_traces, read_trace
-from pipeaudit.trace.salvage import gunzip_partial, is_salvageable, rebuild, scan
-from pipeaudit.trace.synth import trace, x
+from pipeaudit.errors import TraceErrorKind
+from pipeaudit.trace.jsonscan import rebuild, scan
+from pipeaudit.trace.salvage import is_salvageable
+from pipeaudit.trace.source import read_text
+from synth import trace, x
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_traces" / "1f1b_p4_m8"
@@ -223,23 +226,54 @@ def test_corrupt_gzip_is_not_salvaged(tmp_path):
     p.write_bytes(data[:40] + bytes(b ^ 0xFF for b in data[40:60]) + data[60:])
     with pytest.raises(TraceError, match=r"corrupt gzip data .*nothing is salvaged"):
         read_trace(p, salvage=True)
-    assert not is_salvageable("corrupt gzip data (Error -3 while decompressing data: invalid block type)")
-    assert is_salvageable("corrupt gzip data (garbage after the compressed stream)")
-    assert is_salvageable("truncated JSON (the file ends in the middle of the document)")
-    assert not is_salvageable("empty file")
 
 
-def test_gunzip_partial_prefix_and_members():
+def _kind(path: Path) -> TraceErrorKind:
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    return info.value.kind
+
+
+def test_salvage_is_routed_by_the_error_kind(tmp_path):
+    """Which damage --salvage takes on is decided by the error's kind, never by its words."""
+    text = _doc_text([x(f"e{i}", T0 + i, 1) for i in range(300)])
+    data = gzip.compress(text, mtime=0)
+    cases = {"corrupt.json.gz": (data[:40] + bytes(b ^ 0xFF for b in data[40:60]) + data[60:],
+                                 TraceErrorKind.GZIP_CORRUPT, False),
+             "garbage.json.gz": (data + b"junk", TraceErrorKind.GZIP_TRAILING_GARBAGE, True),
+             "cut.json.gz": (data[:len(data) // 2], TraceErrorKind.GZIP_TRUNCATED, True),
+             "cut.json": (text[:len(text) // 2], TraceErrorKind.JSON_TRUNCATED, True),
+             "trailing.json": (text + b" x", TraceErrorKind.JSON_INVALID, True),
+             "empty.json": (b"", TraceErrorKind.EMPTY, False),
+             "list.json": (b"[1]", TraceErrorKind.NOT_A_TRACE, False)}
+    for name, (content, kind, salvageable) in cases.items():
+        p = tmp_path / name
+        p.write_bytes(content)
+        with pytest.raises(TraceError) as info:
+            read_trace(p)
+        assert info.value.kind is kind, name
+        assert is_salvageable(info.value) == info.value.salvageable == salvageable, name
+
+
+def _tolerant(tmp_path: Path, data: bytes) -> tuple[bytes, int, str | None]:
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(data)
+    out, source = read_text(p, tolerant=True)
+    return out, source.compressed_used, source.damage.problem if source.damage else None
+
+
+def test_tolerant_gunzip_prefix_and_members(tmp_path):
+    """The byte reader's tolerant mode: a cut gzip stream gives a prefix of the text."""
     text = _doc_text([x(f"e{i}", T0 + i, 1) for i in range(300)])
     data = gzip.compress(text, mtime=0)
     for cut in (10, len(data) // 3, len(data) - 9, len(data) - 1, len(data)):
-        out, used, problem = gunzip_partial(data[:cut])
+        out, used, problem = _tolerant(tmp_path, data[:cut])
         assert text.startswith(out)
         assert (problem is None) == (cut == len(data)) and used <= cut
     two = gzip.compress(text[:100], mtime=0) + gzip.compress(text[100:], mtime=0)
-    assert gunzip_partial(two) == (text, len(two), None)
-    assert gunzip_partial(two + b"\0\0\0")[0] == text
-    assert gunzip_partial(two + b"junk")[2] == "corrupt gzip data (garbage after the compressed stream)"
+    assert _tolerant(tmp_path, two) == (text, len(two), None)
+    assert _tolerant(tmp_path, two + b"\0\0\0")[0] == text
+    assert _tolerant(tmp_path, two + b"junk")[2] == "corrupt gzip data (garbage after the compressed stream)"
 
 
 def test_scan_keeps_header_and_trailer():

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from pipeaudit import timings
+from pipeaudit.trace import scanner
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "sample_traces" / "1f1b_p4_m8"
 LINE = re.compile(r"^pipeaudit timings: start (?P<start>[0-9.]+) s · ranks (?P<ranks>[0-9.]+) s "
-                  r"\((?P<n>\d+) ranks, (?P<jobs>.+?)\) · audit (?P<audit>[0-9.]+) s · "
+                  r"\((?P<n>\d+) ranks, (?P<jobs>.+?), read: (?P<read>.+?)\) · audit (?P<audit>[0-9.]+) s · "
                   r"report (?P<report>[0-9.]+) s · total (?P<total>[0-9.]+) s$")
 
 
@@ -39,6 +40,9 @@ def test_phases_sum_to_the_run(jobs, said):
     m = LINE.match(lines[0])
     assert m, lines[0]
     assert m["n"] == "4" and m["jobs"] == said
+    # the reader's mode is explicit: the tokenizer the options chose and the batch size
+    tokenizer = "scanner" if scanner.available() else "msgspec"
+    assert m["read"] == f"{tokenizer}, 4 MiB batches"
     phases = [float(m[k]) for k in ("start", "ranks", "audit", "report")]
     total = float(m["total"])
     assert all(p >= 0 for p in phases)
@@ -47,6 +51,16 @@ def test_phases_sum_to_the_run(jobs, said):
     # (/proc's start time has a clock tick's resolution)
     assert 0 < total <= wall + 0.05
     assert float(m["start"]) > 0.05  # the interpreter and the imports are in it
+
+
+def test_the_read_mode_follows_the_options():
+    """Without the compiled scanner (or with a small budget) the line says so."""
+    env = {k: v for k, v in os.environ.items()}
+    env.update({timings.ENV: "1", "PIPEAUDIT_NO_SCANNER": "1"})
+    proc = subprocess.run([sys.executable, "-m", "pipeaudit", "analyze", str(RUN), "--max-memory",
+                           "16M", "--jobs", "1"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "(4 ranks, 1 job, read: msgspec, 1 MiB batches)" in proc.stderr
 
 
 @pytest.mark.parametrize("value", [None, "", "0"])

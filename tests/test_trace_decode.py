@@ -12,7 +12,7 @@ import pytest
 
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import EVENT_SCHEMA, MEMORY_SCHEMA, RankTrace, read_trace
-from pipeaudit.trace.synth import mem, simple_rank, trace, write, x
+from synth import mem, simple_rank, trace, write, x
 from pipeaudit.trace.timestamps import us_text_to_ns
 
 HTA = Path("/work/shared/traces/hta")
@@ -178,8 +178,9 @@ def test_us_text_out_of_range_or_not_a_number(text: str) -> None:
 def test_columns_and_filtering(tmp_path: Path) -> None:
     events = [
         x("b", 20, 5, pid="Spans", tid="Trace 1"),
-        x("a", 10, None, cat="kernel", pid=0, tid=7, correlation=3, stream=7, device=0, external_id=9),
-        {"ph": "X", "name": "nocat", "ts": 15, "pid": 1, "tid": 2, "args": None},
+        x("a", 10, 0, cat="kernel", pid=0, tid=7, correlation=3, stream=7, device=0, external_id=9),
+        {"ph": "X", "name": "nocat", "ts": 15, "dur": 2, "pid": 1, "tid": 2, "args": None},
+        {"ph": "X", "name": "nodur", "ts": 16, "pid": 1, "tid": 2},
         x("py", 11, 1, cat="python_function"),
         {"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 10, "cat": "ac2g", "name": "ac2g"},
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "x"}},
@@ -193,14 +194,15 @@ def test_columns_and_filtering(tmp_path: Path) -> None:
     assert df["name"].to_list() == ["a", "nocat", "b"]
     assert df.row(0, named=True) == {
         "name": "a", "cat": "kernel", "ph": "X", "ts": 10000, "dur": 0, "pid": "0", "tid": "7",
-        "correlation": 3, "external_id": 9, "stream": 7, "device": 0,
-        "src_rank": None, "dst_rank": None, "seq": None,
+        "correlation": 3, "external_id": 9, "stream": 7, "device": 0, "src_rank": None,
+        "dst_rank": None, "seq": None,
     }
     assert df.row(1, named=True)["cat"] == "" and df.row(1, named=True)["correlation"] is None
     assert df.row(2, named=True)["pid"] == "Spans" and df.row(2, named=True)["tid"] == "Trace 1"
     assert rt.memory.rows() == [(11000, 2048, 0, 1), (12000, 4096, 0, 1)]
     assert rt.device_type == "cuda"
-    assert rt.warnings == []
+    # an X event without dur has no end: set aside and counted, never given a made-up 0
+    assert rt.warnings == ["1 complete events without dur (their end is unknown) dropped (the first: 'nodur')"]
 
 
 def test_same_start_parent_first(tmp_path: Path) -> None:
@@ -210,11 +212,13 @@ def test_same_start_parent_first(tmp_path: Path) -> None:
 
 def test_dropped_events_are_counted(tmp_path: Path) -> None:
     events = [x("ok", 1, 1), {"ph": "X", "name": "nots", "dur": 1}, x("neg", 2, -3),
+              x("nodur1", 3, None), x("nodur2", 4, None),
               {"ph": "B", "name": "b", "ts": 1}, {"ph": "E", "name": "b", "ts": 2}]
     rt = read_trace(write(tmp_path / "t.json", trace(events, rank=0)))
     assert rt.events["name"].to_list() == ["ok"]
-    assert "1 complete events without ts dropped" in rt.warnings
-    assert "1 complete events with negative dur dropped" in rt.warnings
+    assert "1 complete events without ts dropped (the first: 'nots')" in rt.warnings
+    assert "2 complete events without dur (their end is unknown) dropped (the first: 'nodur1')" in rt.warnings
+    assert "1 complete events with negative dur dropped (the first: 'neg')" in rt.warnings
     assert any("2 begin/end events (ph B/E) ignored" in w for w in rt.warnings)
 
 
@@ -290,7 +294,7 @@ GOOD = json.dumps(simple_rank(0))
     [
         (b"", "empty file"),
         (b"  \n", "empty file (only whitespace)"),
-        (b"hello", "not JSON (invalid character (byte 0))"),
+        (b"hello", "not JSON (invalid character (byte 0); the file starts with 'hello')"),
         (GOOD[: GOOD.index('"aten::mm"') + 5].encode(), "truncated JSON (the file ends in the middle of the document)"),
         (GOOD.encode() + b"}", "invalid JSON: trailing characters"),
         (b"[1, 2]", "not a trace: the JSON is a list, expected an object with traceEvents"),

@@ -10,7 +10,7 @@ import pytest
 
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import discover, rank_from_name
-from pipeaudit.trace.synth import simple_rank, write
+from synth import simple_rank, write
 
 HTA = Path("/work/shared/traces/hta")
 
@@ -162,7 +162,7 @@ def test_permission_denied_is_reported(tmp_path: Path, monkeypatch: pytest.Monke
     def deny(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(source, "open", deny, raising=False)
+    monkeypatch.setattr(source, "_open_fd", deny)
     with pytest.raises(TraceError, match=r"rank0\.json: permission denied$"):
         read_trace(f)
     monkeypatch.setattr(disc.os, "scandir", deny)

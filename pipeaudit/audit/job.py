@@ -22,6 +22,7 @@ from pipeaudit.audit import findings as F
 from pipeaudit.audit.breakdown import dp_instances
 from pipeaudit.audit.pipeline import PipelineAudit
 from pipeaudit.audit.result import AuditResult, BubbleSummary, Finding, StepMetrics
+from pipeaudit.audit.summary import device_of, inference_coverage, summary_of
 from pipeaudit.audit.windows import mean
 from pipeaudit.timeline.layout import Layout
 from pipeaudit.timeline.model import Timeline
@@ -35,8 +36,6 @@ PEER_SLOW_FACTOR = 1.15
 def combine_replicas(pipes: list[PipelineAudit], tl: Timeline, layout: Layout,
                      notes: list[str]) -> AuditResult:
     """One AuditResult for the job from its replicas' audits."""
-    from pipeaudit.audit.run import device_of, inference_coverage, summary_of
-
     ref = next((pa for pa in pipes if pa.complete), pipes[0])
     names = {pa.schedule for pa in pipes}
     if len(names) > 1:

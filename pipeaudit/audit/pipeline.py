@@ -107,6 +107,8 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
                      "per-rank figure; the step window, the replay and the pipeline bubble need "
                      "every rank")
     audited_steps = sorted(bubbles)
+    if not audited_steps:
+        return None  # actions, but no step in which any of them computes: no pipeline to audit
 
     if sparse:
         notes.append(f"microbatch numbers are sparse (up to {M - 1}, {n_mb} distinct in the first "

@@ -15,10 +15,10 @@ from pipeaudit.audit import findings as F
 from pipeaudit.audit.completeness import completeness_findings
 from pipeaudit.audit.job import combine_replicas, replica_findings
 from pipeaudit.audit.pipeline import PipelineAudit, audit_pipeline
-from pipeaudit.audit.result import AuditResult, BubbleSummary, Finding, PipelineSummary
+from pipeaudit.audit.result import AuditResult, BubbleSummary, Finding
+from pipeaudit.audit.summary import device_of, inference_coverage, summary_of
 from pipeaudit.audit.schedule_fit import order_violations
 from pipeaudit.audit.stragglers import straggler_findings
-from pipeaudit.audit.windows import mean
 from pipeaudit.timeline.layout import Layout
 from pipeaudit.timeline.model import Timeline
 
@@ -86,21 +86,6 @@ def _manifest_stages(tl: Timeline) -> int | None:
     return s if isinstance(s, int) and not isinstance(s, bool) and s >= 1 else None
 
 
-def summary_of(pa: PipelineAudit, layout: Layout) -> PipelineSummary:
-    """The replica's line in ``AuditResult.pipelines``."""
-    present = {rt.rank for rt in pa.tl.ranks}
-    ranks = layout.replica_ranks(pa.replica)
-    times = sorted(s.step_time_us for s in pa.steps)
-    nsteps = max(len(pa.steps), 1)
-    per_stage = {st.stage: sum(st.compute_us.values()) / nsteps for st in pa.stages}
-    slowest = max(per_stage, key=per_stage.get) if per_stage else None  # type: ignore[arg-type]
-    return PipelineSummary(
-        pipeline=pa.replica, ranks=ranks, ranks_missing=[r for r in ranks if r not in present],
-        bubble=pa.bubble.measured, replay_ideal=pa.bubble.replay_ideal,
-        step_time_us=float(median(times)) if times else None, slowest_stage=slowest,
-        slowest_stage_compute_us=per_stage.get(slowest) if slowest is not None else None)
-
-
 def _single(pa: PipelineAudit, tl: Timeline, layout: Layout, notes: list[str]) -> AuditResult:
     present = sorted(rt.rank for rt in tl.ranks)
     return AuditResult(
@@ -115,16 +100,6 @@ def _single(pa: PipelineAudit, tl: Timeline, layout: Layout, notes: list[str]) -
         ranks_missing=[r for r in layout.ranks if r not in set(present)],
         step_evidence=tl.step_evidence, inference_coverage=inference_coverage(tl),
     )
-
-
-def inference_coverage(tl: Timeline) -> float | None:
-    """Mean over the ranks with inferred actions of the share of their compute in an action."""
-    return mean(rt.coverage for rt in tl.ranks if rt.source == "inferred")
-
-
-def device_of(tl: Timeline) -> str:
-    types = {r.device_type for r in tl.ranks}
-    return types.pop() if len(types) == 1 else "mixed"
 
 
 def _memory_findings(pa: PipelineAudit) -> list[Finding]:

@@ -106,9 +106,9 @@ def cli_trace_error(exc, paths: list[str], salvage: bool):
     path, problem = exc.path, exc.problem
     if path is None and paths:
         path = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-    if not salvage and is_salvageable(problem):
+    if not salvage and is_salvageable(exc):
         problem = f"{problem}; {SALVAGE_HINT}"
-    return TraceError(path, problem)
+    return TraceError(path, problem, exc.kind)
 
 
 def one_pipeline(run, index: int | None):

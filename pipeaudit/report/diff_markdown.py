@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pipeaudit.report.diff_text import pipeline_rows, stage_header, stage_rows
-from pipeaudit.report.gate_markdown import cell
 from typing import TYPE_CHECKING
+
+from pipeaudit.report.markdown import md_code
+from pipeaudit.report.markdown import md_text as cell
 
 if TYPE_CHECKING:  # types only: the gate does not import the reporters, nor they the gate
     from pipeaudit.gate.diff import RunDiff
@@ -18,8 +20,8 @@ def _table(header: list[str], body: list[list[str]]) -> list[str]:
 
 def render_diff_markdown(d: RunDiff) -> str:
     """The diff as GitHub-flavoured Markdown."""
-    out = ["## pipeaudit diff", "", f"- A: `{d.a_source}` ({d.a_config})",
-           f"- B: `{d.b_source}` ({d.b_config})"]
+    out = ["## pipeaudit diff", "", f"- A: {md_code(d.a_source)} ({cell(d.a_config)})",
+           f"- B: {md_code(d.b_source)} ({cell(d.b_config)})"]
     if d.config_changes:
         out.append(f"- configuration changed: {cell('; '.join(d.config_changes))}")
     out += ["", f"**{cell(d.summary())}**", "", "### Pipeline", ""]

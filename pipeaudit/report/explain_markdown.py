@@ -7,7 +7,7 @@ from pipeaudit.explain.explain import Explanation
 from pipeaudit.explain.whatif import Prediction
 from pipeaudit.report.explain_text import chain_lines, slack_lines
 from pipeaudit.report.formatting import ms, pct
-from pipeaudit.report.markdown import _table
+from pipeaudit.report.markdown import _table, md_fence, md_text
 
 
 def render_explain_markdown(e: Explanation, *, step: CriticalPath | None = None,
@@ -25,7 +25,7 @@ def render_explain_markdown(e: Explanation, *, step: CriticalPath | None = None,
                     for s in e.steps]),
             "", f"## Critical path of step {p.step}", "",
             "Walked back from the action that ends last, through what bound each start "
-            "(ms from the step start):", "", "```", *chain_lines(p), "```",
+            "(ms from the step start):", "", *md_fence("\n".join(chain_lines(p))),
             "", "## Top causes", "",
             "Each step replayed with one stage/kind 10% faster (mean gain per step):", "",
             _table(["#", "stage", "kind", "gain if 10% faster (ms)", "of the step",
@@ -37,9 +37,9 @@ def render_explain_markdown(e: Explanation, *, step: CriticalPath | None = None,
                 f"gaps 10% shorter: {ms(e.host_gain_us)} ms.",
             "", f"## Slack of step {p.step}", "", *[f"-{line[1:]}" for line in slack_lines(p)]]
     if timeline_text:
-        out += ["", f"## Timeline of step {p.step}", "", "```", timeline_text, "```"]
+        out += ["", f"## Timeline of step {p.step}", "", *md_fence(timeline_text)]
     if e.notes:
-        out += ["", "## Notes", ""] + [f"- {n}" for n in e.notes]
+        out += ["", "## Notes", ""] + [f"- {md_text(n)}" for n in e.notes]
     return "\n".join(out) + "\n"
 
 
@@ -47,10 +47,11 @@ def render_whatif_markdown(p: Prediction) -> str:
     """The whatif report as GitHub-flavoured Markdown."""
     b, a = p.before, p.after
     out = ["# pipeaudit whatif", "",
-           f"Changes: {', '.join(p.changes) or 'none'}. Run: {b.get('schedule') or 'unknown'} "
-           f"P={b['num_ranks']} M={b['num_microbatches']} v={b.get('num_chunks')}; replayed: "
-           f"{a.get('schedule') or 'unknown'} P={a['num_ranks']} M={a['num_microbatches']} "
-           f"v={a.get('num_chunks')} (model: {p.model}).", "",
+           f"Changes: {md_text(', '.join(p.changes) or 'none')}. Run: "
+           f"{md_text(b.get('schedule') or 'unknown')} P={b['num_ranks']} M={b['num_microbatches']} "
+           f"v={b.get('num_chunks')}; replayed: {md_text(a.get('schedule') or 'unknown')} "
+           f"P={a['num_ranks']} M={a['num_microbatches']} v={a.get('num_chunks')} "
+           f"(model: {md_text(p.model)}).", "",
            _table(["", "measured", "predicted", "change"],
                   [["step time (ms)", ms(p.measured_step_time_us), ms(p.predicted_step_time_us),
                     f"{p.change:+.1%}"],
@@ -60,7 +61,7 @@ def render_whatif_markdown(p: Prediction) -> str:
         out += ["", f"Calibration: the same model on the unchanged order predicts "
                     f"{ms(c['unchanged_prediction_us'])} ms against {ms(c['measured_us'])} ms "
                     f"measured ({c['error']:+.1%})."]
-    out += ["", "## Assumptions", ""] + [f"- {x}" for x in p.assumptions]
+    out += ["", "## Assumptions", ""] + [f"- {md_text(x)}" for x in p.assumptions]
     if p.notes:
-        out += ["", "## Notes", ""] + [f"- {n}" for n in p.notes]
+        out += ["", "## Notes", ""] + [f"- {md_text(n)}" for n in p.notes]
     return "\n".join(out) + "\n"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from pipeaudit.report.gate_text import HEADER, rows, verdict_line
 from typing import TYPE_CHECKING
+
+from pipeaudit.report.gate_text import HEADER, rows, verdict_line
+from pipeaudit.report.markdown import md_code, md_text
 
 if TYPE_CHECKING:  # types only: the gate does not import the reporters, nor they the gate
     from pipeaudit.gate.model import GateResult
@@ -12,19 +14,21 @@ _ICON = {"FAIL": "❌ fail", "WARN": "⚠️ warn", "PASS": "✅ pass", "SKIP": 
 
 
 def cell(text: str) -> str:
-    """Escape a table cell: pipes and line breaks."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    """A table cell (or inline text) from the inputs, escaped (see
+    :func:`pipeaudit.report.markdown.md_text`): pipes, markup and line breaks."""
+    return md_text(text)
 
 
 def render_gate_markdown(result: GateResult) -> str:
     """The gate report as GitHub-flavoured Markdown."""
     icon = _ICON[result.verdict.upper()].split()[0]
-    out = [f"## pipeaudit gate: {icon} {verdict_line(result)}", ""]
-    out.append(f"- run: `{result.run_source}` ({result.run_config.describe()})")
+    out = [f"## pipeaudit gate: {icon} {cell(verdict_line(result))}", ""]
+    out.append(f"- run: {md_code(result.run_source)} ({cell(result.run_config.describe())})")
     if result.baseline_source and result.baseline_config is not None:
-        out.append(f"- baseline: `{result.baseline_source}` ({result.baseline_config.describe()})")
+        out.append(f"- baseline: {md_code(result.baseline_source)} "
+                   f"({cell(result.baseline_config.describe())})")
     if result.thresholds_file:
-        out.append(f"- thresholds from `{result.thresholds_file}`")
+        out.append(f"- thresholds from {md_code(result.thresholds_file)}")
     explained = [c for c in result.sorted_checks() if c.verdict in ("fail", "warn")]
     if explained:
         out += ["", "### Why", ""]

@@ -1,6 +1,15 @@
-"""Markdown reporter: the audit as GitHub-flavoured Markdown (tickets, PR comments, CI summaries)."""
+"""Markdown reporter: the audit as GitHub-flavoured Markdown (tickets, PR comments, CI summaries).
+
+Everything that came from the inputs (file names, event names, a manifest's schedule, notes
+and findings that quote them) is escaped before it is written (:func:`md_text`,
+:func:`md_code`, :func:`md_fence`): a trace or a manifest cannot add markup, links or HTML
+(``</script>``, ``<img onerror=...>``) to a report meant for a PR comment. The other Markdown
+reporters (``*_markdown.py``) use the same helpers.
+"""
 
 from __future__ import annotations
+
+import re
 
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report.formatting import finding_values, mib, ms, pct
@@ -13,6 +22,35 @@ from pipeaudit.report.run_facts import (
     pipeline_rows,
 )
 from pipeaudit.report.step_view import timeline_caption
+
+#: Characters that can start Markdown or HTML markup inline (CommonMark lets any ASCII
+#: punctuation be backslash-escaped; these are the ones that matter, ``|`` for tables).
+_MARKUP = re.compile(r"[\\`*_{}\[\]<>&|~#!]")
+_BACKTICKS = re.compile(r"`+")
+
+
+def _one_line(text: object) -> str:
+    return str(text).replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+
+
+def md_text(text: object) -> str:
+    """Inline text from the inputs, escaped: markup characters backslashed, one line."""
+    return _MARKUP.sub(lambda m: "\\" + m.group(), _one_line(text))
+
+
+def md_code(text: object) -> str:
+    """Inline code of text from the inputs (a path): fenced by more backticks than any run
+    inside it, so that it cannot close the span early; one line."""
+    s = _one_line(text)
+    fence = "`" * (max((len(r) for r in _BACKTICKS.findall(s)), default=0) + 1)
+    pad = " " if s[:1] == "`" or s[-1:] == "`" else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def md_fence(text: str) -> list[str]:
+    """A fenced code block of ``text``: the fence is longer than any run of backticks in it."""
+    fence = "`" * max(3, max((len(r) for r in _BACKTICKS.findall(text)), default=0) + 1)
+    return [fence, text, fence]
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -37,10 +75,10 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
     """The audit result as a Markdown document."""
     out = ["# pipeaudit report", ""]
     if r.pipeline_found:
-        out.append(f"Schedule **{r.schedule or 'unknown'}** ({r.schedule_source}), P={r.num_ranks}, "
-                   f"{r.num_stages} stages (v={r.num_chunks}), M={r.num_microbatches}, "
-                   f"{r.num_steps} step(s), device {r.device_type}.")
-        out += [""] + [f"- {line}" for line in fact_lines(r)]
+        out.append(f"Schedule **{md_text(r.schedule or 'unknown')}** ({md_text(r.schedule_source)}), "
+                   f"P={r.num_ranks}, {r.num_stages} stages (v={r.num_chunks}), "
+                   f"M={r.num_microbatches}, {r.num_steps} step(s), device {md_text(r.device_type)}.")
+        out += [""] + [f"- {md_text(line)}" for line in fact_lines(r)]
         b = r.bubble
         out += ["", "## " + bubble_title(r), "",
                 _table(["measured", "theory", "formula", "replay ideal", "imbalance part",
@@ -74,8 +112,8 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
         out += ["", f"## Timeline of step {timeline_step}", ""]
         caption = timeline_caption(r, timeline_step) if timeline_step is not None else ""
         if caption:
-            out += [caption[:1].upper() + caption[1:] + ".", ""]
-        out += ["```", timeline_text, "```"]
+            out += [md_text(caption[:1].upper() + caption[1:]) + ".", ""]
+        out += md_fence(timeline_text)
     out += ["", "## Findings", ""]
     if not r.findings:
         out.append("None: the run matches its schedule's theory.")
@@ -83,7 +121,8 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
         where = ", ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
                                       f"stage {f.stage}" if f.stage is not None else "") if x)
         vals = finding_values(f)
-        out.append(f"- **{f.severity}** `{f.code}`{' ' + where if where else ''}{vals}: {f.message}")
+        out.append(f"- **{f.severity}** `{f.code}`{' ' + where if where else ''}{md_text(vals)}: "
+                   f"{md_text(f.message)}")
     if r.notes:
-        out += ["", "## Notes", ""] + [f"- {n}" for n in r.notes]
+        out += ["", "## Notes", ""] + [f"- {md_text(n)}" for n in r.notes]
     return "\n".join(out) + "\n"

@@ -15,20 +15,28 @@ exact JSON text of the file) except:
 
 Perfetto refuses negative timestamps, so the origin of a merged file is the earliest event
 of any rank's original trace (found by a first, light pass over the files).
+
+The files are read by the trace layer's own pipeline (:mod:`pipeaudit.trace.source`,
+:mod:`pipeaudit.trace.document`, :func:`pipeaudit.trace.tokenizer.decode_events`): the same
+byte reader, limits and messages as the analysis, with the events decoded as raw JSON.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import polars as pl
 
-from pipeaudit.errors import TraceError
 from pipeaudit.timeline.model import Timeline
-from pipeaudit.trace.source import read_bytes
+from pipeaudit.trace.document import Batch, Document
+from pipeaudit.trace.header import parse_base_ns
+from pipeaudit.trace.options import ReadOptions
+from pipeaudit.trace.source import TraceBytes
 from pipeaudit.trace.timestamps import raw_to_ns
+from pipeaudit.trace.tokenizer import decode_events, explain_events
 
 
 class _TsOnly(msgspec.Struct):
@@ -36,47 +44,48 @@ class _TsOnly(msgspec.Struct):
     ph: Any = None
 
 
-class _TsFile(msgspec.Struct):
-    traceEvents: list[_TsOnly]
-    baseTimeNanoseconds: Any = None
-
-
-class _RawFile(msgspec.Struct):
-    traceEvents: list[dict[str, msgspec.Raw]]
-    baseTimeNanoseconds: Any = None
-
-
 _NOT_IDS = {b'"C"', b'"M"'}
+_BASE_KEY = "baseTimeNanoseconds"
 
 
-def _base(value: Any) -> int:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return 0
+class _Collect:
+    """A batch target that keeps every event, decoded by ``decoder``."""
+
+    def __init__(self, path: Path, decoder: msgspec.json.Decoder) -> None:
+        self.path, self.decoder, self.events = path, decoder, []
+
+    def decode(self, batch: Batch) -> int:
+        events = decode_events(self.path, self.decoder, batch)
+        self.events.extend(events)
+        return len(events)
+
+    def explain(self, batch: Batch):
+        explain_events(self.path, self.decoder, batch)
 
 
-def _decode(path: str, typ: type) -> Any:
-    data, _size, _gz = read_bytes(path)  # type: ignore[arg-type]
-    try:
-        return msgspec.json.decode(data, type=typ)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise TraceError(path, f"cannot merge this trace: {exc}") from None
+def _read(path: str | Path, event_type: Any) -> tuple[list, int]:
+    """(every event of the file as ``event_type``, its base time in ns)."""
+    options = ReadOptions.for_budget(None)
+    target = _Collect(Path(path), msgspec.json.Decoder(list[event_type]))
+    members = Document(TraceBytes(path), target, batch_bytes=options.batch_bytes,
+                       max_event_bytes=options.max_event_bytes, keep=frozenset({_BASE_KEY})).read()
+    raw = members.get(_BASE_KEY)
+    base = parse_base_ns(msgspec.json.decode(raw)) if raw is not None else 0
+    return target.events, base or 0
 
 
 def original_origin(tl: Timeline) -> int | None:
     """The earliest ``ts`` (absolute ns) of any non-metadata event in the ranks' files."""
     best: int | None = None
     for rt in tl.ranks:
-        f = _decode(rt.path, _TsFile)
-        raws = [e.ts for e in f.traceEvents if len(e.ts) and e.ph != "M"]
+        events, base = _read(rt.path, _TsOnly)
+        raws = [e.ts for e in events if len(e.ts) and e.ph != "M"]
         if not raws:
             continue
         ns, _ = raw_to_ns(raws)
         lo = ns.min()
         if lo is not None:
-            lo = int(lo) + _base(f.baseTimeNanoseconds)
+            lo = int(lo) + base
             best = lo if best is None else min(best, lo)
     return best
 
@@ -103,10 +112,7 @@ def original_events(tl: Timeline, *, origin_ns: int, first_pid: int, sort_base: 
     next_id = 1
     enc = msgspec.json.Encoder()
     for rt in sorted(tl.ranks, key=lambda r: r.rank):
-        f = _decode(rt.path, _RawFile)
-        base = _base(f.baseTimeNanoseconds)
-        events = f.traceEvents
-        del f
+        events, base = _read(rt.path, dict[str, msgspec.Raw])
         with_ts = [i for i, e in enumerate(events) if "ts" in e]
         ns, _ = raw_to_ns([events[i]["ts"] for i in with_ts])
         ts_of = dict(zip(with_ts, _ts_texts(ns + (base - origin_ns))))

@@ -299,7 +299,9 @@ def write_perfetto(tl: Timeline, path: str, *, with_ideal: bool = False,
     if merge_original:
         from pipeaudit.report.merge import original_origin
 
-        origin = min(origin, original_origin(tl))
+        original = original_origin(tl)  # None: the files hold no timed event
+        if original is not None:
+            origin = min(origin, original)
     other = {"tool": f"pipeaudit {__version__}", "origin_ns": origin,
              "inputs": [rt.path for rt in tl.ranks],
              "note": "ts are microseconds from origin_ns (ns since the Unix epoch)"}

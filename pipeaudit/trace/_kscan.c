@@ -2,7 +2,7 @@
  *
  * scan(data, dropped, want) reads `data`, the text of complete traceEvents elements
  * separated by commas (`{...},{...},...{...}`, any whitespace between), and returns the
- * columns that pipeaudit.trace.decode.TableParts builds from msgspec-decoded events: the kept
+ * columns that pipeaudit.trace.columns.TableParts builds from msgspec-decoded events: the kept
  * complete events (ph "X", category not in `dropped`) and the "[memory]" instant events.
  * No Python object is made per event: strings are interned (one str per distinct value),
  * numbers go straight into int64 buffers, and ts/dur are converted from their decimal
@@ -45,6 +45,8 @@ static int buf_grow(Buf *b, size_t extra)
 
 static inline int buf_put(Buf *b, const void *src, size_t n)
 {
+    if (n == 0)
+        return 0; /* memcpy with a NULL buffer is undefined even for 0 bytes */
     if (b->len + n > b->cap && buf_grow(b, n) < 0)
         return -1;
     memcpy(b->data + b->len, src, n);
@@ -144,7 +146,8 @@ static int32_t intern(Intern *t, cptr s, size_t n)
         Slot *slot = &t->slots[j];
         if (slot->code < 0)
             break;
-        if (slot->hash == h && slot->len == n && memcmp(t->arena.data + slot->off, s, n) == 0)
+        if (slot->hash == h && slot->len == n &&
+            (n == 0 || memcmp(t->arena.data + slot->off, s, n) == 0))
             return slot->code;
         j = (j + 1) & t->mask;
     }

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from pipeaudit.errors import TraceError
+from pipeaudit.errors import TraceError, TraceErrorKind as Kind
 from pipeaudit.trace.salvage import SalvageReport
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,7 +54,7 @@ def apply_cut(rt: "RankTrace", report: SalvageReport) -> None:
     report.rank = rt.rank
     if ev.height == 0:
         raise TraceError(rt.path, f"{report.damage}; --salvage recovered {report.events_recovered:,} "
-                                  "events but no complete event (ph X) among them")
+                                  "events but no complete event (ph X) among them", Kind.SALVAGE_FAILED)
     end = int(ev["ts"].max())  # type: ignore[arg-type]
     if report.last_start_ns is not None and report.last_start_ns > end:
         end = report.last_start_ns
@@ -95,7 +95,7 @@ def apply_cut(rt: "RankTrace", report: SalvageReport) -> None:
             why += (f"; its events are out of time order by up to {report.order_lag_ns / 1e6:.3f} ms "
                     "(written grouped by thread or device?), which moves the cut back by as much")
         raise TraceError(rt.path, f"{report.damage}; --salvage recovered {report.events_recovered:,} "
-                                  f"events but no complete step: {why}")
+                                  f"events but no complete step: {why}", Kind.SALVAGE_FAILED)
     report.last_complete_step = kept_steps[-1] if kept_steps else None
     report.excluded_steps = [n for n in report.steps_found if n not in set(kept_steps)]
     drop_rows = steps.filter(pl.col("n").is_in(report.excluded_steps))["_row"]
@@ -162,13 +162,13 @@ def mark_partial(rt: "RankTrace") -> None:
     step k and later are not. Excludes them like a salvaged cut; raises when k is the first."""
     k = rt.header.get(PARTIAL_KEY)
     if not (isinstance(k, int) and not isinstance(k, bool) and k >= 0):
-        raise TraceError(rt.path, f"{PARTIAL_KEY} is {k!r}, expected an integer >= 0")
+        raise TraceError(rt.path, f"{PARTIAL_KEY} is {k!r}, expected an integer >= 0", Kind.BAD_VALUE)
     steps = _step_table(rt.events)
     found = sorted(set(steps["n"].to_list()))
     kept = [n for n in found if n < k]
     if not kept:
         raise TraceError(rt.path, f"a partial trace: the harness stopped rank {rt.rank} during "
-                                  f"ProfilerStep#{k}, before any step was complete")
+                                  f"ProfilerStep#{k}, before any step was complete", Kind.SET)
     report = SalvageReport(
         path=str(rt.path), damage=f"a partial trace: the harness stopped rank {rt.rank} during "
                                   f"ProfilerStep#{k} (its run failed)",

@@ -2,13 +2,18 @@
 
 Rules
     * A **file** given by name is always taken (whatever its name), even if it is not a
-      trace: reading it then says what is wrong.
+      trace: reading it then says what is wrong. It must be a regular file: a FIFO, a
+      device (a link to ``/dev/zero``) or a socket is refused by name (reading it would
+      block or never end).
     * A **glob** (``*``, ``?``, ``[``; ``**`` recurses) is expanded when no file of that exact
-      name exists; it must match at least one file.
+      name exists; it must match at least one file. ``**`` does not follow symbolic links
+      to directories (a link to ``.`` would make the walk endless), and what a glob matches
+      must be a regular file too.
     * A **directory** is scanned for trace files: names ending in ``.json``, ``.json.gz``
       or ``.json.gzip`` (not ``manifest.json``) whose first bytes look like a Chrome trace
       (an object with ``traceEvents``, ``schemaVersion``, ``distributedInfo`` ... in its
-      first 64 KiB, gzip or not). First the directory itself; if it holds no trace, its
+      first 64 KiB, gzip or not); entries that are not regular files (FIFOs, devices,
+      sockets) are skipped unread. First the directory itself; if it holds no trace, its
       subdirectories, recursively (up to 4 levels, symlinked directories not followed).
       This covers a run directory of ``rank*.json.gz``, a ``tensorboard_trace_handler``
       directory of ``{worker}.{ns}.pt.trace.json[.gz]`` and torchtitan's
@@ -24,17 +29,17 @@ directory, a directory without traces, a glob without matches.
 from __future__ import annotations
 
 import errno
+import fnmatch
 import glob
 import os
 import re
 import stat
-import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from pipeaudit.errors import TraceError
+from pipeaudit.errors import TraceError, TraceErrorKind as Kind
 from pipeaudit.trace.naming import NOT_TRACES, has_trace_suffix, natural_key
-from pipeaudit.trace.source import GZIP_MAGIC, os_problem
+from pipeaudit.trace.source import TraceBytes, not_regular_problem, os_problem
 
 MAX_DEPTH = 4
 SNIFF_BYTES = 64 * 1024
@@ -45,20 +50,14 @@ _ITERATION_DIR = re.compile(r"^(iteration|iter|step|epoch|cycle)[_-]?\d+$", re.I
 
 
 def looks_like_trace(path: Path) -> bool:
-    """Cheap check of a file's first bytes (decompressed when gzip): a JSON object that
-    mentions a Chrome-trace key. Unreadable files count as traces so that reading them
-    reports the problem."""
+    """Cheap check of a file's first bytes (decompressed when gzip, by the trace reader's own
+    byte reader): a JSON object that mentions a Chrome-trace key. Files that cannot be read
+    count as traces so that reading them reports the problem."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(SNIFF_BYTES)
-    except OSError:
+        head = TraceBytes(path).head(SNIFF_BYTES)
+    except TraceError:
         return True
-    if head.startswith(GZIP_MAGIC):
-        try:
-            head = zlib.decompressobj(wbits=31).decompress(head, SNIFF_BYTES)
-        except zlib.error:
-            return True  # a corrupt gzip named like a trace: let the reader say so
-    head = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    head = head.lstrip(b" \t\r\n")
     return head.startswith(b"{") and any(k in head for k in _SNIFF_KEYS)
 
 
@@ -67,8 +66,8 @@ def _stat_or_raise(path: Path) -> os.stat_result:
         return os.stat(path)
     except OSError as exc:
         if exc.errno == errno.ENOENT and os.path.islink(path):
-            raise TraceError(path, "broken symlink (its target does not exist)") from None
-        raise TraceError(path, os_problem(exc)) from None
+            raise TraceError(path, "broken symlink (its target does not exist)", Kind.PATH) from None
+        raise TraceError(path, os_problem(exc), Kind.PATH) from None
 
 
 def _list_dir(d: Path) -> list[os.DirEntry]:
@@ -76,7 +75,7 @@ def _list_dir(d: Path) -> list[os.DirEntry]:
         with os.scandir(d) as it:
             return sorted(it, key=lambda e: natural_key(e.name))
     except OSError as exc:
-        raise TraceError(d, os_problem(exc)) from None
+        raise TraceError(d, os_problem(exc), Kind.PATH) from None
 
 
 def _traces_in(d: Path) -> tuple[list[Path], list[Path], bool]:
@@ -95,9 +94,10 @@ def _traces_in(d: Path) -> tuple[list[Path], list[Path], bool]:
             subdirs.append(p)
         elif has_trace_suffix(entry.name):
             if not is_file:
-                # a trace-named entry we cannot open as a file: a dangling link or a loop
+                # a trace-named entry that is not a regular file: a dangling link or a loop
+                # is an error; a FIFO, device or socket named *.json is not a trace
                 _stat_or_raise(p)
-                continue  # a socket or fifo named *.json: not a trace
+                continue
             if looks_like_trace(p):
                 files.append(p)
     return files, subdirs, bool(entries)
@@ -108,7 +108,7 @@ def _scan_dir(d: Path) -> list[Path]:
     if files:
         return files
     if not any_entry:
-        raise TraceError(d, "empty directory")
+        raise TraceError(d, "empty directory", Kind.PATH)
     found: dict[Path, list[Path]] = {}
     stack = [(s, 1) for s in sorted(subdirs, key=natural_key)]
     while stack:
@@ -121,7 +121,7 @@ def _scan_dir(d: Path) -> list[Path]:
     if not found:
         raise TraceError(
             d, "no trace files in this directory or below (looked for *.json and *.json.gz "
-               "files holding a Chrome/Kineto trace)"
+               "files holding a Chrome/Kineto trace)", Kind.PATH
         )
     iteration_dirs = [p for p in found if _ITERATION_DIR.match(p.name)]
     if len(iteration_dirs) > 1:
@@ -129,33 +129,96 @@ def _scan_dir(d: Path) -> list[Path]:
         more = f" and {len(iteration_dirs) - 6} more" if len(iteration_dirs) > 6 else ""
         raise TraceError(
             d, f"holds traces of several iterations ({names}{more}); pass one of them, "
-               f"e.g. {iteration_dirs[-1]}"
+               f"e.g. {iteration_dirs[-1]}", Kind.PATH
         )
     return [f for files_ in found.values() for f in files_]
+
+
+def _glob(pattern: str) -> Iterator[str]:
+    """The paths matching ``pattern``, as :func:`glob.glob` with ``recursive=True`` finds
+    them, except that ``**`` does not enter symbolic links to directories (nor a directory
+    twice), so that a link to ``.`` or to a parent cannot make the walk endless."""
+    parts = pattern.split(os.sep)
+    if "**" not in parts:
+        yield from glob.glob(pattern)
+        return
+    root = os.sep if pattern.startswith(os.sep) else ""
+    yield from _walk(root, [p for p in parts if p], set())
+
+
+def _walk(base: str, parts: list[str], seen: set[tuple[int, int, int]]) -> Iterator[str]:
+    if not parts:
+        yield base
+        return
+    part, rest = parts[0], parts[1:]
+    if part == "**":
+        yield from _walk(base, rest, seen)  # zero directories
+        try:
+            st = os.stat(base or ".")
+            key = (st.st_dev, st.st_ino, len(parts))
+            if key in seen:
+                return
+            seen.add(key)
+            entries = sorted(os.scandir(base or "."), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                yield from _walk(os.path.join(base, entry.name), parts, seen)
+            elif not rest:  # a trailing "**" matches the files too
+                yield os.path.join(base, entry.name)
+        return
+    if not glob.has_magic(part):
+        path = os.path.join(base, part) if base else part
+        if os.path.lexists(path) if not rest else os.path.isdir(path):
+            yield from _walk(path, rest, seen)
+        return
+    try:
+        entries = sorted(os.scandir(base or "."), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith(".") and not part.startswith("."):
+            continue
+        if not fnmatch.fnmatchcase(entry.name, part):
+            continue
+        if rest and not entry.is_dir():
+            continue
+        yield from _walk(os.path.join(base, entry.name), rest, seen)
+
+
+def _regular(path: Path) -> Path:
+    """``path`` if it is a regular file (following links); TraceError naming it otherwise."""
+    problem = not_regular_problem(_stat_or_raise(path).st_mode)
+    if problem is not None:
+        raise TraceError(path, problem, Kind.PATH)
+    return path
 
 
 def _expand(arg: str | os.PathLike[str]) -> Iterable[Path]:
     text = os.fspath(arg)
     path = Path(text)
     if not os.path.lexists(path) and _GLOB_CHARS.search(text):
-        matches = sorted(glob.glob(os.path.expanduser(text), recursive=True), key=natural_key)
+        matches = sorted(_glob(os.path.expanduser(text)), key=natural_key)
         if not matches:
-            raise TraceError(text, "no files match this pattern")
+            raise TraceError(text, "no files match this pattern", Kind.PATH)
         out: list[Path] = []
         for m in matches:
             mp = Path(m)
             if mp.is_dir():
                 out.extend(_scan_dir(mp))
             elif mp.name not in NOT_TRACES:
-                out.append(mp)
+                out.append(_regular(mp))
         if not out:
-            raise TraceError(text, "no trace files match this pattern")
+            raise TraceError(text, "no trace files match this pattern", Kind.PATH)
         return out
     path = Path(os.path.expanduser(text))
     st = _stat_or_raise(path)
     if stat.S_ISDIR(st.st_mode):
         return _scan_dir(path)
-    return [path]
+    return [_regular(path)]
 
 
 def discover(paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str]) -> list[Path]:
@@ -163,7 +226,7 @@ def discover(paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str]) -
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if not paths:
-        raise TraceError(None, "no trace files given")
+        raise TraceError(None, "no trace files given", Kind.PATH)
     seen: set[str] = set()
     out: list[Path] = []
     for arg in paths:

@@ -29,15 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from pipeaudit import progress, timings
-from pipeaudit.errors import PipeauditError
+from pipeaudit.errors import PipeauditError, TraceError, TraceErrorKind
 from pipeaudit.trace.clock import clock_warnings
-from pipeaudit.trace.decode import read_trace
+from pipeaudit.trace.cut import align_steps
+from pipeaudit.trace.decode import decode_file
 from pipeaudit.trace.discover import discover
 from pipeaudit.trace.executor import Executor, cpu_count, parse_executor, run_tasks
 from pipeaudit.trace.model import RankInfo, RankTrace, TraceSet
-from pipeaudit.trace.cut import align_steps
-from pipeaudit.trace.source import estimated_json_bytes
+from pipeaudit.trace.options import ReadOptions
+from pipeaudit.trace.source import estimated_json_bytes, open_regular
 from pipeaudit.trace.validate import validate_set
 
 #: With ``jobs=None`` the pool is used only for at least this much JSON: a worker pool
@@ -47,6 +50,8 @@ POOL_MIN_JSON_BYTES = 128 * 1024 * 1024
 #: Share of the memory available at start that ``max_memory=None`` allows.
 DEFAULT_MEMORY_SHARE = 0.5
 MANIFEST_NAME = "manifest.json"
+#: A manifest bigger than this is not a harness manifest: it is ignored, not read.
+MAX_MANIFEST_BYTES = 16 << 20
 
 
 def _estimated_json_bytes(files: Sequence[Path]) -> int:
@@ -54,7 +59,7 @@ def _estimated_json_bytes(files: Sequence[Path]) -> int:
     for f in files:
         try:
             total += estimated_json_bytes(f)
-        except OSError:
+        except (OSError, TraceError):
             continue
     return total
 
@@ -115,12 +120,13 @@ def use_pool(files: Sequence[Path], jobs: int | None,
 
 @dataclass
 class RankTask:
-    """What one worker does: decode ``path`` and apply ``job`` (None: keep the trace)."""
+    """What one worker does: decode ``path`` with ``options`` and apply ``job`` (None: keep
+    the trace). ``options`` None (a Dask worker): a share of that machine's memory."""
 
     path: str
     job: Callable[[RankTrace], Any] | None = None
     columns: tuple[str, ...] | None = None
-    max_memory: int | None = None
+    options: ReadOptions | None = None
     salvage: bool = False
 
 
@@ -137,12 +143,12 @@ class RankOutcome:
 
 def run_rank_task(task: RankTask) -> RankOutcome:
     """Worker entry point (module level, picklable)."""
-    budget = task.max_memory
-    if budget is None:  # on a remote worker: a share of that machine's memory
-        budget = max(1, default_max_memory() // cpu_count())
+    options = task.options
+    if options is None:  # on a remote worker: a share of that machine's memory
+        options = ReadOptions.for_budget(max(1, default_max_memory() // cpu_count()),
+                                         salvage=task.salvage)
     try:
-        rt = read_trace(Path(task.path), columns=task.columns, max_memory=budget,
-                        salvage=task.salvage)
+        rt = decode_file(Path(task.path), options, columns=task.columns)
     except PipeauditError as exc:
         return RankOutcome(decode_error=exc)
     info = rt.info()
@@ -152,6 +158,11 @@ def run_rank_task(task: RankTask) -> RankOutcome:
         value = task.job(rt)
     except PipeauditError as exc:
         return RankOutcome(info=info, job_error=exc)
+    except pl.exceptions.PanicException as exc:  # a BaseException: the values broke polars
+        first = (str(exc).splitlines() or [""])[0][:160]
+        return RankOutcome(info=info, job_error=TraceError(
+            task.path, f"the dataframe library (polars) failed on this trace's values ({first})",
+            TraceErrorKind.TOO_BIG))
     return RankOutcome(info=info, value=value)
 
 
@@ -202,7 +213,8 @@ def map_ranks(
     ``max_memory``: the memory budget in bytes (or text like ``"4G"``) for the whole
     decode; each worker gets its share, and a file too big for it is decoded as a stream.
     ``salvage``: read damaged files with :mod:`pipeaudit.trace.salvage` (see :func:`read_trace`).
-    Raises :class:`TraceError` (and the job's own :class:`PipeauditError`).
+    Raises :class:`TraceError` (and the job's own :class:`PipeauditError`). With
+    ``PIPEAUDIT_TIMINGS=1`` the ranks phase names the reader's options.
     """
     exe = parse_executor(executor)
     files = discover(paths)
@@ -214,21 +226,23 @@ def map_ranks(
     workers, pool = use_pool(files, jobs, sum(sizes))
     if exe.kind == "processes":
         pool = workers > 1
-    per_task: int | None
-    if exe.kind == "dask":  # each worker judges its own machine unless a budget is given
-        per_task = None if max_memory is None else parse_size(max_memory)
+    options: ReadOptions | None
+    if exe.kind == "dask" and max_memory is None:  # each worker judges its own machine
+        options = None
     else:
         budget = default_max_memory() if max_memory is None else parse_size(max_memory)
-        per_task = max(1, budget // (workers if pool else 1))
+        per_task = budget if exe.kind == "dask" else max(1, budget // (workers if pool else 1))
+        options = ReadOptions.for_budget(per_task, salvage=salvage)
     cols = tuple(columns) if columns is not None else None
-    tasks = [RankTask(str(f), job, cols, per_task, salvage) for f in files]
+    tasks = [RankTask(str(f), job, cols, options, salvage) for f in files]
     # biggest files first, so that no worker is left with a big one at the end
     biggest_first = sorted(range(len(tasks)), key=lambda i: -sizes[i])
     timings.mark("start")
     done = run_tasks(run_rank_task, [tasks[i] for i in biggest_first], executor=exe,
                      workers=workers, pool=pool, on_done=_ticker(len(tasks)))
-    timings.mark("ranks", f"{len(tasks)} ranks, " + (str(exe) if exe.kind == "dask" else
-                                                     _jobs(workers if pool else 1)))
+    where = str(exe) if exe.kind == "dask" else _jobs(workers if pool else 1)
+    read = options.describe() if options is not None else "each worker's own budget"
+    timings.mark("ranks", f"{len(tasks)} ranks, {where}, read: {read}")
     outcomes: list[RankOutcome] = [None] * len(tasks)  # type: ignore[list-item]
     for i, o in zip(biggest_first, done):
         outcomes[i] = o
@@ -268,9 +282,16 @@ def find_manifest(files: Sequence[Path], warnings: list[str]) -> dict | None:
             f"several {MANIFEST_NAME} files ({', '.join(str(p) for p in found[:3])}); using {found[0]}"
         )
     try:
-        data = json.loads(found[0].read_bytes())
-    except (OSError, ValueError) as exc:
+        with open_regular(found[0]) as fh:
+            raw = fh.read(MAX_MANIFEST_BYTES + 1)
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise ValueError(f"more than {MAX_MANIFEST_BYTES >> 20} MiB, not a harness manifest")
+        data = json.loads(raw)
+    except (OSError, ValueError, RecursionError) as exc:
         warnings.append(f"{found[0]}: manifest ignored, cannot be read ({exc})")
+        return None
+    except TraceError as exc:
+        warnings.append(f"{found[0]}: manifest ignored, cannot be read ({exc.problem})")
         return None
     if not isinstance(data, dict):
         warnings.append(f"{found[0]}: manifest ignored, it is not a JSON object")

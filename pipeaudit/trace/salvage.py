@@ -6,11 +6,13 @@ damage is usually intact: Kineto writes the header first (``distributedInfo``,
 ``baseTimeNanoseconds``, ...), then ``traceEvents`` in start-time order. Salvage keeps
 exactly that:
 
-1. **Bytes.** A truncated gzip stream is decompressed as far as it goes: deflate output is
-   determined by the input before it, so that is exactly the start of the original JSON.
-   Corrupt gzip data (a bad block, a checksum mismatch) is *not* salvaged: zlib notices
-   corruption only some way after it, and what it produced in between may be garbage that
-   still parses (a wrong digit in a ``ts``). Bytes after complete gzip members are ignored.
+1. **Bytes.** The byte reader's tolerant mode (:class:`pipeaudit.trace.source.TraceBytes`)
+   decompresses a truncated gzip stream as far as it goes: deflate output is determined by
+   the input before it, so that is exactly the start of the original JSON. Corrupt gzip data
+   (a bad block, a checksum mismatch) is *not* salvaged: zlib notices corruption only some
+   way after it, and what it produced in between may be garbage that still parses (a wrong
+   digit in a ``ts``). Bytes after complete gzip members are ignored. The whole JSON text is
+   held at once, within a share of the memory budget (:class:`pipeaudit.trace.options.ReadOptions`).
 2. **Structure.** The JSON text is scanned for the ``traceEvents`` array and its complete
    top-level ``{...}`` objects, tracking strings, escapes and nesting (vectorised with
    numpy: about 0.1 s per 10 MB). The members written before the array are kept as they
@@ -18,6 +20,8 @@ exactly that:
    cannot belong to a well-formed array (garbage between events, an event that is not
    valid JSON): only events *before* the damage are recovered.
    (:mod:`pipeaudit.trace.jsonscan`)
+   The rebuilt document is then read by the same pipeline as any file
+   (:func:`pipeaudit.trace.decode.decode_file`), so its events are checked by the same rules.
 3. **The cut.** :func:`pipeaudit.trace.cut.apply_cut` drops what the damage may have made
    incomplete: spans that end after the trace does and the steps it cut;
    :func:`pipeaudit.trace.cut.align_steps` excludes the same steps on every rank of the set,
@@ -31,36 +35,36 @@ the audit turns it into a ``TRUNCATED_TRACE`` finding and the JSON report lists 
 from __future__ import annotations
 
 import re
-import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
-from pipeaudit.errors import TraceError
-from pipeaudit.trace.jsonscan import Scan, rebuild, scan
-from pipeaudit.trace.source import GZIP_MAGIC, os_problem
-
-#: Problems (the start of :attr:`TraceError.problem`) that ``--salvage`` can do something about.
-SALVAGEABLE_PREFIXES: tuple[str, ...] = (
-    "truncated JSON", "truncated gzip", "invalid JSON",
-    "corrupt gzip data (garbage after the compressed stream)",
-)
+from pipeaudit.errors import TraceError, TraceErrorKind as Kind
+from pipeaudit.trace.diagnose import NESTED, msgspec_byte
+from pipeaudit.trace.jsonscan import rebuild, scan
+from pipeaudit.trace.model import RankTrace
+from pipeaudit.trace.timestamps import raw_to_ns
 
 #: The hint added to a salvageable error when salvage was not asked for.
 SALVAGE_HINT = "pass --salvage to analyse the complete events before the damage"
 
-#: gzip damage after complete members (which passed their checksum): safe to salvage.
-GARBAGE_AFTER = "corrupt gzip data (garbage after the compressed stream)"
 
-
-def is_salvageable(problem: str) -> bool:
-    """True when ``problem`` (a TraceError's problem text) is damage that salvage may repair.
+def is_salvageable(error: TraceError) -> bool:
+    """True when ``error`` is damage that salvage may repair: routed on its kind
+    (:data:`pipeaudit.errors.SALVAGEABLE_KINDS`), never on its wording.
 
     Corrupt gzip data is not: zlib notices corruption only some way after it, and what it
     decompressed in between may be garbage that still parses (a wrong digit in a ``ts``)."""
-    return problem.startswith(SALVAGEABLE_PREFIXES)
+    return error.salvageable
+
+
+def unverifiable(error: TraceError) -> TraceError:
+    """The error for corrupt gzip data when salvage was asked for."""
+    return TraceError(error.path, f"{error.problem}: what decompresses before the damage cannot be "
+                                  "verified, so nothing is salvaged", error.kind)
 
 
 @dataclass
@@ -130,114 +134,33 @@ class SalvageReport:
         return d
 
 
-# --------------------------------------------------------------------------- bytes
+# --------------------------------------------------------------------------- the events
+
+_RAW = msgspec.json.Decoder(msgspec.Raw)
+_HEADER_KEY = re.compile(rb'"([A-Za-z_]\w*)"\s*:')
 
 
-def gunzip_partial(data: bytes) -> tuple[bytes, int, str | None]:
-    """Decompress a possibly truncated gzip file as far as its stream goes.
-
-    Returns ``(decompressed, compressed bytes used, problem or None)``. A truncated stream
-    yields exactly the prefix of the original data (deflate output is determined by the
-    input before it). Concatenated members are followed like :func:`~pipeaudit.trace.source.gunzip`;
-    trailing bytes after complete members are ignored (their data passed the checksum). On
-    corrupt data the problem says so: what was decompressed before zlib noticed may already be
-    garbage, so callers must not trust it.
-    """
-    out: list[bytes] = []
-    pos = 0
-    n = len(data)
-    while pos < n:
-        if not data.startswith(GZIP_MAGIC, pos):
-            if GZIP_MAGIC.startswith(data[pos:]):  # a member header cut after its first byte
-                return b"".join(out), n, "truncated gzip file (the compressed stream ends early)"
-            if out and not data[pos:].strip(b"\x00"):
-                return b"".join(out), n, None
-            return b"".join(out), pos, GARBAGE_AFTER
-        d = zlib.decompressobj(wbits=31)
-        try:
-            out.append(d.decompress(data[pos:]))
-        except zlib.error as exc:
-            return b"".join(out), pos, f"corrupt gzip data ({exc})"
-        if not d.eof:
-            return b"".join(out), n, "truncated gzip file (the compressed stream ends early)"
-        pos = n - len(d.unused_data)
-    return b"".join(out), n, None
-
-
-# --------------------------------------------------------------------------- files
-
-
-def read_salvaged(path: Path, notes: list[str] | None = None) -> tuple[Any, int, SalvageReport | None]:
-    """Parse ``path`` like the normal reader; when it is damaged in a salvageable way,
-    recover its complete events instead. Returns ``(TraceFile, size on disk, report)``;
-    the report is None for an intact file. Raises :class:`TraceError` otherwise."""
-    from pipeaudit.trace.decode import _parse
-    from pipeaudit.trace.source import read_bytes
-
-    try:
-        data, size, _gz = read_bytes(path)
-        return _parse(path, data, notes), size, None
-    except TraceError as exc:
-        if exc.problem.startswith("corrupt gzip data") and not is_salvageable(exc.problem):
-            raise TraceError(path, f"{exc.problem}: what decompresses before the damage cannot be "
-                                   "verified, so nothing is salvaged") from None
-        if not is_salvageable(exc.problem):
-            raise
-        damage = exc.problem
-    return _salvage(path, damage, notes)
-
-
-_BYTE_RE = re.compile(r"\(byte (\d+)\)")
-
-
-def _salvage(path: Path, damage: str, notes: list[str] | None = None) -> tuple[Any, int, SalvageReport]:
-    import msgspec
-
-    from pipeaudit.trace.decode import _parse
-    from pipeaudit.trace.schema import TRACE_DECODER
-
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:  # pragma: no cover - it was readable a moment ago
-        raise TraceError(path, os_problem(exc)) from None
-    size = len(raw)
-    used = size
-    if raw.startswith(GZIP_MAGIC):
-        text, used, gz_problem = gunzip_partial(raw)
-        if gz_problem and not is_salvageable(gz_problem):
-            raise TraceError(path, f"{gz_problem}: what decompresses before the damage cannot be "
-                                   "verified, so nothing is salvaged")
-    else:
-        text = raw
-    if text.startswith(b"\xef\xbb\xbf"):
-        text = text[3:]
-    try:
-        text.decode("utf-8")
-    except UnicodeDecodeError:
-        from pipeaudit.trace.diagnose import repair_utf8, utf8_repair_note
-
-        text, count = repair_utf8(text)
-        if notes is not None:
-            notes.append(utf8_repair_note(count))
+def recover(path: Path, text: bytes, damage: str, *, size: int, used: int) -> tuple[bytes, SalvageReport]:
+    """A well-formed document of the complete events of the damaged JSON ``text`` (and the
+    header members before them, the complete ones after), and the report of what was
+    recovered. ``size``: the file's size on disk; ``used``: its bytes that were read."""
     sc = scan(text)
     where = f"the usable data ends at byte {len(text):,}"
     if sc is None:
         raise TraceError(path, f"{damage}; --salvage found nothing to recover ({where}, before "
-                               "the traceEvents array starts)")
+                               "the traceEvents array starts)", Kind.SALVAGE_FAILED)
     keep = len(sc.events)
     trailer = list(sc.trailer)
     while True:
         doc, offsets = rebuild(text, sc, keep, trailer)
         try:
-            TRACE_DECODER.decode(doc)
+            _RAW.decode(doc)
             break
-        except msgspec.ValidationError:
-            _parse(path, doc)  # raises the normal, precise message (a wrong type is not damage)
-            raise  # pragma: no cover
+        except RecursionError:
+            raise TraceError(path, f"{damage}; --salvage cannot read it: {NESTED}", Kind.TOO_DEEP) from None
         except msgspec.DecodeError as exc:
-            m = _BYTE_RE.search(str(exc))
-            bad = int(m.group(1)) if m else len(doc)
+            at = msgspec_byte(str(exc))
+            bad = at if at is not None else len(doc)
             if offsets and bad >= offsets[0] and keep:
                 # drop the event holding the bad byte and everything after it
                 idx = int(np.searchsorted(np.asarray(offsets), bad, side="right")) - 1
@@ -249,49 +172,48 @@ def _salvage(path: Path, damage: str, notes: list[str] | None = None) -> tuple[A
                 trailer = trailer[:-1]
                 continue
             raise TraceError(path, f"{damage}; --salvage cannot rebuild a valid document "
-                                   f"({str(exc).replace('JSON is malformed: ', '')})") from None
+                                   f"({str(exc).replace('JSON is malformed: ', '')})",
+                             Kind.SALVAGE_FAILED) from None
     if keep == 0:
         raise TraceError(path, f"{damage}; --salvage found no complete event ({where}, before "
-                               "the first event ends)")
-    tf = _parse(path, doc)
-    last_ns = _last_start_ns(tf)
-    lag_ns = _order_lag_ns(tf)
-    header = [k for k in re.findall(rb'"([A-Za-z_]\w*)"\s*:', sc.prefix)] if sc.prefix else []
+                               "the first event ends)", Kind.SALVAGE_FAILED)
     report = SalvageReport(
-        path=str(path), damage=damage, size_bytes=size, bytes_read=used,
-        json_bytes=len(text),
-        events_recovered=keep, last_start_ns=last_ns, order_lag_ns=lag_ns,
-        all_events=sc.array_closed and keep == len(sc.events),
-        header_kept=sorted({h.decode() for h in header} & set(_top_keys(tf))),
+        path=str(path), damage=damage, size_bytes=size, bytes_read=used, json_bytes=len(text),
+        events_recovered=keep, all_events=sc.array_closed and keep == len(sc.events),
+        header_kept=sorted({k.decode() for k in _HEADER_KEY.findall(sc.prefix)}),
     )
-    return tf, size, report
+    return doc, report
 
 
-def _last_start_ns(tf: Any) -> int | None:
-    """Latest ``ts`` (absolute ns) of any recovered event: instant and metadata events count
-    too (Kineto writes ``Record Window End`` after the last complete event)."""
-    from pipeaudit.trace.timestamps import raw_to_ns
+class _Timed(msgspec.Struct, gc=False):
+    ph: Any = None
+    cat: Any = None
+    ts: msgspec.Raw = msgspec.Raw(b"")
 
-    ns, _ = raw_to_ns([e.ts for e in tf.traceEvents])
+
+class _TimedFile(msgspec.Struct, gc=False):
+    traceEvents: list[_Timed]
+
+
+def complete_report(report: SalvageReport, doc: bytes, rt: RankTrace) -> None:
+    """Fill in what needs the decoded rank: the latest start of any recovered event
+    (instant and metadata events count too: Kineto writes ``Record Window End`` after the
+    last complete event), how far out of start-time order the file is, and which header
+    members survived."""
+    events = msgspec.json.decode(doc, type=_TimedFile).traceEvents
+    ns, _ = raw_to_ns([e.ts for e in events])
     last = ns.max()
-    if last is None:
-        return None
-    base = tf.baseTimeNanoseconds
-    try:
-        base = int(base) if base is not None else 0
-    except (TypeError, ValueError):
-        base = 0
-    return int(last) + base  # type: ignore[arg-type]
+    report.last_start_ns = None if last is None else int(last) + rt.base_ns  # type: ignore[arg-type]
+    report.order_lag_ns = _order_lag_ns(events)
+    report.header_kept = sorted(set(report.header_kept) & set(rt.header))
 
 
-def _order_lag_ns(tf: Any) -> int:
+def _order_lag_ns(events: list[_Timed]) -> int:
     """How far out of start-time order the recovered complete events are in the file: the
     largest step back in ``ts`` (ns) from the latest start seen before. 0 when sorted (what
     torch.profiler writes); large for files grouped by thread or by CPU/GPU. Kineto's own
     whole-profile span (cat ``Trace``) is left out: it comes last but starts first."""
-    from pipeaudit.trace.timestamps import raw_to_ns
-
-    raws = [e.ts for e in tf.traceEvents if e.ph == "X" and e.cat not in ("Trace", "python_function")]
+    raws = [e.ts for e in events if e.ph == "X" and e.cat not in ("Trace", "python_function")]
     if len(raws) < 2:
         return 0
     ns = raw_to_ns(raws)[0].drop_nulls().to_numpy()
@@ -300,25 +222,5 @@ def _order_lag_ns(tf: Any) -> int:
     return int((np.maximum.accumulate(ns) - ns).max())
 
 
-def _top_keys(tf: Any) -> list[str]:
-    from pipeaudit.trace.schema import HEADER_KEYS
-
-    return [k for k in HEADER_KEYS if getattr(tf, k, None) is not None]
-
-
-_MOVED_TO_CUT = ("PARTIAL_KEY", "align_steps", "apply_cut", "exclude_steps_after", "mark_partial")
-
-
-def __getattr__(name: str):
-    """Names that moved to :mod:`pipeaudit.trace.cut` are still importable from here."""
-    if name in _MOVED_TO_CUT:
-        from pipeaudit.trace import cut
-
-        return getattr(cut, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [
-    "SALVAGEABLE_PREFIXES", "SALVAGE_HINT", "SalvageReport", "Scan", "gunzip_partial",
-    "is_salvageable", "read_salvaged", "rebuild", "scan",
-]
+__all__ = ["SALVAGE_HINT", "SalvageReport", "complete_report", "is_salvageable", "recover",
+           "unverifiable"]

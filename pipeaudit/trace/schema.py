@@ -1,4 +1,4 @@
-"""msgspec Structs describing the parts of a Kineto / Chrome-trace file that pipeaudit reads.
+"""msgspec Structs of the event fields that pipeaudit reads (the msgspec tokenizer's types).
 
 Only the fields the analysis uses are declared; msgspec skips every other key while parsing,
 without building Python objects for it. ``ts`` and ``dur`` are kept as :class:`msgspec.Raw`
@@ -69,68 +69,9 @@ class Event(LeanEvent):
     args: Args | None = NO_ARGS  # type: ignore[assignment]
 
 
-#: Top-level keys kept in :attr:`RankTrace.header` (all small). Other top-level keys
-#: (``INFO`` log lines, site-specific job metadata, ...) are skipped while parsing.
-HEADER_KEYS: tuple[str, ...] = (
-    "schemaVersion",
-    "distributedInfo",
-    "deviceProperties",
-    "baseTimeNanoseconds",
-    "traceName",
-    "displayTimeUnit",
-    "trace_id",
-    "host_name",
-    "record_shapes",
-    "profile_memory",
-    "with_stack",
-    "with_flops",
-    "with_modules",
-    "cuda_runtime_version",
-    "cuda_driver_version",
-    "hip_runtime_version",
-    "pipeaudit_incomplete_step",  # written by the pipeaudit harness into a failed rank's partial trace
-)
-
-
-class TraceFile(msgspec.Struct, gc=False):
-    """The whole file: ``traceEvents`` (required) and the small header keys."""
-
-    traceEvents: list[Event]
-    schemaVersion: Any = None
-    distributedInfo: Any = None
-    deviceProperties: Any = None
-    baseTimeNanoseconds: Any = None
-    traceName: Any = None
-    displayTimeUnit: Any = None
-    trace_id: Any = None
-    host_name: Any = None
-    record_shapes: Any = None
-    profile_memory: Any = None
-    with_stack: Any = None
-    with_flops: Any = None
-    with_modules: Any = None
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-    hip_runtime_version: Any = None
-    pipeaudit_incomplete_step: Any = None
-
-
-TRACE_DECODER = msgspec.json.Decoder(TraceFile)
-
-
-# ---- the lean variant: what the analysis reads (no pid, no External id / stream / device)
-
-
-class LeanTraceFile(TraceFile):
-    """:class:`TraceFile` with :class:`LeanEvent` events."""
-
-    traceEvents: list[LeanEvent]  # type: ignore[assignment]
-
-
 #: Event columns that need the full :class:`Event` (the lean one skips their keys unread).
 FULL_ONLY_COLUMNS: frozenset[str] = frozenset({"pid", "external_id", "stream", "device",
                                                "src_rank", "dst_rank", "seq"})
-_LEAN_TRACE_DECODER = msgspec.json.Decoder(LeanTraceFile)
 _BATCH_DECODER = msgspec.json.Decoder(list[Event])
 _LEAN_BATCH_DECODER = msgspec.json.Decoder(list[LeanEvent])
 
@@ -141,11 +82,6 @@ def is_lean(columns: frozenset[str]) -> bool:
     return not (columns & FULL_ONLY_COLUMNS)
 
 
-def trace_decoder(columns: frozenset[str]) -> msgspec.json.Decoder:
-    """The whole-file decoder for a set of event columns."""
-    return _LEAN_TRACE_DECODER if is_lean(columns) else TRACE_DECODER
-
-
 def batch_decoder(columns: frozenset[str]) -> msgspec.json.Decoder:
-    """The decoder of a ``[...]`` batch of events (streaming) for a set of event columns."""
+    """The decoder of a ``[...]`` batch of events for a set of event columns."""
     return _LEAN_BATCH_DECODER if is_lean(columns) else _BATCH_DECODER

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeaudit.errors import TraceError
+from pipeaudit.errors import TraceError, TraceErrorKind as Kind
 from pipeaudit.trace.clock import format_duration, format_ns, is_wall_clock, time_clusters
 from pipeaudit.trace.model import RankTrace
 
@@ -95,7 +95,7 @@ def _check_rank_info(ranks: Sequence[RankTrace]) -> None:
             f"cannot tell the ranks apart: {names}{more} "
             f"{'has' if len(unknown) == 1 else 'have'} no distributedInfo.rank and no rank in "
             f"{'its file name' if len(unknown) == 1 else 'their file names'}",
-        )
+            Kind.SET)
     by_rank: dict[int, RankTrace] = {}
     for rt in ranks:
         other = by_rank.get(rt.rank)
@@ -104,7 +104,7 @@ def _check_rank_info(ranks: Sequence[RankTrace]) -> None:
                 None,
                 f"rank {rt.rank} is in two files: {other.path} and {rt.path} "
                 "(several profiling cycles or runs? pass one file per rank)",
-            )
+                Kind.SET)
         by_rank[rt.rank] = rt
 
 
@@ -119,7 +119,7 @@ def _check_same_run(ranks: Sequence[RankTrace], warnings: list[str]) -> None:
             (v1, a), (v2, b) = list(seen.items())[:2]
             text = f"{label} {v1} in {a.path}, {v2} in {b.path}"
             if fatal:
-                raise TraceError(None, f"traces come from different runs: {text}")
+                raise TraceError(None, f"traces come from different runs: {text}", Kind.SET)
             warnings.append(f"ranks disagree on {text}: traces from different runs?")
 
     def dist(key: str):
@@ -149,7 +149,7 @@ def _check_same_run(ranks: Sequence[RankTrace], warnings: list[str]) -> None:
                     f"{_label(r0)} ({format_ns(s0)} to {format_ns(e0)}) and "
                     f"{_label(r1)} ({format_ns(s1)} to {format_ns(e1)}) are "
                     f"{format_duration(gap)} apart",
-                )
+                    Kind.SET)
 
 
 def _rank_word(ranks: Sequence[int]) -> str:
@@ -165,7 +165,8 @@ def _check_missing(
     if world_size is not None:
         for rt in ranks:
             if rt.rank >= world_size:
-                raise TraceError(None, f"rank {rt.rank} ({rt.path}) is not below world_size {world_size}")
+                raise TraceError(None, f"rank {rt.rank} ({rt.path}) is not below world_size "
+                                       f"{world_size}", Kind.SET)
         gaps = missing_gaps(given, 0, world_size - 1)
     else:
         gaps = missing_gaps(given, given[0], given[-1])
@@ -191,8 +192,8 @@ def _check_missing(
         )
     if holes and not allow_missing:
         raise TraceError(
-            None, text + " (pass allow_missing=True, or --allow-missing, to analyse an incomplete set)"
-        )
+            None, text + " (pass allow_missing=True, or --allow-missing, to analyse an incomplete set)",
+            Kind.SET)
     warnings.append(text)
 
 

@@ -12,9 +12,11 @@ Every case is a file or directory under ``cases/`` plus its expected outcome in
 
 The files are small, written deterministically (gzip with mtime 0), and committed, so the
 corpus can be read without running this script; ``test_bad_inputs.py`` checks that running it
-again gives the same bytes. Cases git cannot hold (an empty directory) are made by
-:func:`make_dynamic` at test time. Only the standard library is used. The "killed job" cases
-cut a real harness trace (``sample_traces/1f1b_p2_m4``).
+again gives the same bytes. Cases git cannot hold (an empty directory, a FIFO, a link to
+``/dev/zero``, a file name with a newline) or should not (gigabytes of text in a megabyte of
+gzip, made in a fraction of a second by :func:`gzip_repeated`) are made by
+:func:`make_dynamic` at test time. Only the standard library is used. The "killed job" and
+"without dur" cases change a real harness trace (``sample_traces/1f1b_p2_m4``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import gzip
 import json
 import os
 import shutil
+import struct
 import sys
+import zlib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -84,12 +88,35 @@ def gz(data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=9, mtime=0)
 
 
+def gzip_repeated(head: bytes, block: bytes, count: int, tail: bytes) -> bytes:
+    """The gzip file of ``head + block * count + tail`` without compressing ``count`` blocks:
+    after a full flush deflate forgets what came before, so one block's compressed bytes
+    repeat. A gigabyte of spaces in a megabyte, in a quarter of a second."""
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    parts = [b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff", c.compress(head), c.flush(zlib.Z_FULL_FLUSH)]
+    parts.append((c.compress(block) + c.flush(zlib.Z_FULL_FLUSH)) * count)
+    parts += [c.compress(tail), c.flush(zlib.Z_FINISH)]
+    crc = zlib.crc32(head)
+    for _ in range(count):
+        crc = zlib.crc32(block, crc)
+    crc = zlib.crc32(tail, crc)
+    size = len(head) + len(block) * count + len(tail)
+    return b"".join(parts) + struct.pack("<II", crc, size & 0xFFFFFFFF)
+
+
 # --------------------------------------------------------------------------- writing
 
 
 def case(name: str, path: str, expected: dict, args: list[str] | None = None) -> None:
     """Register a case: ``path`` (relative to cases/) is what analyze gets."""
     CASES[name] = {"path": path, "args": args or [], **expected}
+    if HOSTILE:
+        CASES[name]["hostile"] = True
+
+
+#: Set while the cases of issue 21's table are registered (they also run through real
+#: processes, with and without the compiled scanner, timed and measured).
+HOSTILE: list[bool] = []
 
 
 def err(*substrings: str, names: str | None = None) -> dict:
@@ -333,11 +360,115 @@ def build(root: Path) -> None:
     case("a killed job with --salvage", "killed_job",
          ok("TRUNCATED_TRACE", notes=["steps after ProfilerStep#0 are excluded on every rank"]),
          args=["--salvage"])
+    hostile(root)
+
+
+def hostile(root: Path) -> None:
+    """Issue 21's table: inputs that hung, grew without bound, crashed, or were read
+    differently by the two decoders. Each ends in exit 0 or 2 with one line, in seconds."""
+    HOSTILE.append(True)
+    try:
+        _hostile(root)
+    finally:
+        HOSTILE.clear()
+
+
+def _hostile(root: Path) -> None:
+    # -- not regular files, links that loop (FIFOs and device links: make_dynamic)
+    case("a FIFO named like a trace in a run directory (skipped)", "fifo_run", ok())
+    case("a FIFO given by name", "fifo_run/rank2.json", err("is a FIFO (named pipe), not a regular file"))
+    case("a FIFO matched by a glob", "fifo_run/rank*", err("rank2.json: is a FIFO (named pipe)"))
+    case("a link to /dev/zero in a run directory (skipped)", "devzero_run", ok())
+    case("a link to /dev/zero given by name", "devzero_run/rank2.json",
+         err("is a character device, not a regular file"))
+    case("a link to /dev/zero matched by a glob", "devzero_run/rank*",
+         err("rank2.json: is a character device, not a regular file"))
+    write(root, "symlinked_dirs/rank0.json", pipeline_rank(0, 1, ["0F0", "0B0"]))  # links: make_dynamic
+    case("a ** glob over links to . (not followed)", "symlinked_dirs/**/rank*.json", ok())
+    # -- bounded time and memory per byte (made at test time: make_dynamic)
+    case("1 GiB of spaces inside traceEvents (1 MB of gzip)", "spaces.json.gz",
+         ok("NO_PIPELINE", notes=["the trace has no events"]))
+    case("1 GiB of zero bytes (1 MB of gzip)", "zeros.json.gz",
+         err("not JSON: the file holds only zero bytes (1,073,741,824)"))
+    case("an event name of 512 MiB (512 KB of gzip)", "big_name.json.gz",
+         err("traceEvents[0] (from byte 16) is larger than 64 MiB"))
+    case("an event name of 1 GiB that is not UTF-8 (1 MB of gzip)", "not_utf8_name.json.gz",
+         err("more than 200,000 invalid UTF-8 byte sequences"))
+    # -- never a silent wrong number: X events without dur are set aside and counted
+    if REAL_RUN.is_dir():
+        real = json.loads(gzip.decompress((REAL_RUN / "rank1.json.gz").read_bytes()))
+        for e in real["traceEvents"]:
+            if e.get("name") == "PP:1B2":
+                e.pop("dur", None)
+        write(root, "without_dur/rank1.json.gz", gz(dumps(real)))
+        for name in ("manifest.json", "rank0.json.gz"):
+            write(root, f"without_dur/{name}", (REAL_RUN / name).read_bytes())
+    case("the two PP:1B2 spans of a real run without dur", "without_dur",
+         ok("MISSING_ACTIONS", notes=["rank 1 (rank1.json.gz): 2 complete events without dur (their "
+                                      "end is unknown) dropped (the first: 'PP:1B2')"]))
+    # -- one answer from both decoders
+    event = x("PP:0F0", T0, 5, cat="user_annotation")
+    write(root, "two_event_arrays.json",
+          dumps(doc([event])).replace(b', "traceName"', b', "traceEvents": [], "traceName"'))
+    case("two traceEvents arrays", "two_event_arrays.json",
+         err("the key 'traceEvents' appears twice at the top level"))
+    meta = dumps(doc([event, {"ph": "M", "name": "thread_nameXX", "pid": 1, "tid": 1}]))
+    write(root, "metadata_not_utf8.json", meta.replace(b"nameXX", b"name\xff\xfe"))
+    case("invalid UTF-8 in a metadata event's name (noted by both decoders)", "metadata_not_utf8.json",
+         ok("NO_PIPELINE", notes=["2 invalid UTF-8 byte sequences in strings replaced by U+FFFD"]))
+    nested = b"[" * 1000 + b"]" * 1000
+    write(root, "deep_args.json", dumps(doc([x("aten::mm", T0, 5)])).replace(
+        b'"cpu_op"', b'"cpu_op", "args": {"x": ' + nested + b"}"))
+    case("args nested 1,000 deep", "deep_args.json", err("nested too deeply"))
+    write(root, "deep_header.json.gz",
+          gz(b'{"meta": ' + b"[" * 200_000 + b"]" * 200_000 + b', "traceEvents": []}'))
+    case("a header member nested 200,000 deep", "deep_header.json.gz",
+         err("nested too deeply", "in the top-level member 'meta'"))
+    many = dumps(doc([x(f"op{i}", T0 + i, 1) for i in range(20_000)] + [x("lastXX", T0 + 20_000, 1)]))
+    write(root, "last_name_not_utf8.json.gz", gz(many.replace(b"lastXX", b"last\xff")))
+    case("invalid UTF-8 in the last event, a key after the events, --max-memory 1M",
+         "last_name_not_utf8.json.gz",
+         ok("NO_PIPELINE", notes=["1 invalid UTF-8 byte sequences in strings replaced by U+FFFD"]),
+         args=["--max-memory", "1M"])
+    # -- messages: the file's own byte offsets, one line, the encoding named
+    text = dumps(doc([x("aXX", T0, 1), x("b" * 250_000, T0 + 1, 1)])).replace(b"aXX", b"\xff" * 100_000)
+    text = text.replace(b'"dur": 1}], "traceName"', b'"dur": 1.x}], "traceName"')
+    write(root, "not_utf8_then_bad_number.json.gz", gz(text))
+    case("100k invalid UTF-8 bytes, then a broken number", "not_utf8_then_bad_number.json.gz",
+         err(f"invalid JSON: invalid number (byte {text.index(b'1.x') + 2})"))
+    write(root, "utf16.json", json.dumps(doc([event])).encode("utf-16"))
+    case("a trace in UTF-16", "utf16.json", err("the text is UTF-16LE, JSON files are UTF-8"))
+    case("a file name with a newline (one line all the same)", "new\nline.json", err("not JSON"))
 
 
 def make_dynamic(root: Path) -> None:
-    """Cases git cannot hold: an empty directory."""
+    """Cases git cannot hold (an empty directory, a FIFO, a device link, a name with a
+    newline) or should not (gigabytes of text; links to ``.``, which make pytest's own
+    collection walk endless)."""
     (root / "empty_dir").mkdir(exist_ok=True)
+    for link in ("a", "b"):  # not committed: a directory walk that follows links never ends
+        if not os.path.lexists(root / "symlinked_dirs" / link):
+            os.symlink(".", root / "symlinked_dirs" / link)
+    for name, special in (("fifo_run", None), ("devzero_run", "/dev/zero")):
+        d = root / name
+        d.mkdir(exist_ok=True)
+        for f in (root / "pipeline_ok").iterdir():
+            shutil.copy(f, d / f.name)
+        target = d / "rank2.json"
+        if not os.path.lexists(target):
+            if special is None:
+                os.mkfifo(target)
+            else:
+                os.symlink(special, target)
+    gib = 1 << 30
+    (root / "spaces.json.gz").write_bytes(
+        gzip_repeated(b'{"traceEvents":[', b" " * (1 << 20), gib >> 20, b"]}"))
+    (root / "zeros.json.gz").write_bytes(gzip_repeated(b"", b"\0" * (1 << 20), gib >> 20, b""))
+    (root / "big_name.json.gz").write_bytes(gzip_repeated(
+        b'{"traceEvents":[{"ph":"X","name":"', b"a" * (1 << 20), 512, b'","ts":1,"dur":1}]}'))
+    (root / "not_utf8_name.json.gz").write_bytes(gzip_repeated(
+        b'{"traceEvents":[{"ph":"X","name":"', b"\xff" * (1 << 20), gib >> 20, b'","ts":1,"dur":1}]}'))
+    (root / "new\nline.json").write_bytes(b"not a trace\n")
 
 
 def main(out: Path) -> None:

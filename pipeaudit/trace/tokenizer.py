@@ -1,0 +1,96 @@
+"""One tokenizer choice per batch of events: the compiled scanner or msgspec, same columns.
+
+:class:`ColumnTarget` is the :class:`~pipeaudit.trace.document.BatchTarget` of the decode:
+each batch of events the document cuts is read by the compiled scanner
+(:mod:`pipeaudit.trace.scanner`) straight into columns when the options ask for it and it
+answers, else decoded by msgspec (typed Structs, :mod:`pipeaudit.trace.schema`) and turned
+into the same columns (:class:`pipeaudit.trace.columns.TableParts`). The scanner answers
+only where its answer is certainly msgspec's, so the choice changes the speed, never the
+result or the message.
+
+:func:`decode_events` is the msgspec side, for any element type (``pipeaudit.report.merge``
+reads the events as raw JSON with it): it tells the document whether a cut is an event
+boundary and words what is wrong with a batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NoReturn
+
+import msgspec
+
+from pipeaudit.errors import TraceError, TraceErrorKind as Kind
+from pipeaudit.trace import diagnose
+from pipeaudit.trace.columns import DROPPED_CATEGORIES, TableParts
+from pipeaudit.trace.document import ArrayEnds, Batch, Malformed, NotABoundary, TooDeep, Truncated
+from pipeaudit.trace.options import Tokenizer
+from pipeaudit.trace.scanner import scan_batch
+from pipeaudit.trace.schema import batch_decoder
+
+
+def decode_events(path: Path, decoder: msgspec.json.Decoder, batch: Batch) -> list[Any]:
+    """The events of ``batch`` decoded by ``decoder`` (a decoder of a list), or the
+    document's signals: :class:`NotABoundary` when the batch does not end at an event's end,
+    :class:`ArrayEnds` when the array closes inside it, :class:`Malformed` / :class:`TooDeep`
+    for the file's own errors; a wrong type is a TraceError naming the event."""
+    n = len(batch.data)
+    try:
+        return decoder.decode(b"".join((b"[", batch.data, b"]")))
+    except msgspec.ValidationError as exc:
+        raise TraceError(path, diagnose.validation_problem(str(exc), batch.index),
+                         Kind.BAD_VALUE) from None
+    except msgspec.DecodeError as exc:
+        msg = str(exc)
+        at = diagnose.msgspec_byte(msg)
+        if "truncated" in msg or (at is not None and at >= n + 1):
+            raise NotABoundary from None  # a string or a nested value left open by the cut
+        if "trailing characters" in msg and at is not None:
+            # "[" + events + "]" closed before the end: the array's "]" ends the last event
+            end = len(bytes(batch.data[:at - 2]).rstrip(b" \t\r\n")) - 1
+            raise ArrayEnds(end) from None
+        raise Malformed((at or 1) - 1, diagnose.msgspec_reason(msg)) from None
+    except RecursionError:
+        raise TooDeep from None
+
+
+def explain_events(path: Path, decoder: msgspec.json.Decoder, batch: Batch) -> NoReturn:
+    """``batch`` has no event boundary to its end: raise its own error, else
+    :class:`Truncated`."""
+    try:
+        decoder.decode(b"".join((b"[", batch.data)))
+    except msgspec.ValidationError as exc:
+        raise TraceError(path, diagnose.validation_problem(str(exc), batch.index),
+                         Kind.BAD_VALUE) from None
+    except msgspec.DecodeError as exc:
+        msg = str(exc)
+        at = diagnose.msgspec_byte(msg)
+        if "truncated" in msg or at is None:
+            raise Truncated from None
+        raise Malformed(at - 1, diagnose.msgspec_reason(msg)) from None
+    except RecursionError:
+        raise TooDeep from None
+    raise Truncated  # pragma: no cover - "[" + events never closes
+
+
+class ColumnTarget:
+    """Batches of events -> the columns of :class:`TableParts` (see the module docstring)."""
+
+    def __init__(self, path: Path, parts: TableParts, tokenizer: Tokenizer) -> None:
+        self.path = path
+        self.parts = parts
+        self.scanner = tokenizer is Tokenizer.SCANNER
+        self.decoder = batch_decoder(parts.columns)
+
+    def decode(self, batch: Batch) -> int:
+        if self.scanner:
+            scanned = scan_batch(batch.data, self.parts.columns, DROPPED_CATEGORIES)
+            if scanned is not None:  # the compiled scanner read it: a true event boundary
+                self.parts.add_scanned(scanned)
+                return scanned.n_events
+        events = decode_events(self.path, self.decoder, batch)
+        self.parts.add(self.path, events, batch.index)
+        return len(events)
+
+    def explain(self, batch: Batch) -> NoReturn:
+        explain_events(self.path, self.decoder, batch)

@@ -9,6 +9,7 @@ import click
 from pipeaudit.cli.output import write_output
 from pipeaudit.cli.runopts import load_options, load_run, run_options
 from pipeaudit.report import render
+from pipeaudit.report.markdown import md_fence
 
 
 @click.command("analyze")
@@ -61,8 +62,8 @@ def command(paths, fmt, output, html_path, force, with_hta, **run) -> None:
                       color=sys.stdout.isatty() and output is None)
         if hta is not None:
             table = render("hta", hta, "text")
-            text += ("\n## HTA alongside\n\n```\n" + table + "```\n" if fmt == "markdown"
-                     else "\n" + table)
+            text += ("\n## HTA alongside\n\n" + "\n".join(md_fence(table.rstrip("\n"))) + "\n"
+                     if fmt == "markdown" else "\n" + table)
     write_output(text, output, force=force)
     timings.mark("report")
     timings.report()

@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from pipeaudit.actions import Action
+from pipeaudit.timeline.columns import ActionArrays, action_arrays
 from pipeaudit.timeline.layout import Layout
 from pipeaudit.timeline.rank import ACTION_COLUMNS, RankTimeline
 
@@ -95,14 +96,16 @@ class Timeline:
     @property
     def steps(self) -> list[int]:
         """Step indices that hold actions on any rank."""
-        a = self.actions
-        return sorted(int(s) for s in a["step"].unique().to_list()) if a.height else []
+        return list(self.action_arrays().steps)
+
+    def action_arrays(self) -> ActionArrays:
+        """Every action as sorted numpy columns (:mod:`pipeaudit.timeline.columns`)."""
+        return self._cached("action_arrays", lambda: action_arrays(self.ranks))
 
     def orders(self, step: int) -> dict[int, list[Action]]:
         """Per rank, the actions of ``step`` in execution order (by compute start)."""
-        by_step = self.step_rows(("stage", "kind", "microbatch"))
-        return {r.rank: [Action(int(s), str(k), int(m)) for s, k, m in by_step[i].get(step, [])]
-                for i, r in enumerate(self.ranks)}
+        arr = self.action_arrays()
+        return {r.rank: arr.order(i, step) for i, r in enumerate(self.ranks)}
 
     @property
     def action_source(self) -> str:

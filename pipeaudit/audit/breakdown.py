@@ -54,10 +54,10 @@ class StepShare:
 class RankComm:
     """One rank's communication, prepared once for :meth:`share` of each of its steps: the
     collectives by start (those inside an action dropped when the job is tensor parallel),
-    the merged point-to-point set, and the recvs' waiting (numpy arrays, no table filter
-    per step)."""
+    the merged point-to-point set and ``waiting``, its recvs' waiting for the sender (numpy
+    arrays, no table filter per step)."""
 
-    def __init__(self, rt: RankTimeline, *, tp: bool) -> None:
+    def __init__(self, rt: RankTimeline, *, tp: bool, waiting: iv.Intervals | None = None) -> None:
         c = rt.collectives
         start, end = c["start"].to_numpy(), c["end"].to_numpy()
         keep = ~_inside_actions(rt, start) if tp and c.height and rt.actions.height else \
@@ -65,20 +65,12 @@ class RankComm:
         order = np.argsort(start[keep], kind="stable")
         self.dp_start, self.dp_end = start[keep][order], end[keep][order]
         self._rt = rt
+        self.waiting = waiting
 
     @cached_property
     def p2p(self) -> iv.Intervals:
         return iv.merge(self._rt.p2p["start"].to_numpy(), self._rt.p2p["end"].to_numpy())
 
-    @cached_property
-    def waiting(self) -> iv.Intervals | None:
-        from pipeaudit.audit.pipeline import waiting_intervals
-
-        return waiting_intervals(self._rt)
-
-    @classmethod
-    def of(cls, rt: RankTimeline, *, tp: bool) -> "RankComm":
-        return cls(rt, tp=tp)
 
     def dp_in(self, lo: int, hi: int | None) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of the collectives that start in [lo, hi) (hi None: no end)."""

@@ -22,6 +22,7 @@ import polars as pl
 
 from pipeaudit.actions import Action
 from pipeaudit.audit.breakdown import RankComm, StepShare
+from pipeaudit.audit.replay_ideal import ReplayGroup, replay_ideals
 from pipeaudit.audit.result import BubbleSummary, RankMetrics, StageMetrics, StepMetrics
 from pipeaudit.audit.schedule_fit import choose_schedule, closed_form_theory, published_of
 from pipeaudit.audit.windows import computes_by_rank, mean, windows_and_bubbles
@@ -30,6 +31,7 @@ from pipeaudit.schedules import peak_inflight_of_orders, replay
 from pipeaudit.timeline import intervals as iv
 from pipeaudit.timeline.columns import B_CODE, F_CODE, I_CODE, KIND_CODE, NO_STEP
 from pipeaudit.timeline.model import Timeline
+from pipeaudit.timeline.recv_facts import RecvFacts, recv_facts
 from pipeaudit.timeline.rank import RankTimeline
 
 US = 1000.0  # ns per µs
@@ -88,7 +90,8 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
     steps = rep_tl.steps or tl.steps
     placement = rep_tl.placement  # stage -> representative rank
     stage_pos = {s: positions[r] for s, r in placement.items()}
-    per_rank_stages = max((len(rt.actions["stage"].unique()) for rt in rep_tl.ranks), default=1)
+    rep_arr = rep_tl.action_arrays()
+    per_rank_stages = max((len(rep_arr.rank_stages(i)) for i in range(len(rep_tl.ranks))), default=1)
     S = num_stages if num_stages else max(len(placement), P * per_rank_stages)
     v = S // P if S % P == 0 else 1
     first = arr.microbatch[arr.step == steps[0]]
@@ -127,7 +130,11 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
     if complete and contiguous:
         place = [stage_pos[s] for s in range(S)]
         pairs = sched.pairs if sched is not None else frozenset()
+        fast = {} if pairs else _fast_replays(rep_tl, audited_steps, representatives, place)
         for k in audited_steps:
+            if fast.get(k) is not None:
+                replays[k] = fast[k]
+                continue
             try:
                 replays[k] = _replay_step(rep_tl, k, representatives, place, pairs)  # type: ignore[arg-type]
             except ScheduleError:
@@ -147,8 +154,10 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
     index = {r: positions.get(r) for r in (rt.rank for rt in tl.ranks)}
     scope = STEP_WINDOW if complete else OWN_WINDOW
     tp = tl.layout is not None and tl.layout.tp > 1
+    facts = tl.recv_facts()
     ranks = [_rank_metrics(rt, audited_steps, bubbles, computes, windows, replays, index, scope,
-                           replica, tp=tp) for rt in tl.ranks]
+                           replica, tp=tp, stages=arr.rank_stages(i), recv=facts[rt.rank])
+             for i, rt in enumerate(tl.ranks)]
     measured = mean(r.bubble for r in ranks if r.bubble is not None)
     ideal = mean(rp.bubble for rp in replays.values()) if replays else None
     expected_inflight = peak_inflight_of_orders(sched.orders, sched.placement) if sched else None
@@ -172,10 +181,7 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
 
 def _subset(tl: Timeline, ranks: list[int]) -> Timeline:
     """The timeline of some of ``tl``'s ranks (same run facts)."""
-    keep = set(ranks)
-    return Timeline(ranks=[rt for rt in tl.ranks if rt.rank in keep], manifest=tl.manifest,
-                    inputs=tl.inputs, warnings=tl.warnings, salvage=tl.salvage, layout=tl.layout,
-                    step_evidence=tl.step_evidence, clock=tl.clock)
+    return tl.subset(ranks)
 
 
 def _own_windows(ranks: list[RankTimeline], steps: list[int]):
@@ -229,6 +235,15 @@ def _mean_ns(values: np.ndarray) -> float:
     return float(values.sum()) / values.size if values.size else 0.0
 
 
+def _fast_replays(tl: Timeline, steps: list[int], representatives, place: list[int]) -> dict:
+    """Step -> its replay ideal, every step at once (:mod:`pipeaudit.audit.replay_ideal`);
+    None where the event loop must answer."""
+    index = {x.rank: i for i, x in enumerate(tl.ranks)}
+    ranks = tuple(index[r] for r in representatives)
+    groups = [ReplayGroup(k, ranks, tuple(place)) for k in steps]
+    return dict(zip(steps, replay_ideals(tl.action_arrays(), groups)))
+
+
 def _replay_step(tl: Timeline, k: int, representatives: list[int], place: list[int], pairs=()):
     arr = tl.action_arrays()
     index = {x.rank: i for i, x in enumerate(tl.ranks)}
@@ -243,10 +258,12 @@ def _replay_step(tl: Timeline, k: int, representatives: list[int], place: list[i
     return replay(orders, place, lambda rank, act: durations[(rank, act)], 0.0, pairs=pairs)
 
 
-def _breakdown(rt: RankTimeline, steps: list[int], computes, windows, *, tp: bool) -> dict | None:
-    """Mean per step of the rank's step split (:mod:`pipeaudit.audit.breakdown`)."""
+def _breakdown(rt: RankTimeline, steps: list[int], computes, windows, *, tp: bool,
+               waiting: iv.Intervals | None = None) -> dict | None:
+    """Mean per step of the rank's step split (:mod:`pipeaudit.audit.breakdown`);
+    ``waiting``: the rank's recv waiting (:func:`waiting_intervals`)."""
     total, n = StepShare(), 0
-    comm = RankComm.of(rt, tp=tp)
+    comm = RankComm(rt, tp=tp, waiting=waiting)
     for i, k in enumerate(steps):
         c = computes.get(k, {}).get(rt.rank)
         if c is None or c[0].size == 0:
@@ -265,43 +282,22 @@ def _breakdown(rt: RankTimeline, steps: list[int], computes, windows, *, tp: boo
 
 def waiting_intervals(rt: RankTimeline) -> iv.Intervals | None:
     """The parts of the rank's matched recvs spent waiting for the sender."""
-    r = rt.recvs
-    if r is None or r.height == 0:
-        return None
-    matched = r["matched"].to_numpy()
-    wait = r["waiting"].fill_null(0).to_numpy()
-    keep = matched & (wait > 0)
-    start = r["start"].to_numpy()[keep]
-    return iv.merge(start, start + wait[keep])
-
-
-def _recv_totals(r: pl.DataFrame | None) -> tuple[float | None, float | None, int, int]:
-    if r is None or r.height == 0:
-        return None, None, 0, 0
-    m = r["matched"].to_numpy()
-    if not m.any():
-        return None, None, 0, r.height
-    wait = int(r["waiting"].fill_null(0).to_numpy()[m].sum())
-    transfer = int(r["transfer"].fill_null(0).to_numpy()[m].sum())
-    return float(wait) / US, float(transfer) / US, int(m.sum()), r.height
+    return recv_facts([rt])[rt.rank].waiting
 
 
 def _rank_metrics(rt: RankTimeline, steps: list[int], bubbles, computes, windows, replays,
                   index: dict[int, int | None], scope: str, replica: int | None,
-                  tp: bool = False) -> RankMetrics:
+                  tp: bool = False, stages: list[int] | None = None,
+                  recv: RecvFacts | None = None) -> RankMetrics:
     by_step = [bubbles[k][rt.rank] for k in steps if rt.rank in bubbles.get(k, {})]
-    compute_all = iv.union(iv.merge(rt.compute["start"].to_numpy(), rt.compute["end"].to_numpy()),
-                           rt.other_compute)
-    comm = iv.total(rt.comm)
-    exposed = iv.total(iv.subtract(rt.comm, compute_all))
-    first, last = (rt.activity[0][0], rt.activity[1][-1]) if rt.activity[0].size else (0, 0)
-    span = int(last - first)
-    busy = iv.total(rt.activity)
+    totals = rt.totals
+    comm, exposed, span, busy = totals.comm_ns, totals.exposed_comm_ns, totals.span_ns, totals.busy_ns
     pos = index.get(rt.rank)
     rep = [replays[k].rank_bubble[pos] for k in sorted(replays) if pos is not None and rt.actions.height]
-    stages = sorted(int(s) for s in rt.actions["stage"].unique().to_list())
+    if stages is None:
+        stages = sorted(int(s) for s in rt.actions["stage"].unique().to_list())
     own = [computes[k][rt.rank] for k in steps if rt.rank in computes.get(k, {})]
-    wait, transfer, matched, nrecv = _recv_totals(rt.recvs)
+    recv = recv if recv is not None else recv_facts([rt])[rt.rank]
     if windows:
         window_us = sum(windows[k][1] - windows[k][0] for k in steps if k in windows) / US
     else:
@@ -314,12 +310,14 @@ def _rank_metrics(rt: RankTimeline, steps: list[int], bubbles, computes, windows
         window_us=window_us if by_step else 0.0,
         comm_us=comm / US, exposed_comm_us=exposed / US,
         overlap=(1.0 - exposed / comm) if comm > 0 else None,
-        other_compute_us=iv.total(rt.other_compute) / US, span_us=span / US, busy_us=busy / US,
+        other_compute_us=totals.other_compute_ns / US, span_us=span / US, busy_us=busy / US,
         peak_allocated_bytes=max(rt.memory_peak.values()) if rt.memory_peak else None,
         device_type=rt.device_type, path=rt.path, pipeline=replica, position=pos,
         bubble_scope=scope if by_step else None,
-        breakdown=_breakdown(rt, steps, computes, windows, tp=tp) if by_step else None,
-        recv_wait_us=wait, recv_transfer_us=transfer, recvs_matched=matched, recvs=nrecv,
+        breakdown=_breakdown(rt, steps, computes, windows, tp=tp, waiting=recv.waiting)
+        if by_step else None,
+        recv_wait_us=recv.wait_us, recv_transfer_us=recv.transfer_us, recvs_matched=recv.matched,
+        recvs=recv.count,
     )
 
 
@@ -361,6 +359,7 @@ def stage_peaks(tl: Timeline, steps: list[int]) -> dict[int, int]:
 
 def _stage_metrics(tl: Timeline, placement, steps, expected_inflight, th, replica) -> list[StageMetrics]:
     arr = tl.action_arrays()
+    facts = tl.recv_facts()
     peaks = stage_peaks(tl, steps)
     out = []
     for s, r in placement.items():
@@ -374,14 +373,7 @@ def _stage_metrics(tl: Timeline, placement, steps, expected_inflight, th, replic
             exp = expected_inflight.get(s)
         elif th is not None:
             exp = th.peak_inflight.get(s)
-        wait = transfer = None
-        recvs = [rt.recvs for rt in tl.ranks if rt.rank == r and rt.recvs is not None]
-        if recvs and recvs[0].height:
-            rv = recvs[0]
-            m = rv["matched"].to_numpy() & (rv["stage"] == s).fill_null(False).to_numpy()
-            if m.any():
-                wait = float(int(rv["waiting"].fill_null(0).to_numpy()[m].sum())) / US
-                transfer = float(int(rv["transfer"].fill_null(0).to_numpy()[m].sum())) / US
+        wait, transfer = facts[r].by_stage.get(s, (None, None)) if r in facts else (None, None)
         out.append(StageMetrics(stage=s, rank=r, actions=counts, compute_us=comp,
                                 mean_compute_us=means, peak_inflight=peaks.get(s, 0),
                                 expected_peak_inflight=exp, pipeline=replica,

@@ -79,6 +79,26 @@ class ActionArrays:
         """Every step that holds an action, sorted."""
         return [int(k) for k in np.unique(self.step) if k != NO_STEP]
 
+    def subset(self, rank_indices: list[int]) -> "ActionArrays":
+        """The rows of some ranks (in this order), as the arrays of a timeline of those ranks."""
+        bounds = np.searchsorted(self.rank_index, np.asarray(rank_indices, dtype=np.int64)[:, None]
+                                 + np.array([0, 1])) if rank_indices else np.zeros((0, 2), int)
+        pieces = [np.arange(lo, hi) for lo, hi in bounds.tolist()]
+        rows = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+        new_index = np.repeat(np.arange(len(pieces), dtype=np.int64), [p.size for p in pieces])
+
+        def take(a: np.ndarray) -> np.ndarray:
+            return a[rows]
+
+        return ActionArrays(
+            [self.ranks[i] for i in rank_indices], new_index, take(self.stage), take(self.kind),
+            take(self.microbatch), take(self.step), take(self.start), take(self.compute_start),
+            take(self.compute_end), take(self.compute_ns), take(self.row), take(self.profiler_step))
+
+    def rank_stages(self, rank_index: int) -> list[int]:
+        """The stages of one rank's actions, sorted."""
+        return [int(s) for s in np.unique(self.stage[self.rank_rows(rank_index)])]
+
     def rank_rows(self, rank_index: int) -> slice:
         """The rows of one rank (every step)."""
         lo, hi = np.searchsorted(self.rank_index, [rank_index, rank_index + 1])
@@ -86,6 +106,8 @@ class ActionArrays:
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_COLUMNS = ["stage", "kind", "microbatch", "step", "start", "compute_start", "compute_end",
+            "compute_ns", "profiler_step"]
 
 
 def action_arrays(ranks) -> ActionArrays:
@@ -95,16 +117,20 @@ def action_arrays(ranks) -> ActionArrays:
         a = rt.actions
         heights.append(a.height)
         if a.height:
-            frames.append(a.select(
-                "stage", pl.col("kind").replace_strict(KIND_CODE, default=-1, return_dtype=pl.Int8),
-                "microbatch", pl.col("step").fill_null(NO_STEP), "start", "compute_start",
-                "compute_end", "compute_ns", pl.col("profiler_step").fill_null(NO_STEP)))
+            frames.append(a)
     ids = [rt.rank for rt in ranks]
     if not frames:
         e = _EMPTY
         return ActionArrays(ids, e, e, e.astype(np.int8), e, e, e, e, e, e, e, e)
     h = np.asarray(heights, dtype=np.int64)
-    t = pl.concat(frames, how="vertical", rechunk=True)
+    try:
+        t = pl.concat(frames, how="vertical")
+    except (pl.exceptions.SchemaError, pl.exceptions.ShapeError):  # tables built elsewhere
+        t = pl.concat([f.select(_COLUMNS) for f in frames], how="vertical_relaxed")
+    t = t.select(
+        "stage", pl.col("kind").replace_strict(KIND_CODE, default=-1, return_dtype=pl.Int8),
+        "microbatch", pl.col("step").fill_null(NO_STEP), "start", "compute_start",
+        "compute_end", "compute_ns", pl.col("profiler_step").fill_null(NO_STEP))
     rank_index = np.repeat(np.arange(len(ranks), dtype=np.int64), h)
     row = np.arange(t.height, dtype=np.int64) - np.repeat(np.cumsum(h) - h, h)
     cols = {c: t[c].to_numpy() for c in t.columns}

@@ -35,6 +35,28 @@ ACTION_COLUMNS = [
 ]
 
 
+@dataclass(frozen=True)
+class RankTotals:
+    """Whole-trace figures of one rank (ns), which a clock shift does not change: computed
+    where the rank is reduced (in its worker), read by the audit."""
+
+    comm_ns: int  #: communication time (the union of the comm intervals)
+    exposed_comm_ns: int  #: ... not overlapped by compute (in actions or not)
+    busy_ns: int  #: the union of all activity
+    span_ns: int  #: first to last activity
+    other_compute_ns: int  #: compute outside every action
+
+    @classmethod
+    def of(cls, rt: "RankTimeline") -> "RankTotals":
+        compute_all = iv.union(iv.merge(rt.compute["start"].to_numpy(), rt.compute["end"].to_numpy()),
+                               rt.other_compute)
+        first, last = (rt.activity[0][0], rt.activity[1][-1]) if rt.activity[0].size else (0, 0)
+        return cls(comm_ns=iv.total(rt.comm),
+                   exposed_comm_ns=iv.total(iv.subtract(rt.comm, compute_all)),
+                   busy_ns=iv.total(rt.activity), span_ns=int(last - first),
+                   other_compute_ns=iv.total(rt.other_compute))
+
+
 @dataclass
 class RankTimeline:
     """One rank's pipeline actions and activity, on the common ns clock."""
@@ -82,6 +104,15 @@ class RankTimeline:
     #: per action and device (action, device, start, end), and all GPU activity per device
     device_compute: pl.DataFrame | None = None
     device_activity: dict[int, iv.Intervals] | None = None
+    #: whole-trace figures (:class:`RankTotals`), set by :func:`reduce_rank`; None: not yet
+    totals_cache: RankTotals | None = None
+
+    @property
+    def totals(self) -> RankTotals:
+        """:class:`RankTotals` of this rank (computed once)."""
+        if self.totals_cache is None:
+            self.totals_cache = RankTotals.of(self)
+        return self.totals_cache
 
 
 def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = None) -> RankTimeline:
@@ -163,7 +194,7 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
     if outside:
         warnings.append(f"rank {trace.rank}: {outside} actions outside every step window "
                         f"({step_evidence}) were ignored")
-    return RankTimeline(
+    rt = RankTimeline(
         rank=trace.rank, path=str(trace.path), device_type=trace.device_type, on_gpu=ops.on_gpu,
         world_size=trace.world_size, actions=actions, compute=compute, comm=ops.comm,
         activity=ops.activity, other_compute=other, steps=steps, memory_peak=peaks,
@@ -174,6 +205,8 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
         host=getattr(trace, "host", None), device_compute=device_compute,
         device_activity=ops.device_activity if multi_device else None,
     )
+    rt.totals_cache = RankTotals.of(rt)  # here, in the rank's worker
+    return rt
 
 
 def _split_marks(ops, actions: pl.DataFrame) -> list[int]:

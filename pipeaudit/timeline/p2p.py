@@ -51,14 +51,16 @@ class ClockCorrection:
                 "matched_pairs": self.pairs}
 
 
-def job_tags(ranks: list[RankTimeline]) -> pl.DataFrame:
-    """Every rank's ``p2p_tags`` in one table (ranks in list order, rows in rank order), with
-    ``_rank`` and ``_row`` (the row in the rank's own table)."""
+def job_tags(ranks: list[RankTimeline], columns: list[str] | None = None) -> pl.DataFrame:
+    """Every rank's ``p2p_tags`` (or some of its ``columns``) in one table (ranks in list
+    order, rows in rank order), with ``_rank`` and ``_row`` (the row in the rank's own table)."""
+    cols = list(TAG_SCHEMA) if columns is None else columns
     frames = [rt.p2p_tags for rt in ranks]
     heights = np.array([f.height for f in frames], dtype=np.int64)
     if heights.sum() == 0:
-        return pl.DataFrame(schema={**TAG_SCHEMA, "_rank": pl.Int64, "_row": pl.Int64})
-    tags = pl.concat([f for f in frames if f.height], how="vertical")
+        return pl.DataFrame(schema={**{c: TAG_SCHEMA[c] for c in cols}, "_rank": pl.Int64,
+                                    "_row": pl.Int64})
+    tags = pl.concat([f for f in frames if f.height], how="vertical").select(cols)
     offsets = np.repeat(np.cumsum(heights) - heights, heights)
     return tags.with_columns(
         _rank=pl.Series(np.repeat([rt.rank for rt in ranks], heights), dtype=pl.Int64),
@@ -76,9 +78,46 @@ def _put_back(ranks: list[RankTimeline], table: pl.DataFrame, attr: str, columns
         offset += n
 
 
+#: The tag columns matching and the recv split read.
+MATCH_COLUMNS = ["dir", "peer_rank", "stage", "peer_stage", "kind", "start", "end"]
+
+
+def settle_transfers(ranks: list[RankTimeline], layout: Layout, positions: dict[int, int]
+                     ) -> ClockCorrection:
+    """The cross-rank point-to-point work on one table of the job's transfers: name the peers
+    (:func:`resolve_peers`), match every recv with its send (:func:`transfer_pairs`), align
+    the hosts' clocks (:func:`correct_clocks`) and split each recv into waiting and transfer
+    (:func:`split_recvs`). Each rank's ``p2p_tags`` are emptied: its ``recvs`` hold what the
+    audit reads."""
+    tags = resolve_tags(job_tags(ranks, MATCH_COLUMNS), ranks, layout, positions)
+    pairs = pairs_of(tags)
+    clock = correct_clocks(ranks, pairs)  # a shift keeps every channel's order: same pairs
+    if clock.offsets_ns:
+        delta = pl.DataFrame({"_rank": [rt.rank for rt in ranks],
+                              "_d": [-clock.offsets_ns.get(rt.host or "", 0) for rt in ranks]},
+                             schema={"_rank": pl.Int64, "_d": pl.Int64})
+        tags = tags.join(delta, on="_rank", how="left", maintain_order="left").with_columns(
+            start=pl.col("start") + pl.col("_d"), end=pl.col("end") + pl.col("_d")).drop("_d")
+        pairs = shift_pairs(pairs, ranks, clock)
+    recvs_of(tags, pairs, ranks)
+    for rt in ranks:
+        rt.p2p_tags = rt.p2p_tags.clear()
+    return clock
+
+
 def resolve_peers(ranks: list[RankTimeline], layout: Layout, positions: dict[int, int]) -> None:
     """Name every tagged transfer's peer rank (from its peer stage, within the rank's own
     replica and tensor-parallel index), and put stages guessed from the rank at its place."""
+    tags = job_tags(ranks)
+    if tags.height:
+        _put_back(ranks, resolve_tags(tags, ranks, layout, positions), "p2p_tags", list(TAG_SCHEMA))
+
+
+def resolve_tags(tags: pl.DataFrame, ranks: list[RankTimeline], layout: Layout,
+                 positions: dict[int, int]) -> pl.DataFrame:
+    """:func:`resolve_peers` on the job's table of tags (:func:`job_tags`)."""
+    if tags.height == 0:
+        return tags
     stage_rank: dict[tuple[int, int, int], int] = {}  # (replica, tp index, stage) -> rank
     for rt in ranks:
         where = layout.position(rt.rank)
@@ -86,12 +125,10 @@ def resolve_peers(ranks: list[RankTimeline], layout: Layout, positions: dict[int
             continue
         for s in rt.actions["stage"].unique().to_list():
             stage_rank.setdefault((where[0], where[2], int(s)), rt.rank)
-    tags = job_tags(ranks)
-    if tags.height == 0:
-        return
     heights = [rt.p2p_tags.height for rt in ranks]
     where = [layout.position(rt.rank) for rt in ranks]
     placed = [rt.stage_from_rank and rt.rank in positions for rt in ranks]
+    cols = tags.columns
     tags = tags.with_columns(
         _placed=pl.Series(np.repeat(placed, heights), dtype=pl.Boolean),
         _pos=pl.Series(np.repeat([positions.get(rt.rank, -1) for rt in ranks], heights),
@@ -110,7 +147,7 @@ def resolve_peers(ranks: list[RankTimeline], layout: Layout, positions: dict[int
     tags = tags.join(lookup, on=["_rep", "_tp", "peer_stage"], how="left", maintain_order="left")
     tags = tags.with_columns(peer_rank=pl.when(pl.col("_in"))
                              .then(pl.coalesce("peer_rank", "_peer")).otherwise("peer_rank"))
-    _put_back(ranks, tags, "p2p_tags", list(TAG_SCHEMA))
+    return tags.select(cols)
 
 
 #: Matched transfers, one row per pair: sender and receiver ranks, their rows in each rank's
@@ -124,7 +161,12 @@ def transfer_pairs(ranks: list[RankTimeline]) -> pl.DataFrame:
     the k-th send of a channel with the k-th recv, a channel being (sender, receiver, kind,
     stage) where both sides say what they carry and hold as many transfers, else the pair of
     ranks."""
-    tags = job_tags(ranks).filter(pl.col("peer_rank").is_not_null() & pl.col("dir").is_not_null())
+    return pairs_of(job_tags(ranks, MATCH_COLUMNS))
+
+
+def pairs_of(tags: pl.DataFrame) -> pl.DataFrame:
+    """:func:`transfer_pairs` of the job's table of tags (:func:`job_tags`)."""
+    tags = tags.filter(pl.col("peer_rank").is_not_null() & pl.col("dir").is_not_null())
     sends = tags.filter(pl.col("dir") == "send").select(
         snd="_rank", rcv="peer_rank", kind="kind", st="stage", start="start", end="end", row="_row")
     recvs = tags.filter(pl.col("dir") == "recv").select(
@@ -217,7 +259,12 @@ def shift_pairs(pairs: pl.DataFrame, ranks: list[RankTimeline], clock: ClockCorr
 def split_recvs(ranks: list[RankTimeline], pairs) -> None:
     """Each rank's recvs (``RankTimeline.recvs``): matched or not, waiting and transfer.
     ``pairs``: :func:`transfer_pairs` on the ranks' current clocks (or the tuples)."""
-    tags = job_tags(ranks)
+    recvs_of(job_tags(ranks, MATCH_COLUMNS), pairs, ranks)
+
+
+def recvs_of(tags: pl.DataFrame, pairs, ranks: list[RankTimeline]) -> None:
+    """:func:`split_recvs` from the job's table of tags (:func:`job_tags`, on the ranks'
+    current clocks)."""
     if tags.height == 0:
         for rt in ranks:
             rt.recvs = pl.DataFrame(schema=RECV_SCHEMA)

@@ -69,6 +69,8 @@ class RankTimeline:
     actions: pl.DataFrame  # ACTION_COLUMNS, sorted by start; row index = action id within the rank
     compute: pl.DataFrame  # action, start, end: merged compute intervals per action
     comm: iv.Intervals
+    #: all activity; once reduced (:func:`reduce_rank`) only its bounds, one interval from the
+    #: first activity to the last: the busy time is in :attr:`totals`
     activity: iv.Intervals
     other_compute: iv.Intervals  # compute outside every action (optimizer, data loading, ...)
     steps: pl.DataFrame  # step windows: profiler_step (null for optimizer windows), start, end
@@ -94,7 +96,9 @@ class RankTimeline:
     #: point-to-point instances: name, start, end
     p2p: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
         schema={"name": pl.Utf8, "start": pl.Int64, "end": pl.Int64}))
-    #: what each point-to-point instance carries (p2p_tags.TAG_SCHEMA)
+    #: what each point-to-point instance carries (p2p_tags.TAG_SCHEMA); emptied once the job's
+    #: transfers are matched (:func:`pipeaudit.timeline.build.build_timeline`): the recvs keep
+    #: what the audit reads
     p2p_tags: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=TAG_SCHEMA))
     #: the rank's recvs split into waiting and transfer (p2p.RECV_SCHEMA; set across ranks)
     recvs: pl.DataFrame | None = None
@@ -206,7 +210,28 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
         device_activity=ops.device_activity if multi_device else None,
     )
     rt.totals_cache = RankTotals.of(rt)  # here, in the rank's worker
+    rt.activity = activity_bounds(rt.activity)  # the parent keeps every rank: keep it small
+    for name in ("actions", "collectives", "p2p", "p2p_tags"):
+        setattr(rt, name, own_strings(getattr(rt, name)))
     return rt
+
+
+def activity_bounds(activity: iv.Intervals) -> iv.Intervals:
+    """One interval from the first activity to the last (empty when there is none)."""
+    if activity[0].size == 0:
+        return iv.empty()
+    return (activity[0][:1].copy(), activity[1][-1:].copy())
+
+
+def own_strings(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with its string columns copied into buffers of their own.
+
+    A string column filtered out of a rank's decoded events still points into that rank's
+    whole string buffers (polars stores strings as views into shared buffers), so a table of
+    200 transfers kept for the run would hold megabytes of event names alive: 0.3 MB per
+    rank of a 6 MB trace, measured. Appending the empty string writes every value anew."""
+    strings = [c for c, t in df.schema.items() if t == pl.Utf8]
+    return df.with_columns([pl.col(c) + "" for c in strings]) if strings and df.height else df
 
 
 def _split_marks(ops, actions: pl.DataFrame) -> list[int]:

@@ -20,6 +20,7 @@ the action (tensor-parallel all-reduces), not to the data-parallel sync.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import polars as pl
@@ -48,6 +49,61 @@ class StepShare:
     def per_step(self, n: int) -> dict[str, float]:
         """Mean per step, µs."""
         return {name: getattr(self, name) / max(n, 1) for name in self.__dataclass_fields__}
+
+
+class RankComm:
+    """One rank's communication, prepared once for :meth:`share` of each of its steps: the
+    collectives by start (those inside an action dropped when the job is tensor parallel),
+    the merged point-to-point set and ``waiting``, its recvs' waiting for the sender (numpy
+    arrays, no table filter per step)."""
+
+    def __init__(self, rt: RankTimeline, *, tp: bool, waiting: iv.Intervals | None = None) -> None:
+        c = rt.collectives
+        start, end = c["start"].to_numpy(), c["end"].to_numpy()
+        keep = ~_inside_actions(rt, start) if tp and c.height and rt.actions.height else \
+            np.ones(start.size, dtype=bool)
+        order = np.argsort(start[keep], kind="stable")
+        self.dp_start, self.dp_end = start[keep][order], end[keep][order]
+        self._rt = rt
+        self.waiting = waiting
+
+    @cached_property
+    def p2p(self) -> iv.Intervals:
+        return iv.merge(self._rt.p2p["start"].to_numpy(), self._rt.p2p["end"].to_numpy())
+
+
+    def dp_in(self, lo: int, hi: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the collectives that start in [lo, hi) (hi None: no end)."""
+        a = np.searchsorted(self.dp_start, lo, side="left")
+        b = self.dp_start.size if hi is None else np.searchsorted(self.dp_start, hi, side="left")
+        return self.dp_start[a:b], self.dp_end[a:b]
+
+    def share(self, compute: iv.Intervals, window: tuple[int, int], next_start: int | None) -> StepShare:
+        """:func:`step_share` of one step of this rank."""
+        lo, hi = window
+        dp_s, dp_e = self.dp_in(lo, next_start)
+        dp_set = iv.merge(dp_s, dp_e)
+        end = max(hi, int(dp_set[1][-1])) if dp_set[1].size else hi
+        comp = iv.clip(compute, lo, end)
+        dp_exposed = iv.subtract(iv.clip(dp_set, lo, end), comp)
+        a = np.searchsorted(self.p2p[1], lo, side="right")
+        b = np.searchsorted(self.p2p[0], end, side="left")
+        p2p = iv.subtract(iv.clip((self.p2p[0][a:b], self.p2p[1][a:b]), lo, end),
+                          iv.union(comp, dp_exposed))
+        if self.waiting is not None:
+            p2p = iv.subtract(p2p, self.waiting)
+        span = end - lo
+        c, d, p = iv.total(comp), iv.total(dp_exposed), iv.total(p2p)
+        return StepShare(span / US, c / US, (span - c - d - p) / US, p / US, d / US,
+                         float(int((dp_e - dp_s).sum())) / US)
+
+
+def _inside_actions(rt: RankTimeline, t: np.ndarray) -> np.ndarray:
+    """Which times lie inside one of the rank's action spans on the host."""
+    a = rt.actions.sort("host_start")
+    s, e = a["host_start"].to_numpy(), a["host_end"].to_numpy()
+    k = np.searchsorted(s, t, side="right") - 1
+    return (k >= 0) & (t < e[np.maximum(k, 0)])
 
 
 def dp_instances(rt: RankTimeline, lo: int, hi: int | None, *, tp: bool) -> pl.DataFrame:

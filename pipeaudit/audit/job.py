@@ -19,7 +19,7 @@ from statistics import median
 from typing import Any
 
 from pipeaudit.audit import findings as F
-from pipeaudit.audit.breakdown import dp_instances
+from pipeaudit.audit.breakdown import RankComm
 from pipeaudit.audit.pipeline import PipelineAudit
 from pipeaudit.audit.result import AuditResult, BubbleSummary, Finding, StepMetrics
 from pipeaudit.audit.summary import device_of, inference_coverage, summary_of
@@ -106,10 +106,11 @@ def _dp_waits(pipes: list[PipelineAudit], layout: Layout, metrics: dict) -> None
     for pa in pipes:
         steps = sorted(pa.windows)
         for rt in pa.tl.ranks:
+            comm = RankComm(rt, tp=tp)
             for i, k in enumerate(steps):
                 nxt = pa.windows[steps[i + 1]][0] if i + 1 < len(steps) else None
-                inst = dp_instances(rt, pa.windows[k][0], nxt, tp=tp).sort("start")
-                starts.setdefault(rt.rank, {})[k] = list(inst.select("start", "end").iter_rows())
+                s0, e0 = comm.dp_in(pa.windows[k][0], nxt)
+                starts.setdefault(rt.rank, {})[k] = list(zip(s0.tolist(), e0.tolist()))
     for d, rep in enumerate(layout.replicas):
         for pos, peers in enumerate(rep):
             for t, rank in enumerate(peers):

@@ -17,17 +17,21 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from pipeaudit.actions import Action
-from pipeaudit.audit.breakdown import StepShare, step_share
+from pipeaudit.audit.breakdown import RankComm, StepShare
+from pipeaudit.audit.replay_ideal import ReplayGroup, replay_ideals
 from pipeaudit.audit.result import BubbleSummary, RankMetrics, StageMetrics, StepMetrics
 from pipeaudit.audit.schedule_fit import choose_schedule, closed_form_theory, published_of
-from pipeaudit.audit.windows import compute_by_step, mean, windows_and_bubbles
+from pipeaudit.audit.windows import computes_by_rank, mean, windows_and_bubbles
 from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import peak_inflight_of_orders, replay
 from pipeaudit.timeline import intervals as iv
+from pipeaudit.timeline.columns import B_CODE, F_CODE, I_CODE, KIND_CODE, NO_STEP
 from pipeaudit.timeline.model import Timeline
+from pipeaudit.timeline.recv_facts import RecvFacts, recv_facts
 from pipeaudit.timeline.rank import RankTimeline
 
 US = 1000.0  # ns per µs
@@ -71,8 +75,8 @@ class PipelineAudit:
 def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: int,
                    schedule: str | None, num_stages: int | None = None) -> PipelineAudit | None:
     """Audit the ranks of one replica (``tl`` holds only them); None when none has actions."""
-    acts = tl.actions
-    if acts.height == 0:
+    arr = tl.action_arrays()
+    if arr.size == 0:
         return None
     notes: list[str] = []
     representatives: list[int | None] = [None] * P
@@ -86,12 +90,13 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
     steps = rep_tl.steps or tl.steps
     placement = rep_tl.placement  # stage -> representative rank
     stage_pos = {s: positions[r] for s, r in placement.items()}
-    per_rank_stages = max((len(rt.actions["stage"].unique()) for rt in rep_tl.ranks), default=1)
+    rep_arr = rep_tl.action_arrays()
+    per_rank_stages = max((len(rep_arr.rank_stages(i)) for i in range(len(rep_tl.ranks))), default=1)
     S = num_stages if num_stages else max(len(placement), P * per_rank_stages)
     v = S // P if S % P == 0 else 1
-    first = acts.filter(pl.col("step") == steps[0])
-    M = int(first["microbatch"].max()) + 1
-    n_mb = first["microbatch"].n_unique()
+    first = arr.microbatch[arr.step == steps[0]]
+    M = int(first.max()) + 1
+    n_mb = int(np.unique(first).size)
     sparse = M > 2 * n_mb + 8
 
     if complete:
@@ -118,7 +123,7 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
     else:
         name, source, detected, sched = choose_schedule(
             rep_tl, schedule, P, M, v, representatives, stage_pos, notes, steps[0])
-    kind_means = {k: float(acts.filter(pl.col("kind") == k)["compute_ns"].mean() or 0.0) / US
+    kind_means = {k: _mean_ns(arr.compute_ns[arr.kind == KIND_CODE[k]]) / US
                   for k in ("F", "B", "I", "W")}
     # replay ideal per step: the observed order, measured compute, free communication; the
     # schedule's overlapped F/B pairs (DualPipeV) run as torch runs them, back to back
@@ -127,7 +132,11 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
     if complete and contiguous:
         place = [stage_pos[s] for s in range(S)]
         pairs = sched.pairs if sched is not None else frozenset()
+        fast = {} if pairs else _fast_replays(rep_tl, audited_steps, representatives, place)
         for k in audited_steps:
+            if fast.get(k) is not None:
+                replays[k] = fast[k]
+                continue
             try:
                 replays[k] = _replay_step(rep_tl, k, representatives, place, pairs)  # type: ignore[arg-type]
             except ScheduleError:
@@ -147,14 +156,17 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
     index = {r: positions.get(r) for r in (rt.rank for rt in tl.ranks)}
     scope = STEP_WINDOW if complete else OWN_WINDOW
     tp = tl.layout is not None and tl.layout.tp > 1
+    facts = tl.recv_facts()
     ranks = [_rank_metrics(rt, audited_steps, bubbles, computes, windows, replays, index, scope,
-                           replica, tp=tp) for rt in tl.ranks]
+                           replica, tp=tp, stages=arr.rank_stages(i), recv=facts[rt.rank])
+             for i, rt in enumerate(tl.ranks)]
     measured = mean(r.bubble for r in ranks if r.bubble is not None)
     ideal = mean(rp.bubble for rp in replays.values()) if replays else None
     expected_inflight = peak_inflight_of_orders(sched.orders, sched.placement) if sched else None
     stages = _stage_metrics(rep_tl, placement, audited_steps, expected_inflight, th, replica)
-    step_rows = [_step_row(tl, k, windows.get(k), bubbles[k], computes[k], replays.get(k))
-                 for k in audited_steps]
+    profiler_steps = _profiler_steps(tl)
+    step_rows = [_step_row(k, profiler_steps.get(k), windows.get(k), bubbles[k], computes[k],
+                           replays.get(k)) for k in audited_steps]
     th_bubble = th.bubble if th else None
     summary = BubbleSummary(
         measured=measured, theory=th_bubble, theory_formula=th.formula if th else None,
@@ -171,17 +183,14 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
 
 def _subset(tl: Timeline, ranks: list[int]) -> Timeline:
     """The timeline of some of ``tl``'s ranks (same run facts)."""
-    keep = set(ranks)
-    return Timeline(ranks=[rt for rt in tl.ranks if rt.rank in keep], manifest=tl.manifest,
-                    inputs=tl.inputs, warnings=tl.warnings, salvage=tl.salvage, layout=tl.layout,
-                    step_evidence=tl.step_evidence, clock=tl.clock)
+    return tl.subset(ranks)
 
 
 def _own_windows(ranks: list[RankTimeline], steps: list[int]):
     """Per step, each rank's bubble in its own window and its compute set."""
     bubbles: dict[int, dict[int, float]] = {}
     computes: dict[int, dict[int, iv.Intervals]] = {}
-    by_rank = {rt.rank: compute_by_step(rt, steps) for rt in ranks}
+    by_rank = computes_by_rank(ranks, steps)
     for k in steps:
         for rt in ranks:
             c = by_rank[rt.rank][k]
@@ -193,44 +202,70 @@ def _own_windows(ranks: list[RankTimeline], steps: list[int]):
     return bubbles, computes
 
 
-def _step_row(tl: Timeline, k: int, window, bubbles: dict[int, float], computes, rp) -> StepMetrics:
+def _step_row(k: int, profiler_step: int | None, window, bubbles: dict[int, float], computes,
+              rp) -> StepMetrics:
     if window is None:  # ranks missing: the span of the ranks' own windows
         lo = min(int(c[0][0]) for c in computes.values() if c[0].size)
         hi = max(int(c[1][-1]) for c in computes.values() if c[1].size)
         window = (lo, hi)
-    return StepMetrics(step=k, profiler_step=_profiler_step(tl, k), start_us=window[0] / US,
+    return StepMetrics(step=k, profiler_step=profiler_step, start_us=window[0] / US,
                        step_time_us=(window[1] - window[0]) / US,
                        bubble=float(mean(bubbles.values()) or 0.0),
                        replay_ideal=rp.bubble if rp is not None else None,
                        replay_step_time_us=rp.makespan / US if rp is not None else None)
 
 
-def _profiler_step(tl: Timeline, k: int) -> int | None:
-    for rt in tl.ranks:
-        p = rt.actions.filter(pl.col("step") == k)["profiler_step"]
-        if p.len() and p[0] is not None:
-            return int(p[0])
-    return None
+def _profiler_steps(tl: Timeline) -> dict[int, int]:
+    """Step -> its ProfilerStep number: that of the step's first action (in the rank's table
+    order) on the first rank (in the timeline's order) whose first action of the step has one."""
+    arr = tl.action_arrays()
+    out: dict[int, int] = {}
+    decided: set[int] = set()
+    for (i, k), (lo, hi) in sorted(arr.groups.items()):
+        if k in decided or k == NO_STEP:
+            continue
+        first = lo + int(np.argmin(arr.row[lo:hi]))
+        p = int(arr.profiler_step[first])
+        if p != NO_STEP:
+            out[k] = p
+            decided.add(k)
+    return out
+
+
+def _mean_ns(values: np.ndarray) -> float:
+    """Mean of integer ns values (0.0 for none), as polars' ``mean`` gives it."""
+    return float(values.sum()) / values.size if values.size else 0.0
+
+
+def _fast_replays(tl: Timeline, steps: list[int], representatives, place: list[int]) -> dict:
+    """Step -> its replay ideal, every step at once (:mod:`pipeaudit.audit.replay_ideal`);
+    None where the event loop must answer."""
+    index = {x.rank: i for i, x in enumerate(tl.ranks)}
+    ranks = tuple(index[r] for r in representatives)
+    groups = [ReplayGroup(k, ranks, tuple(place)) for k in steps]
+    return dict(zip(steps, replay_ideals(tl.action_arrays(), groups)))
 
 
 def _replay_step(tl: Timeline, k: int, representatives: list[int], place: list[int], pairs=()):
-    durations: dict[tuple[int, Action], float] = {}
-    orders: list[list[Action]] = []
-    by_step = tl.step_rows(("stage", "kind", "microbatch", "compute_ns"))
+    arr = tl.action_arrays()
     index = {x.rank: i for i, x in enumerate(tl.ranks)}
+    orders: list[list[Action]] = []
+    durations: dict[tuple[int, Action], float] = {}
     for r in representatives:
-        order = []
-        for s, kind, m, c in by_step[index[r]].get(k, []):
-            act = Action(int(s), str(kind), int(m))
-            order.append(act)
+        sl = arr.rows(index[r], k)
+        order = arr.order(index[r], k)
+        for act, c in zip(order, arr.compute_ns[sl].tolist()):
             durations[(len(orders), act)] = float(c)
         orders.append(order)
     return replay(orders, place, lambda rank, act: durations[(rank, act)], 0.0, pairs=pairs)
 
 
-def _breakdown(rt: RankTimeline, steps: list[int], computes, windows, *, tp: bool) -> dict | None:
-    """Mean per step of the rank's step split (:mod:`pipeaudit.audit.breakdown`)."""
+def _breakdown(rt: RankTimeline, steps: list[int], computes, windows, *, tp: bool,
+               waiting: iv.Intervals | None = None) -> dict | None:
+    """Mean per step of the rank's step split (:mod:`pipeaudit.audit.breakdown`);
+    ``waiting``: the rank's recv waiting (:func:`waiting_intervals`)."""
     total, n = StepShare(), 0
+    comm = RankComm(rt, tp=tp, waiting=waiting)
     for i, k in enumerate(steps):
         c = computes.get(k, {}).get(rt.rank)
         if c is None or c[0].size == 0:
@@ -242,45 +277,29 @@ def _breakdown(rt: RankTimeline, steps: list[int], computes, windows, *, tp: boo
             nw = windows.get(nxt)
             nc = computes.get(nxt, {}).get(rt.rank)
             nxt_start = nw[0] if nw else (int(nc[0][0]) if nc is not None and nc[0].size else None)
-        total.add(step_share(rt, c, w, nxt_start, tp=tp, p2p_waiting=waiting_intervals(rt)))
+        total.add(comm.share(c, w, nxt_start))
         n += 1
     return total.per_step(n) if n else None
 
 
 def waiting_intervals(rt: RankTimeline) -> iv.Intervals | None:
     """The parts of the rank's matched recvs spent waiting for the sender."""
-    r = rt.recvs
-    if r is None or r.height == 0:
-        return None
-    m = r.filter(pl.col("matched") & (pl.col("waiting") > 0))
-    return iv.merge(m["start"].to_numpy(), (m["start"] + m["waiting"]).to_numpy())
-
-
-def _recv_totals(r: pl.DataFrame | None) -> tuple[float | None, float | None, int, int]:
-    if r is None or r.height == 0:
-        return None, None, 0, 0
-    m = r.filter(pl.col("matched"))
-    if m.height == 0:
-        return None, None, 0, r.height
-    return (float(m["waiting"].sum()) / US, float(m["transfer"].sum()) / US, m.height, r.height)
+    return recv_facts([rt])[rt.rank].waiting
 
 
 def _rank_metrics(rt: RankTimeline, steps: list[int], bubbles, computes, windows, replays,
                   index: dict[int, int | None], scope: str, replica: int | None,
-                  tp: bool = False) -> RankMetrics:
+                  tp: bool = False, stages: list[int] | None = None,
+                  recv: RecvFacts | None = None) -> RankMetrics:
     by_step = [bubbles[k][rt.rank] for k in steps if rt.rank in bubbles.get(k, {})]
-    compute_all = iv.union(iv.merge(rt.compute["start"].to_numpy(), rt.compute["end"].to_numpy()),
-                           rt.other_compute)
-    comm = iv.total(rt.comm)
-    exposed = iv.total(iv.subtract(rt.comm, compute_all))
-    first, last = (rt.activity[0][0], rt.activity[1][-1]) if rt.activity[0].size else (0, 0)
-    span = int(last - first)
-    busy = iv.total(rt.activity)
+    totals = rt.totals
+    comm, exposed, span, busy = totals.comm_ns, totals.exposed_comm_ns, totals.span_ns, totals.busy_ns
     pos = index.get(rt.rank)
     rep = [replays[k].rank_bubble[pos] for k in sorted(replays) if pos is not None and rt.actions.height]
-    stages = sorted(int(s) for s in rt.actions["stage"].unique().to_list())
+    if stages is None:
+        stages = sorted(int(s) for s in rt.actions["stage"].unique().to_list())
     own = [computes[k][rt.rank] for k in steps if rt.rank in computes.get(k, {})]
-    wait, transfer, matched, nrecv = _recv_totals(rt.recvs)
+    recv = recv if recv is not None else recv_facts([rt])[rt.rank]
     if windows:
         window_us = sum(windows[k][1] - windows[k][0] for k in steps if k in windows) / US
     else:
@@ -293,12 +312,14 @@ def _rank_metrics(rt: RankTimeline, steps: list[int], bubbles, computes, windows
         window_us=window_us if by_step else 0.0,
         comm_us=comm / US, exposed_comm_us=exposed / US,
         overlap=(1.0 - exposed / comm) if comm > 0 else None,
-        other_compute_us=iv.total(rt.other_compute) / US, span_us=span / US, busy_us=busy / US,
+        other_compute_us=totals.other_compute_ns / US, span_us=span / US, busy_us=busy / US,
         peak_allocated_bytes=max(rt.memory_peak.values()) if rt.memory_peak else None,
         device_type=rt.device_type, path=rt.path, pipeline=replica, position=pos,
         bubble_scope=scope if by_step else None,
-        breakdown=_breakdown(rt, steps, computes, windows, tp=tp) if by_step else None,
-        recv_wait_us=wait, recv_transfer_us=transfer, recvs_matched=matched, recvs=nrecv,
+        breakdown=_breakdown(rt, steps, computes, windows, tp=tp, waiting=recv.waiting)
+        if by_step else None,
+        recv_wait_us=recv.wait_us, recv_transfer_us=recv.transfer_us, recvs_matched=recv.matched,
+        recvs=recv.count,
     )
 
 
@@ -315,30 +336,46 @@ def inflight_peaks(order: list[Action]) -> dict[int, int]:
     return peak
 
 
+def stage_peaks(tl: Timeline, steps: list[int]) -> dict[int, int]:
+    """Per stage, the most microbatches in flight along any rank's order of any step in
+    ``steps`` (:func:`inflight_peaks` of every order, at once)."""
+    a = tl.action_arrays()
+    sel = np.flatnonzero(np.isin(a.step, np.asarray(steps, dtype=np.int64)))
+    if sel.size == 0:
+        return {}
+    ri, k, st, kind = a.rank_index[sel], a.step[sel], a.stage[sel], a.kind[sel]
+    order = np.lexsort((np.arange(sel.size), st, k, ri))  # each (rank, step, stage) in order
+    ri, k, st, kind = ri[order], k[order], st[order], kind[order]
+    delta = np.where(kind == F_CODE, 1, np.where((kind == B_CODE) | (kind == I_CODE), -1, 0))
+    run = np.cumsum(delta)
+    new = np.ones(sel.size, dtype=bool)
+    new[1:] = (ri[1:] != ri[:-1]) | (k[1:] != k[:-1]) | (st[1:] != st[:-1])
+    base = (run - delta)[new]  # the running count before each group
+    live = run - np.repeat(base, np.diff(np.append(np.flatnonzero(new), sel.size)))
+    peaks: dict[int, int] = {}
+    is_f = kind == F_CODE
+    for s in np.unique(st[is_f]).tolist():
+        peaks[int(s)] = max(0, int(live[is_f & (st == s)].max()))
+    return peaks
+
+
 def _stage_metrics(tl: Timeline, placement, steps, expected_inflight, th, replica) -> list[StageMetrics]:
-    acts = tl.actions
-    peaks: dict[int, int] = defaultdict(int)
-    for k in steps:
-        for order in tl.orders(k).values():
-            for s, p in inflight_peaks(order).items():
-                peaks[s] = max(peaks[s], p)
+    arr = tl.action_arrays()
+    facts = tl.recv_facts()
+    peaks = stage_peaks(tl, steps)
     out = []
     for s, r in placement.items():
-        a = acts.filter(pl.col("stage") == s)
-        counts = {k: int(a.filter(pl.col("kind") == k).height) for k in ("F", "B", "I", "W")}
-        comp = {k: float(a.filter(pl.col("kind") == k)["compute_ns"].sum()) / US for k in counts}
+        on = arr.stage == s
+        counts = {k: int((on & (arr.kind == KIND_CODE[k])).sum()) for k in ("F", "B", "I", "W")}
+        comp = {k: float(int(arr.compute_ns[on & (arr.kind == KIND_CODE[k])].sum())) / US
+                for k in counts}
         means = {k: (comp[k] / counts[k] if counts[k] else 0.0) for k in counts}
         exp = None
         if expected_inflight is not None:
             exp = expected_inflight.get(s)
         elif th is not None:
             exp = th.peak_inflight.get(s)
-        wait = transfer = None
-        recvs = [rt.recvs for rt in tl.ranks if rt.rank == r and rt.recvs is not None]
-        if recvs and recvs[0].height:
-            m = recvs[0].filter(pl.col("matched") & (pl.col("stage") == s))
-            if m.height:
-                wait, transfer = float(m["waiting"].sum()) / US, float(m["transfer"].sum()) / US
+        wait, transfer = facts[r].by_stage.get(s, (None, None)) if r in facts else (None, None)
         out.append(StageMetrics(stage=s, rank=r, actions=counts, compute_us=comp,
                                 mean_compute_us=means, peak_inflight=peaks.get(s, 0),
                                 expected_peak_inflight=exp, pipeline=replica,

@@ -33,10 +33,7 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
     present = sorted(rt.rank for rt in tl.ranks)
     pipes: list[PipelineAudit] = []
     for d in range(len(layout.replicas)):
-        members = set(layout.replica_ranks(d))
-        sub = Timeline(ranks=[rt for rt in tl.ranks if rt.rank in members], manifest=tl.manifest,
-                       inputs=tl.inputs, warnings=tl.warnings, salvage=tl.salvage, layout=layout,
-                       step_evidence=tl.step_evidence, clock=tl.clock)
+        sub = tl.subset(layout.replica_ranks(d), layout)
         positions = {r: p for p, peers in enumerate(layout.replicas[d]) for r in peers}
         pa = audit_pipeline(sub, replica=d, positions=positions, P=layout.pp, schedule=schedule,
                             num_stages=_manifest_stages(tl))

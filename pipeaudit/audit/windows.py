@@ -3,6 +3,10 @@
 - Step window W_k: earliest compute start to latest compute end over all ranks in step k.
 - Bubble of a rank in step k: 1 - |C(rank, k) ∩ W_k| / |W_k|, where C is the union
   of the compute intervals of the rank's actions in step k.
+
+The compute sets of every rank and step are merged in one pass over all the ranks' compute
+intervals (:func:`pipeaudit.timeline.intervals.merge_grouped`), not rank by rank and step
+by step.
 """
 
 from __future__ import annotations
@@ -23,18 +27,39 @@ def rank_step_compute(rt: RankTimeline, step: int) -> iv.Intervals:
 
 def compute_by_step(rt: RankTimeline, steps: list[int]) -> dict[int, iv.Intervals]:
     """``rank_step_compute(rt, k)`` for every k in ``steps`` in one pass over the rank."""
-    out = {k: iv.empty() for k in steps}
-    if rt.compute.height == 0 or rt.actions.height == 0:
+    return computes_by_rank([rt], steps)[rt.rank]
+
+
+def computes_by_rank(ranks: list[RankTimeline], steps: list[int]) -> dict[int, dict[int, iv.Intervals]]:
+    """Rank -> step -> the rank's compute set in that step (empty where it computed nothing),
+    for every step in ``steps``: all ranks and steps merged at once."""
+    out: dict[int, dict[int, iv.Intervals]] = {rt.rank: {k: iv.empty() for k in steps}
+                                               for rt in ranks}
+    if not steps:
         return out
-    action_step = rt.actions["step"].to_numpy()
-    act = rt.compute["action"].to_numpy()
-    starts = rt.compute["start"].to_numpy()
-    ends = rt.compute["end"].to_numpy()
-    step_of = action_step[act]
-    for k in steps:
-        sel = step_of == k
-        if sel.any():
-            out[k] = iv.merge(starts[sel], ends[sel])
+    step_list = np.asarray(sorted(set(steps)), dtype=np.int64)
+    groups, starts, ends = [], [], []
+    for i, rt in enumerate(ranks):
+        if rt.compute.height == 0 or rt.actions.height == 0:
+            continue
+        step_of = rt.actions["step"].to_numpy()[rt.compute["action"].to_numpy()]
+        pos = np.searchsorted(step_list, step_of)
+        pos_c = np.minimum(pos, step_list.size - 1)
+        known = step_list[pos_c] == step_of
+        groups.append(i * step_list.size + pos_c[known])
+        starts.append(rt.compute["start"].to_numpy()[known])
+        ends.append(rt.compute["end"].to_numpy()[known])
+    if not groups:
+        return out
+    g, s, e = iv.merge_grouped(np.concatenate(groups), np.concatenate(starts), np.concatenate(ends))
+    if g.size == 0:
+        return out
+    cut = np.flatnonzero(np.diff(g)) + 1
+    lo = np.concatenate([[0], cut])
+    hi = np.concatenate([cut, [g.size]])
+    for key, a, b in zip(g[lo].tolist(), lo.tolist(), hi.tolist()):
+        rank_i, step_i = divmod(key, step_list.size)
+        out[ranks[rank_i].rank][int(step_list[step_i])] = (s[a:b], e[a:b])
     return out
 
 
@@ -58,13 +83,16 @@ def bubble(compute: iv.Intervals, window: tuple[int, int]) -> float:
 def windows_and_bubbles(ranks: list[RankTimeline], steps: list[int]):
     """Per step: (window, {rank: bubble}, {rank: compute set})."""
     out = {}
-    by_rank = {rt.rank: compute_by_step(rt, steps) for rt in ranks}
+    by_rank = computes_by_rank(ranks, steps)
     for k in steps:
         comp = {rt.rank: by_rank[rt.rank][k] for rt in ranks}
         w = step_window(list(comp.values()))
         if w is None:
             continue
-        out[k] = (w, {r: bubble(c, w) for r, c in comp.items()}, comp)
+        span = w[1] - w[0]
+        # C(rank, k) lies inside W_k by construction: |C ∩ W| = |C|
+        out[k] = (w, {r: (1.0 - iv.total(c) / span if span > 0 else 0.0) for r, c in comp.items()},
+                  comp)
     return out
 
 

@@ -17,13 +17,7 @@ import polars as pl
 from pipeaudit.options import LoadOptions
 from pipeaudit.timeline.layout import Layout, detect_layout
 from pipeaudit.timeline.model import Timeline
-from pipeaudit.timeline.p2p import (
-    ClockCorrection,
-    correct_clocks,
-    match_transfers,
-    resolve_peers,
-    split_recvs,
-)
+from pipeaudit.timeline.p2p import ClockCorrection, settle_transfers
 from pipeaudit.timeline.rank import RankTimeline, reduce_rank
 from pipeaudit.timeline.single_process import single_process, split_by_device
 from pipeaudit.timeline.stepping import settle_steps
@@ -111,9 +105,7 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
         positions[rt.rank] = where[1]
         if rt.stage_from_rank and rt.actions.height:
             rt.actions = rt.actions.with_columns(stage=pl.lit(where[1], dtype=pl.Int64))
-    resolve_peers(values, lay, positions)
-    clock = correct_clocks(values, match_transfers(values))
-    split_recvs(values, match_transfers(values))
+    clock = settle_transfers(values, lay, positions)
     decision = settle_steps(values, positions=positions, num_stages=lay.pp,
                             stated_microbatches=o.num_microbatches, stated_steps=o.num_steps,
                             manifest_microbatches=_manifest_microbatches(manifest))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from pipeaudit.errors import ConfigError
@@ -56,11 +57,17 @@ class Layout:
 
     def position(self, rank: int) -> tuple[int, int, int] | None:
         """(replica, stage position, index among the position's TP peers) of ``rank``."""
+        return self._positions.get(rank)
+
+    @cached_property
+    def _positions(self) -> dict[int, tuple[int, int, int]]:
+        """rank -> (replica, stage position, TP index), the first place a rank appears."""
+        out: dict[int, tuple[int, int, int]] = {}
         for d, rep in enumerate(self.replicas):
             for p, peers in enumerate(rep):
-                if rank in peers:
-                    return d, p, peers.index(rank)
-        return None
+                for t, r in enumerate(peers):
+                    out.setdefault(r, (d, p, t))
+        return out
 
     def replica_ranks(self, replica: int) -> list[int]:
         """The ranks of one replica, in stage order (TP peers together)."""

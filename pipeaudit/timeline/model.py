@@ -8,8 +8,10 @@ from typing import Any
 import polars as pl
 
 from pipeaudit.actions import Action
+from pipeaudit.timeline.columns import ActionArrays, action_arrays
 from pipeaudit.timeline.layout import Layout
 from pipeaudit.timeline.rank import ACTION_COLUMNS, RankTimeline
+from pipeaudit.timeline.recv_facts import RecvFacts, recv_facts
 
 
 @dataclass
@@ -44,6 +46,29 @@ class Timeline:
                         if len(self.inputs) == len(self.ranks) else self.inputs,
                         warnings=self.warnings, salvage=self.salvage, layout=sub,
                         step_evidence=self.step_evidence, clock=self.clock)
+
+    def subset(self, ranks: list[int], layout: Layout | None = None) -> "Timeline":
+        """The timeline of some of this one's ranks (same run facts; ``layout`` if given):
+        their action columns are taken from this timeline's, not built again."""
+        keep = set(ranks)
+        index = [i for i, rt in enumerate(self.ranks) if rt.rank in keep]
+        sub = Timeline(ranks=[self.ranks[i] for i in index], manifest=self.manifest,
+                       inputs=self.inputs, warnings=self.warnings, salvage=self.salvage,
+                       layout=self.layout if layout is None else layout,
+                       step_evidence=self.step_evidence, clock=self.clock)
+        sub._prime("action_arrays", self.action_arrays().subset(index))
+        facts = self.recv_facts()
+        sub._prime("recv_facts", {self.ranks[i].rank: facts[self.ranks[i].rank] for i in index})
+        return sub
+
+    def recv_facts(self) -> dict[int, RecvFacts]:
+        """Rank -> what the audit reads of its recvs (:mod:`pipeaudit.timeline.recv_facts`)."""
+        return self._cached("recv_facts", lambda: recv_facts(self.ranks))
+
+    def _prime(self, name: str, value) -> None:
+        """Store ``value`` as what :meth:`_cached` would build for ``name`` now."""
+        key = (len(self.ranks), [id(r.actions) for r in self.ranks])
+        self.__dict__.setdefault("_cache", {})[name] = (key, value)
 
     @property
     def actions(self) -> pl.DataFrame:
@@ -87,22 +112,25 @@ class Timeline:
     def placement(self) -> dict[int, int]:
         """Stage -> rank, as observed."""
         out: dict[int, int] = {}
-        for r in self.ranks:
-            for s in r.actions["stage"].unique().to_list():
-                out.setdefault(int(s), r.rank)
+        arr = self.action_arrays()
+        for i, r in enumerate(self.ranks):
+            for s in arr.rank_stages(i):
+                out.setdefault(s, r.rank)
         return dict(sorted(out.items()))
 
     @property
     def steps(self) -> list[int]:
         """Step indices that hold actions on any rank."""
-        a = self.actions
-        return sorted(int(s) for s in a["step"].unique().to_list()) if a.height else []
+        return list(self.action_arrays().steps)
+
+    def action_arrays(self) -> ActionArrays:
+        """Every action as sorted numpy columns (:mod:`pipeaudit.timeline.columns`)."""
+        return self._cached("action_arrays", lambda: action_arrays(self.ranks))
 
     def orders(self, step: int) -> dict[int, list[Action]]:
         """Per rank, the actions of ``step`` in execution order (by compute start)."""
-        by_step = self.step_rows(("stage", "kind", "microbatch"))
-        return {r.rank: [Action(int(s), str(k), int(m)) for s, k, m in by_step[i].get(step, [])]
-                for i, r in enumerate(self.ranks)}
+        arr = self.action_arrays()
+        return {r.rank: arr.order(i, step) for i, r in enumerate(self.ranks)}
 
     @property
     def action_source(self) -> str:

@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from pipeaudit.timeline.layout import Layout
+from pipeaudit.timeline.p2p_tags import TAG_SCHEMA
 from pipeaudit.timeline.rank import RankTimeline
 
 RECV_SCHEMA = {"start": pl.Int64, "end": pl.Int64, "stage": pl.Int64, "kind": pl.Utf8,
@@ -50,9 +51,73 @@ class ClockCorrection:
                 "matched_pairs": self.pairs}
 
 
+def job_tags(ranks: list[RankTimeline], columns: list[str] | None = None) -> pl.DataFrame:
+    """Every rank's ``p2p_tags`` (or some of its ``columns``) in one table (ranks in list
+    order, rows in rank order), with ``_rank`` and ``_row`` (the row in the rank's own table)."""
+    cols = list(TAG_SCHEMA) if columns is None else columns
+    frames = [rt.p2p_tags for rt in ranks]
+    heights = np.array([f.height for f in frames], dtype=np.int64)
+    if heights.sum() == 0:
+        return pl.DataFrame(schema={**{c: TAG_SCHEMA[c] for c in cols}, "_rank": pl.Int64,
+                                    "_row": pl.Int64})
+    tags = pl.concat([f for f in frames if f.height], how="vertical").select(cols)
+    offsets = np.repeat(np.cumsum(heights) - heights, heights)
+    return tags.with_columns(
+        _rank=pl.Series(np.repeat([rt.rank for rt in ranks], heights), dtype=pl.Int64),
+        _row=pl.Series(np.arange(tags.height, dtype=np.int64) - offsets),
+    )
+
+
+def _put_back(ranks: list[RankTimeline], table: pl.DataFrame, attr: str, columns) -> None:
+    """Slice a per-job table (rows in ``ranks`` order, as :func:`job_tags` gives them) back
+    into each rank's ``attr``."""
+    heights = [rt.p2p_tags.height for rt in ranks]
+    offset = 0
+    for rt, n in zip(ranks, heights):
+        setattr(rt, attr, table.slice(offset, n).select(columns))
+        offset += n
+
+
+#: The tag columns matching and the recv split read.
+MATCH_COLUMNS = ["dir", "peer_rank", "stage", "peer_stage", "kind", "start", "end"]
+
+
+def settle_transfers(ranks: list[RankTimeline], layout: Layout, positions: dict[int, int]
+                     ) -> ClockCorrection:
+    """The cross-rank point-to-point work on one table of the job's transfers: name the peers
+    (:func:`resolve_peers`), match every recv with its send (:func:`transfer_pairs`), align
+    the hosts' clocks (:func:`correct_clocks`) and split each recv into waiting and transfer
+    (:func:`split_recvs`). Each rank's ``p2p_tags`` are emptied: its ``recvs`` hold what the
+    audit reads."""
+    tags = resolve_tags(job_tags(ranks, MATCH_COLUMNS), ranks, layout, positions)
+    pairs = pairs_of(tags)
+    clock = correct_clocks(ranks, pairs)  # a shift keeps every channel's order: same pairs
+    if clock.offsets_ns:
+        delta = pl.DataFrame({"_rank": [rt.rank for rt in ranks],
+                              "_d": [-clock.offsets_ns.get(rt.host or "", 0) for rt in ranks]},
+                             schema={"_rank": pl.Int64, "_d": pl.Int64})
+        tags = tags.join(delta, on="_rank", how="left", maintain_order="left").with_columns(
+            start=pl.col("start") + pl.col("_d"), end=pl.col("end") + pl.col("_d")).drop("_d")
+        pairs = shift_pairs(pairs, ranks, clock)
+    recvs_of(tags, pairs, ranks)
+    for rt in ranks:
+        rt.p2p_tags = rt.p2p_tags.clear()
+    return clock
+
+
 def resolve_peers(ranks: list[RankTimeline], layout: Layout, positions: dict[int, int]) -> None:
     """Name every tagged transfer's peer rank (from its peer stage, within the rank's own
     replica and tensor-parallel index), and put stages guessed from the rank at its place."""
+    tags = job_tags(ranks)
+    if tags.height:
+        _put_back(ranks, resolve_tags(tags, ranks, layout, positions), "p2p_tags", list(TAG_SCHEMA))
+
+
+def resolve_tags(tags: pl.DataFrame, ranks: list[RankTimeline], layout: Layout,
+                 positions: dict[int, int]) -> pl.DataFrame:
+    """:func:`resolve_peers` on the job's table of tags (:func:`job_tags`)."""
+    if tags.height == 0:
+        return tags
     stage_rank: dict[tuple[int, int, int], int] = {}  # (replica, tp index, stage) -> rank
     for rt in ranks:
         where = layout.position(rt.rank)
@@ -60,79 +125,106 @@ def resolve_peers(ranks: list[RankTimeline], layout: Layout, positions: dict[int
             continue
         for s in rt.actions["stage"].unique().to_list():
             stage_rank.setdefault((where[0], where[2], int(s)), rt.rank)
-    for rt in ranks:
-        tags = rt.p2p_tags
-        if tags.height == 0:
-            continue
-        where = layout.position(rt.rank)
-        if rt.stage_from_rank and rt.rank in positions:
-            delta = pl.col("peer_stage") - pl.col("stage")
-            tags = tags.with_columns(stage=pl.when(pl.col("stage").is_not_null())
-                                     .then(pl.lit(positions[rt.rank], dtype=pl.Int64)))
-            tags = tags.with_columns(peer_stage=pl.col("stage") + delta)
-        if where is not None:
-            peer = [stage_rank.get((where[0], where[2], int(ps))) if ps is not None else None
-                    for ps in tags["peer_stage"].to_list()]
-            tags = tags.with_columns(peer_rank=pl.coalesce(
-                pl.col("peer_rank"), pl.Series(peer, dtype=pl.Int64)))
-        rt.p2p_tags = tags
+    heights = [rt.p2p_tags.height for rt in ranks]
+    where = [layout.position(rt.rank) for rt in ranks]
+    placed = [rt.stage_from_rank and rt.rank in positions for rt in ranks]
+    cols = tags.columns
+    tags = tags.with_columns(
+        _placed=pl.Series(np.repeat(placed, heights), dtype=pl.Boolean),
+        _pos=pl.Series(np.repeat([positions.get(rt.rank, -1) for rt in ranks], heights),
+                       dtype=pl.Int64),
+        _in=pl.Series(np.repeat([w is not None for w in where], heights), dtype=pl.Boolean),
+        _rep=pl.Series(np.repeat([w[0] if w else -1 for w in where], heights), dtype=pl.Int64),
+        _tp=pl.Series(np.repeat([w[2] if w else -1 for w in where], heights), dtype=pl.Int64),
+    )
+    # a stage guessed from the rank moves to the rank's position (its peer stage keeps its value)
+    tags = tags.with_columns(stage=pl.when(~pl.col("_placed")).then(pl.col("stage"))
+                             .when(pl.col("stage").is_not_null()).then(pl.col("_pos")))
+    lookup = pl.DataFrame(
+        [(d, t, s, r) for (d, t, s), r in stage_rank.items()],
+        schema={"_rep": pl.Int64, "_tp": pl.Int64, "peer_stage": pl.Int64, "_peer": pl.Int64},
+        orient="row")
+    tags = tags.join(lookup, on=["_rep", "_tp", "peer_stage"], how="left", maintain_order="left")
+    tags = tags.with_columns(peer_rank=pl.when(pl.col("_in"))
+                             .then(pl.coalesce("peer_rank", "_peer")).otherwise("peer_rank"))
+    return tags.select(cols)
+
+
+#: Matched transfers, one row per pair: sender and receiver ranks, their rows in each rank's
+#: ``p2p_tags``, and the send's and recv's times (ns).
+PAIR_SCHEMA = {"s_rank": pl.Int64, "r_rank": pl.Int64, "s_row": pl.Int64, "r_row": pl.Int64,
+               "s_start": pl.Int64, "s_end": pl.Int64, "r_start": pl.Int64, "r_end": pl.Int64}
+
+
+def transfer_pairs(ranks: list[RankTimeline]) -> pl.DataFrame:
+    """Every matched send/recv pair (``PAIR_SCHEMA``), matched as the module docstring says:
+    the k-th send of a channel with the k-th recv, a channel being (sender, receiver, kind,
+    stage) where both sides say what they carry and hold as many transfers, else the pair of
+    ranks."""
+    return pairs_of(job_tags(ranks, MATCH_COLUMNS))
+
+
+def pairs_of(tags: pl.DataFrame) -> pl.DataFrame:
+    """:func:`transfer_pairs` of the job's table of tags (:func:`job_tags`)."""
+    tags = tags.filter(pl.col("peer_rank").is_not_null() & pl.col("dir").is_not_null())
+    sends = tags.filter(pl.col("dir") == "send").select(
+        snd="_rank", rcv="peer_rank", kind="kind", st="stage", start="start", end="end", row="_row")
+    recvs = tags.filter(pl.col("dir") == "recv").select(
+        snd="peer_rank", rcv="_rank", kind="kind", st="peer_stage", start="start", end="end",
+        row="_row")
+    key = ["snd", "rcv", "kind", "st"]
+    strict = (sends.group_by(key).len("ns").join(recvs.group_by(key).len("nr"), on=key)
+              .filter(pl.col("ns") == pl.col("nr")).select(*key, _strict=pl.lit(True)))
+
+    def channel(side: pl.DataFrame) -> pl.DataFrame:
+        side = side.join(strict, on=key, how="left").with_columns(
+            _strict=pl.col("_strict").fill_null(False))
+        side = side.with_columns(kind=pl.when("_strict").then("kind"),
+                                 st=pl.when("_strict").then("st"))
+        chan = ["snd", "rcv", "_strict", "kind", "st"]
+        return side.sort([*chan, "start", "end", "row"], nulls_last=True).with_columns(
+            _k=pl.int_range(pl.len(), dtype=pl.Int64).over(chan))
+
+    chan = ["snd", "rcv", "_strict", "kind", "st", "_k"]
+    out = channel(sends).join(channel(recvs), on=chan, how="inner", nulls_equal=True,
+                              suffix="_r")
+    return out.select(s_rank="snd", r_rank="rcv", s_row="row", r_row="row_r", s_start="start",
+                      s_end="end", r_start="start_r", r_end="end_r").cast(PAIR_SCHEMA)  # type: ignore[arg-type]
 
 
 def match_transfers(ranks: list[RankTimeline]) -> list[tuple[int, int, int, int, int, int, int, int]]:
     """Matched (send rank, recv rank, send row, recv row, send start, send end, recv start,
-    recv end) of every channel (see the module docstring)."""
-    by_rank = {rt.rank: rt.p2p_tags for rt in ranks}
-    sends: dict[tuple, list] = {}
-    recvs: dict[tuple, list] = {}
-    for rank, tags in by_rank.items():
-        for i, (d, peer, stage, peer_stage, kind, start, end) in enumerate(tags.select(
-                "dir", "peer_rank", "stage", "peer_stage", "kind", "start", "end").iter_rows()):
-            if peer is None or d is None:
-                continue
-            if d == "send":
-                key = (rank, peer, kind, stage)
-                sends.setdefault(key, []).append((start, end, i))
-            else:
-                key = (peer, rank, kind, peer_stage)
-                recvs.setdefault(key, []).append((start, end, i))
-    out = []
-    loose_s: dict[tuple, list] = {}
-    loose_r: dict[tuple, list] = {}
-    for key in set(sends) | set(recvs):
-        s_list, r_list = sorted(sends.get(key, [])), sorted(recvs.get(key, []))
-        if key[2] is None or key[3] is None or len(s_list) != len(r_list):
-            loose_s.setdefault(key[:2], []).extend(s_list)
-            loose_r.setdefault(key[:2], []).extend(r_list)
-            continue
-        out += [(key[0], key[1], s[2], r[2], s[0], s[1], r[0], r[1]) for s, r in zip(s_list, r_list)]
-    for key in set(loose_s) | set(loose_r):
-        s_list, r_list = sorted(loose_s.get(key, [])), sorted(loose_r.get(key, []))
-        out += [(key[0], key[1], s[2], r[2], s[0], s[1], r[0], r[1]) for s, r in zip(s_list, r_list)]
-    return out
+    recv end) of every channel (see the module docstring and :func:`transfer_pairs`)."""
+    return list(transfer_pairs(ranks).iter_rows())
+
+
+def _pair_frame(pairs) -> pl.DataFrame:
+    if isinstance(pairs, pl.DataFrame):
+        return pairs
+    return pl.DataFrame(list(pairs), schema=PAIR_SCHEMA, orient="row")
 
 
 def correct_clocks(ranks: list[RankTimeline], pairs) -> ClockCorrection:
     """Estimate each host's clock offset from matched pairs across hosts and shift its ranks
-    (see the module docstring); nothing changes when every rank is on one host."""
+    (see the module docstring); nothing changes when every rank is on one host. ``pairs``:
+    :func:`transfer_pairs` (or :func:`match_transfers`' tuples)."""
     host = {rt.rank: rt.host for rt in ranks}
     hosts = sorted({h for h in host.values() if h is not None})
     if len(hosts) < 2 or any(h is None for h in host.values()):
         return ClockCorrection(None)
     ref = host[min(host)]
-    lo: dict[str, float] = {}
-    hi: dict[str, float] = {}
-    n = 0
-    for s_rank, r_rank, _, _, s0, _, _, r1 in pairs:
-        hs, hr = host[s_rank], host[r_rank]
-        if hs == hr:
-            continue
-        n += 1
-        # o(recv host) - o(send host) <= r1 - s0
-        if hs == ref:
-            hi[hr] = min(hi.get(hr, np.inf), r1 - s0)
-        elif hr == ref:
-            lo[hs] = max(lo.get(hs, -np.inf), s0 - r1)
-    out = ClockCorrection(ref, pairs=n)
+    p = _pair_frame(pairs)
+    host_of = pl.DataFrame({"rank": list(host), "host": list(host.values())},
+                           schema={"rank": pl.Int64, "host": pl.Utf8})
+    p = (p.join(host_of.rename({"rank": "s_rank", "host": "hs"}), on="s_rank", how="left")
+         .join(host_of.rename({"rank": "r_rank", "host": "hr"}), on="r_rank", how="left")
+         .filter(pl.col("hs") != pl.col("hr")))
+    # o(recv host) - o(send host) <= r1 - s0
+    hi = dict(p.filter(pl.col("hs") == ref).group_by("hr").agg(
+        (pl.col("r_end") - pl.col("s_start")).min()).iter_rows())
+    lo = dict(p.filter(pl.col("hr") == ref).group_by("hs").agg(
+        (pl.col("s_start") - pl.col("r_end")).max()).iter_rows())
+    out = ClockCorrection(ref, pairs=p.height)
     for h in hosts:
         if h == ref or (h not in lo and h not in hi):
             continue
@@ -150,21 +242,51 @@ def correct_clocks(ranks: list[RankTimeline], pairs) -> ClockCorrection:
     return out
 
 
+def shift_pairs(pairs: pl.DataFrame, ranks: list[RankTimeline], clock: ClockCorrection) -> pl.DataFrame:
+    """``pairs`` with the times moved as :func:`correct_clocks` moved their ranks."""
+    if not clock.offsets_ns:
+        return pairs
+    delta = pl.DataFrame({"rank": [rt.rank for rt in ranks],
+                          "d": [-clock.offsets_ns.get(rt.host or "", 0) for rt in ranks]},
+                         schema={"rank": pl.Int64, "d": pl.Int64})
+    p = (pairs.join(delta.rename({"rank": "s_rank", "d": "ds"}), on="s_rank", how="left", maintain_order="left")
+         .join(delta.rename({"rank": "r_rank", "d": "dr"}), on="r_rank", how="left", maintain_order="left"))
+    return p.with_columns(s_start=pl.col("s_start") + pl.col("ds"), s_end=pl.col("s_end") + pl.col("ds"),
+                          r_start=pl.col("r_start") + pl.col("dr"), r_end=pl.col("r_end") + pl.col("dr")
+                          ).select(list(PAIR_SCHEMA))
+
+
 def split_recvs(ranks: list[RankTimeline], pairs) -> None:
-    """Each rank's recvs (``RankTimeline.recvs``): matched or not, waiting and transfer."""
-    matched = {(r_rank, r_row): s0 for _, r_rank, _, r_row, s0, _, _, _ in pairs}
-    for rt in ranks:
-        tags = rt.p2p_tags.with_row_index("_row")
-        recv = tags.filter(pl.col("dir") == "recv")
-        rows = []
-        for row, start, end, stage, kind, peer in recv.select(
-                "_row", "start", "end", "stage", "kind", "peer_rank").iter_rows():
-            s0 = matched.get((rt.rank, row))
-            dur = end - start
-            wait = min(max(s0 - start, 0), dur) if s0 is not None else None
-            rows.append((start, end, stage, kind, peer, s0 is not None, wait,
-                         dur - wait if wait is not None else None))
-        rt.recvs = pl.DataFrame(rows, schema=RECV_SCHEMA, orient="row")
+    """Each rank's recvs (``RankTimeline.recvs``): matched or not, waiting and transfer.
+    ``pairs``: :func:`transfer_pairs` on the ranks' current clocks (or the tuples)."""
+    recvs_of(job_tags(ranks, MATCH_COLUMNS), pairs, ranks)
+
+
+def recvs_of(tags: pl.DataFrame, pairs, ranks: list[RankTimeline]) -> None:
+    """:func:`split_recvs` from the job's table of tags (:func:`job_tags`, on the ranks'
+    current clocks)."""
+    if tags.height == 0:
+        for rt in ranks:
+            rt.recvs = pl.DataFrame(schema=RECV_SCHEMA)
+        return
+    p = _pair_frame(pairs).select(_rank="r_rank", _row="r_row", _s0="s_start")
+    t = tags.join(p, on=["_rank", "_row"], how="left", maintain_order="left")
+    dur = pl.col("end") - pl.col("start")
+    wait = pl.min_horizontal(pl.max_horizontal(pl.col("_s0") - pl.col("start"), 0), dur)
+    t = t.with_columns(_recv=(pl.col("dir") == "recv").fill_null(False)).with_columns(
+        matched=pl.col("_s0").is_not_null(),
+        waiting=pl.when(pl.col("_s0").is_not_null()).then(wait),
+    ).with_columns(transfer=dur - pl.col("waiting"))
+    is_recv = t["_recv"].to_numpy()
+    heights = np.array([rt.p2p_tags.height for rt in ranks], dtype=np.int64)
+    bounds = np.concatenate([[0], np.cumsum(heights)])
+    seen = np.concatenate([[0], np.cumsum(is_recv, dtype=np.int64)])
+    counts = seen[bounds[1:]] - seen[bounds[:-1]]
+    recv = t.filter(pl.col("_recv")).select(list(RECV_SCHEMA))
+    offset = 0
+    for rt, n in zip(ranks, counts.tolist()):
+        rt.recvs = recv.slice(offset, n)
+        offset += n
 
 
 def shift_rank(rt: RankTimeline, delta: int) -> None:

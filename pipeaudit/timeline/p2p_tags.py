@@ -14,6 +14,9 @@ traces). Evidence, strongest first:
    last action whose compute ended when it started.
 
 Peers named by stage are resolved to ranks across ranks (:mod:`pipeaudit.timeline.p2p`).
+
+Every step is a search over sorted arrays (``numpy.searchsorted``), not a loop over the
+transfers: a rank holds thousands of them (two per action on a CPU trace).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ TAG_SCHEMA = {
 }
 #: ``peer_stage`` is ``stage`` + this: where F data comes from / goes to, and B data.
 PEER_DELTA = {("recv", "F"): -1, ("send", "F"): 1, ("recv", "B"): 1, ("send", "B"): -1}
+#: A runtime span this far (ns) before a transfer no longer holds it: stop looking back.
+_LOOK_BACK_NS = 60_000_000_000
+_NONE = np.iinfo(np.int64).min  #: no value (peer stages may be -1)
 
 
 def tag_p2p(ops: RankOps, actions: pl.DataFrame) -> pl.DataFrame:
@@ -40,103 +46,180 @@ def tag_p2p(ops: RankOps, actions: pl.DataFrame) -> pl.DataFrame:
     fields null)."""
     if ops.on_gpu:
         inst = ops.comm_kernels.filter(pl.col("name").is_in(ops.p2p["name"].unique().implode()))
-        anchors = inst["anchor"].to_numpy() if inst.height else np.zeros(0, dtype=np.int64)
-        src = inst["src_rank"].to_list()
-        dst = inst["dst_rank"].to_list()
+        anchor_col = inst["anchor"]
+        src = inst["src_rank"]
+        dst = inst["dst_rank"]
     else:
         inst = ops.p2p
-        anchors = inst["start"].to_numpy()
-        src = dst = [None] * inst.height
-    names = inst["name"].to_list()
-    starts = inst["start"].to_list()
-    ends = inst["end"].to_list()
-    runtime = _runtime_spans(ops)
-    host_ops = ops.cpu_ops.filter(pl.col("p2p")).sort("start")
-    rows = []
-    for i in range(inst.height):
-        row = dict(name=names[i], start=starts[i], end=ends[i], dir=None, peer_rank=None,
-                   stage=None, peer_stage=None, kind=None, microbatch=None, evidence=None)
-        if src[i] is not None:
-            row.update(dir="recv", peer_rank=int(src[i]), evidence="nccl metadata")
-        elif dst[i] is not None:
-            row.update(dir="send", peer_rank=int(dst[i]), evidence="nccl metadata")
-        anchor = anchors[i]
-        tag = _containing(runtime, anchor) if anchor is not None and not _isnan(anchor) else None
-        if tag is not None:
-            stage, direction, kind, mb = tag
-            d = "send" if direction == "SEND" else "recv"
-            peer = stage + PEER_DELTA[(d, kind)]
-            row.update(dir=row["dir"] or d, stage=stage, peer_stage=peer, kind=kind, microbatch=mb,
-                       evidence=row["evidence"] or "runtime annotation")
-        if row["dir"] is None:
-            row["dir"] = _direction(names[i], host_ops, anchor if ops.on_gpu else None)
-        if row["kind"] is None and row["dir"] is not None:
-            _from_actions(row, actions)
-        rows.append(row)
-    return pl.DataFrame(rows, schema=TAG_SCHEMA, orient="row") if rows else pl.DataFrame(schema=TAG_SCHEMA)
+        anchor_col = inst["start"]
+        src = dst = pl.Series([None] * inst.height, dtype=pl.Int64)
+    n = inst.height
+    if n == 0:
+        return pl.DataFrame(schema=TAG_SCHEMA)
+    has_anchor = anchor_col.is_not_null().to_numpy()
+    anchors = anchor_col.fill_null(0).cast(pl.Int64).to_numpy()
+    names = inst["name"]
+    direction = np.full(n, None, dtype=object)
+    evidence = np.full(n, None, dtype=object)
+    peer_rank = np.full(n, _NONE, dtype=np.int64)
+    stage = np.full(n, _NONE, dtype=np.int64)
+    peer_stage = np.full(n, _NONE, dtype=np.int64)
+    mb = np.full(n, _NONE, dtype=np.int64)
+    kind = np.full(n, None, dtype=object)
+
+    # 1. NCCL metadata
+    is_src, is_dst = src.is_not_null().to_numpy(), dst.is_not_null().to_numpy()
+    srcv, dstv = src.fill_null(0).to_numpy(), dst.fill_null(0).to_numpy()
+    recv_meta = is_src
+    send_meta = ~is_src & is_dst
+    direction[recv_meta], peer_rank[recv_meta] = "recv", srcv[recv_meta]
+    direction[send_meta], peer_rank[send_meta] = "send", dstv[send_meta]
+    evidence[recv_meta | send_meta] = "nccl metadata"
+
+    # 2. the runtime SEND/RECV span around the anchor
+    rt = _runtime_spans(ops)
+    hit = _containing(rt["start"].to_numpy(), rt["end"].to_numpy(), anchors, has_anchor)
+    tagged = hit >= 0
+    if tagged.any():
+        idx = hit[tagged]
+        t_stage = rt["stage"].to_numpy()[idx]
+        t_dir = np.where(rt["dir"].to_numpy()[idx] == "SEND", "send", "recv").astype(object)
+        t_kind = rt["kind"].to_numpy()[idx].astype(object)
+        delta = np.where(t_kind == "F", np.where(t_dir == "send", 1, -1),
+                         np.where(t_dir == "send", -1, 1))
+        cur = direction[tagged]
+        direction[tagged] = np.where(cur == None, t_dir, cur)  # noqa: E711 (object array)
+        stage[tagged], peer_stage[tagged] = t_stage, t_stage + delta
+        kind[tagged], mb[tagged] = t_kind, rt["mb"].to_numpy()[idx]
+        cur = evidence[tagged]
+        evidence[tagged] = np.where(cur == None, "runtime annotation", cur)  # noqa: E711
+
+    # 3a. the direction from the name, else (GPU) from the host op around the launch
+    open_dir = direction == None  # noqa: E711
+    if open_dir.any():
+        low = names.str.to_lowercase()
+        has_recv = low.str.contains("recv", literal=True).to_numpy()
+        has_send = low.str.contains("send", literal=True).to_numpy()
+        by_name = np.where(has_recv & ~has_send, "recv",
+                           np.where(has_send & ~has_recv, "send", None)).astype(object)
+        direction[open_dir] = by_name[open_dir]
+        if ops.on_gpu:
+            left = (direction == None) & has_anchor  # noqa: E711
+            if left.any():
+                direction[left] = _host_direction(ops, anchors[left])
+
+    # 3b. stage, kind and microbatch from the neighbouring action
+    need = (kind == None) & (direction != None)  # noqa: E711
+    if need.any() and actions.height:
+        starts, ends = inst["start"].to_numpy(), inst["end"].to_numpy()
+        _from_actions(need & (direction == "recv"), need & (direction == "send"), starts, ends,
+                      actions, stage, peer_stage, kind, mb, direction, evidence)
+
+    def ints(a: np.ndarray) -> pl.Series:
+        return pl.select(pl.when(pl.lit(pl.Series(a == _NONE))).then(None)
+                         .otherwise(pl.lit(pl.Series(a, dtype=pl.Int64)))).to_series()
+
+    return pl.DataFrame({
+        "name": names, "start": inst["start"], "end": inst["end"],
+        "dir": pl.Series(direction.tolist(), dtype=pl.Utf8),
+        "peer_rank": ints(peer_rank), "stage": ints(stage), "peer_stage": ints(peer_stage),
+        "kind": pl.Series(kind.tolist(), dtype=pl.Utf8), "microbatch": ints(mb),
+        "evidence": pl.Series(evidence.tolist(), dtype=pl.Utf8),
+    }, schema=TAG_SCHEMA)
 
 
-def _isnan(x) -> bool:
-    return isinstance(x, float) and x != x
+def _runtime_spans(ops: RankOps) -> pl.DataFrame:
+    """torch's runtime SEND/RECV spans: start, end, stage, dir (SEND|RECV), kind (F|B), mb;
+    sorted by start, then end, then what they carry."""
+    spans = ops.spans.filter(pl.col("name").str.starts_with("PP:"))
+    parts = spans.select(
+        "start", "end", pl.col("name").str.extract_groups(P2P_SPAN_RE.pattern).alias("g"))
+    return parts.select(
+        "start", "end",
+        stage=pl.col("g").struct.field("1").cast(pl.Int64, strict=False),
+        dir=pl.col("g").struct.field("2"),
+        kind=pl.col("g").struct.field("3"),
+        mb=pl.col("g").struct.field("4").cast(pl.Int64, strict=False),
+    ).drop_nulls().sort(["start", "end", "stage", "dir", "kind", "mb"])
 
 
-def _runtime_spans(ops: RankOps) -> list[tuple[int, int, tuple]]:
-    """(start, end, (stage, SEND|RECV, F|B, mb)) of torch's runtime SEND/RECV spans, by start."""
-    out = []
-    for name, start, end in ops.spans.filter(pl.col("name").str.starts_with("PP:")).select(
-            "name", "start", "end").iter_rows():
-        m = P2P_SPAN_RE.match(name)
-        if m:
-            out.append((int(start), int(end), (int(m.group(1)), m.group(2), m.group(3), int(m.group(4)))))
-    out.sort()
+def _containing(starts: np.ndarray, ends: np.ndarray, t: np.ndarray, valid: np.ndarray,
+                rounds: int = 32) -> np.ndarray:
+    """Per time in ``t`` (where ``valid``), the index of the innermost (latest-starting) span
+    holding it, -1 where none does (spans sorted by start)."""
+    out = np.full(t.size, -1, dtype=np.int64)
+    if starts.size == 0 or t.size == 0:
+        return out
+    k = np.searchsorted(starts, t, side="right") - 1
+    todo = np.flatnonzero(valid & (k >= 0))
+    for _ in range(rounds):
+        if todo.size == 0:
+            return out
+        kk, tt = k[todo], t[todo]
+        s, e = starts[kk], ends[kk]
+        hit = ((s <= tt) & (tt < e)) | ((s == e) & (e == tt))
+        out[todo[hit]] = kk[hit]
+        go_on = ~hit & (tt - s <= _LOOK_BACK_NS) & (kk > 0)
+        todo = todo[go_on]
+        k[todo] -= 1
+    for i in todo:  # deep nesting: finish one by one
+        j = int(k[i])
+        while j >= 0:
+            if starts[j] <= t[i] < ends[j] or starts[j] == ends[j] == t[i]:
+                out[i] = j
+                break
+            if t[i] - starts[j] > _LOOK_BACK_NS:
+                break
+            j -= 1
     return out
 
 
-def _containing(spans: list[tuple[int, int, tuple]], t: int) -> tuple | None:
-    """The innermost (latest-starting) span that holds time ``t``."""
-    starts = [s for s, _, _ in spans]
-    k = int(np.searchsorted(starts, t, side="right")) - 1
-    while k >= 0:
-        s, e, tag = spans[k]
-        if s <= t < e or (s == e == t):
-            return tag
-        if t - s > 60_000_000_000:  # spans are short; stop looking far back
-            return None
-        k -= 1
-    return None
+def _host_direction(ops: RankOps, anchors: np.ndarray) -> np.ndarray:
+    """send/recv of the top-level host P2P op running at each launch time (None: none)."""
+    host = ops.cpu_ops.filter(pl.col("p2p")).sort("start", maintain_order=True)
+    out = np.full(anchors.size, None, dtype=object)
+    if host.height == 0:
+        return out
+    starts, ends = host["start"].to_numpy(), host["end"].to_numpy()
+    k = np.searchsorted(starts, anchors, side="right") - 1
+    inside = (k >= 0) & (anchors < ends[np.maximum(k, 0)])
+    op = host["name"]
+    word = np.where(op.str.contains("send", literal=True).to_numpy(), "send",
+                    np.where(op.str.contains("recv", literal=True).to_numpy(), "recv", None))
+    out[inside] = word[k[inside]]
+    return out
 
 
-def _direction(name: str, host_ops: pl.DataFrame, anchor) -> str | None:
-    """send/recv from the instance's name, else (GPU) from the host op around its launch."""
-    low = name.lower()
-    if "recv" in low and "send" not in low:
-        return "recv"
-    if "send" in low and "recv" not in low:
-        return "send"
-    if anchor is None or host_ops.height == 0:
-        return None
-    starts = host_ops["start"].to_numpy()
-    k = int(np.searchsorted(starts, anchor, side="right")) - 1
-    if k < 0 or anchor >= host_ops["end"][k]:
-        return None
-    op = host_ops["name"][k]
-    return "send" if "send" in op else "recv" if "recv" in op else None
-
-
-def _from_actions(row: dict, actions: pl.DataFrame) -> None:
-    """Stage, kind and microbatch from the action the transfer feeds (recv) or carries (send)."""
-    if actions.height == 0:
-        return
-    if row["dir"] == "recv":
-        later = actions.filter(pl.col("compute_start") >= row["end"])
-        if later.height == 0:
-            return
-        a = later.sort("compute_start").row(0, named=True)
-    else:
-        earlier = actions.filter(pl.col("compute_end") <= row["start"])
-        if earlier.height == 0:
-            return
-        a = earlier.sort("compute_end").row(-1, named=True)
-    kind = "F" if a["kind"] == "F" else "B"
-    row.update(stage=a["stage"], peer_stage=a["stage"] + PEER_DELTA[(row["dir"], kind)], kind=kind,
-               microbatch=a["microbatch"], evidence=row["evidence"] or "neighbouring action")
+def _from_actions(recv: np.ndarray, send: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  actions: pl.DataFrame, stage, peer_stage, kind, mb, direction, evidence) -> None:
+    """Stage, kind and microbatch from the action a transfer feeds (a recv: the first whose
+    compute starts at or after the recv's end) or carries (a send: the last whose compute
+    ended by the send's start); fills the arrays in place."""
+    a_stage = actions["stage"].to_numpy()
+    a_back = (actions["kind"] != "F").to_numpy()
+    a_mb = actions["microbatch"].to_numpy()
+    picks = []
+    if recv.any():
+        cs = actions["compute_start"].to_numpy()
+        order = np.argsort(cs, kind="stable")
+        j = np.searchsorted(cs[order], ends[recv], side="left")
+        ok = j < order.size
+        rows = np.flatnonzero(recv)[ok]
+        picks.append((rows, order[j[ok]]))
+    if send.any():
+        ce = actions["compute_end"].to_numpy()
+        order = np.argsort(ce, kind="stable")
+        j = np.searchsorted(ce[order], starts[send], side="right") - 1
+        ok = j >= 0
+        rows = np.flatnonzero(send)[ok]
+        picks.append((rows, order[j[ok]]))
+    for rows, a in picks:
+        back = a_back[a]
+        is_send = direction[rows] == "send"
+        delta = np.where(back, np.where(is_send, -1, 1), np.where(is_send, 1, -1))
+        stage[rows] = a_stage[a]
+        peer_stage[rows] = a_stage[a] + delta
+        kind[rows] = np.where(back, "B", "F")
+        mb[rows] = a_mb[a]
+        cur = evidence[rows]
+        evidence[rows] = np.where(cur == None, "neighbouring action", cur)  # noqa: E711

@@ -84,3 +84,56 @@ def test_failed_rank_without_step_marks_writes_its_finished_steps(tmp_path):
         c = names(doc)
         assert c["Optimizer.step#SGD.step"] == 1
         assert not [n for n in c if n.startswith("ProfilerStep#")]
+
+
+def analyze_json(*paths: Path, extra: tuple[str, ...] = ()) -> tuple[int, dict | None, str]:
+    res = CliRunner().invoke(cli, ["analyze", "--format", "json", *extra, *map(str, paths)])
+    doc = json.loads(res.stdout) if res.exit_code == 0 else None
+    return res.exit_code, doc, res.stderr
+
+
+@pytest.mark.parametrize("schedule,stages,m,layers", [
+    ("1f1b", 2, 2, 8),   # 4 blocks a stage, op for op alike: one backward is 4 repeats
+    ("gpipe", 3, 2, 6),  # M < P
+    ("1f1b", 3, 3, 3),   # M = P, the fewest torch's Schedule1F1B takes
+])
+def test_unannotated_run_without_manifest_known_answer(tmp_path, schedule, stages, m, layers):
+    """The traces alone (no manifest beside them), no annotation and no step mark: M, the
+    steps, the schedule and one F and one B per microbatch and step on every stage."""
+    out = tmp_path / "run"
+    args = ["profile", "--schedule", schedule, "--microbatches", str(m), "--no-annotate",
+            "--no-step-marks", *TINY[:-4], "--layers", str(layers), "--stages", str(stages),
+            "--out", str(out)]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for r in range(stages):
+        (bare / f"rank{r}.json.gz").write_bytes((out / f"rank{r}.json.gz").read_bytes())
+    code, doc, err = analyze_json(bare)
+    assert code == 0, err
+    assert doc["manifest"] is None  # GPipe's actions: torch's own Forward/Backward spans
+    assert doc["actions_inferred"] == (schedule == "1f1b")
+    assert doc["num_microbatches"] == m and doc["num_steps"] == 2
+    assert doc["schedule"] == schedule and doc["schedule_source"] != "manifest"
+    for st in doc["stages"]:
+        assert st["actions"]["F"] == st["actions"]["B"] == 2 * m, st
+
+
+def test_failed_rank_without_step_marks_is_analyzed_up_to_its_cut(tmp_path):
+    """A rank that failed in profiled step 1 of a run without step marks: its partial trace
+    (and the one of the rank stopped with it) are cut after their first optimizer step, and
+    that step is audited whole."""
+    m = 2
+    out, res = run(tmp_path, "--schedule", "1f1b", "--microbatches", str(m), "--no-step-marks",
+                   "--no-annotate", "--timeout", "120", env={FAULT_ENV: "1:2:raise"})
+    assert res.exit_code == 2
+    code, doc, err = analyze_json(out)
+    assert code == 0, err
+    assert doc["num_steps"] == 1 and doc["num_microbatches"] == m
+    codes = [f["code"] for f in doc["findings"]]
+    assert codes.count("PARTIAL_TRACE") == 2 and "MISSING_ACTIONS" not in codes, codes
+    for st in doc["stages"]:
+        assert st["actions"]["F"] == st["actions"]["B"] == m
+    assert all("optimizer step #0" in f["message"] for f in doc["findings"]
+               if f["code"] == "PARTIAL_TRACE")

@@ -11,7 +11,9 @@ own annotations (``Optimizer.step#…``, ``Optimizer.zero_grad#…``) are not pi
    point-to-point ops and by switches between the two (collectives such as a
    tensor-parallel all-reduce belong to the block around them).
 2. Every backward block is one B (a block that is the same backward several times over,
-   op for op, is that many Bs).
+   op for op, is that many Bs, unless that gives more actions than the point-to-point ops
+   could feed: each F and each B sends or receives a tensor of its own, so a block whose
+   repeats outnumber them is one backward of a model whose layers repeat).
 3. A stage runs the same ops for every microbatch, so its forward has one op sequence (its
    *signature*): the commonest sequence among the largest non-backward blocks. Every
    occurrence of it is one F, whatever stands around it (the split of the batch at the
@@ -101,7 +103,13 @@ def infer_actions(ops: RankOps, stage: int) -> Inferred:
     busy = ends - starts
 
     blocks = _blocks(cls)
-    backward = _split_repeats([b for b in blocks if cls[b[0]] == _BACKWARD], codes)
+    backward_blocks = [b for b in blocks if cls[b[0]] == _BACKWARD]
+    backward = _split_repeats(backward_blocks, codes)
+    # Each F and each B of a pipeline stage sends or receives at least one tensor of its own,
+    # so F + B (= 2B) <= the point-to-point ops: a block split into more backwards than that
+    # is one backward of a model whose layers repeat, not several backwards.
+    if 2 * len(backward) > int(p2p.sum()):
+        backward = backward_blocks
     forward_blocks = [b for b in blocks if cls[b[0]] == _COMPUTE]
     forward, how = _forwards(forward_blocks, len(backward), codes, busy)
 
@@ -255,6 +263,7 @@ def _forwards(blocks: list[tuple[int, int]], wanted: int, codes: np.ndarray,
     largest = sorted(blocks, key=lambda b: (-work(b), b[0]))[:wanted]
     best: tuple[int, list[tuple[int, int]]] | None = None
     candidates = {_primitive(tuple(codes[a:b + 1])) for a, b in largest}
+    candidates |= {tuple(codes[a:b + 1]) for a, b in largest}  # a forward of repeated layers
     candidates |= {u for u in (_tandem_unit(tuple(codes[a:b + 1])) for a, b in largest[:8]
                                if b - a < TANDEM_MAX_OPS) if u}
     for unit in candidates:

@@ -9,6 +9,11 @@
   ``pipeaudit_incomplete_step: k``): ``ProfilerStep#k`` and later are excluded.
 * :func:`align_steps` (the run): the steps after the last one complete on every damaged or
   partial rank are excluded on all ranks, matched by ProfilerStep number.
+
+A trace without ``ProfilerStep`` spans (profiled without ``prof.step()``) counts its steps by
+its optimizer's ``Optimizer.step#…`` spans instead: step n ends where the (n+1)-th of them
+ends, and excluding the steps after n drops every host event that starts after that end (and
+the device work those events launched).
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ if TYPE_CHECKING:  # pragma: no cover
 PARTIAL_KEY = "pipeaudit_incomplete_step"
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_OPTIMIZER_STEP = r"^Optimizer\.step#"  # as pipeaudit.timeline.steps.OPTIMIZER_STEP_RE
+PROFILER_LABEL = "ProfilerStep#"
+OPTIMIZER_LABEL = "optimizer step #"
 _GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
 
 
@@ -42,6 +50,39 @@ def _step_table(events):
         .drop_nulls("n")  # ProfilerStep#<too many digits> is not a step
         .sort("n")
     )
+
+
+def _optimizer_step_table(events):
+    """Steps counted by ``Optimizer.step#…`` spans: ``n`` from 0, ``end`` where the span ends."""
+    import polars as pl
+
+    ends = (events.filter(pl.col("name").str.contains(_OPTIMIZER_STEP))
+            .select(end=pl.col("ts") + pl.col("dur"))["end"].unique().sort())
+    return pl.DataFrame({"n": pl.int_range(ends.len(), eager=True).cast(pl.Int64), "end": ends},
+                        schema={"n": pl.Int64, "end": pl.Int64})
+
+
+def _has_profiler_steps(events) -> bool:
+    import polars as pl
+
+    return bool(events.height) and bool(events["name"].str.contains(_PROFILER_STEP.pattern).any())
+
+
+def _drop_after(rt: "RankTrace", cut: int) -> int:
+    """Drop what starts at or after ``cut`` on the host (device work is kept when a kept host
+    event launched it: kernels run after their launch); return how many events went."""
+    import polars as pl
+
+    ev = rt.events
+    late = pl.col("ts") >= cut
+    device = pl.col("cat").is_in(list(_GPU_CATEGORIES))
+    kept_corr = ev.filter(~late & ~device & pl.col("correlation").is_not_null())["correlation"]
+    drop = late & ~(device & pl.col("correlation").is_in(kept_corr.implode()))
+    before = ev.height
+    rt.events = ev.filter(~drop)
+    if rt.memory.height:
+        rt.memory = rt.memory.filter(pl.col("ts") < cut)
+    return before - rt.events.height
 
 
 def apply_cut(rt: "RankTrace", report: SalvageReport) -> None:
@@ -112,15 +153,31 @@ def apply_cut(rt: "RankTrace", report: SalvageReport) -> None:
 
 
 def exclude_steps_after(rt: "RankTrace", last: int) -> list[int]:
-    """Drop the ProfilerStep spans numbered above ``last``; return their numbers."""
+    """Drop the steps numbered above ``last``; return their numbers. Steps are ProfilerStep
+    spans, else counted by ``Optimizer.step#…`` spans (see the module docstring)."""
     import polars as pl
 
+    if not _has_profiler_steps(rt.events):
+        return _exclude_optimizer_steps_after(rt, last)
     steps = _step_table(rt.events)
     gone = steps.filter(pl.col("n") > last)
     if gone.height:
         mask = np.isin(np.arange(rt.events.height), gone["_row"].to_numpy())
         rt.events = rt.events.filter(~pl.Series(mask))
     return sorted(set(gone["n"].to_list()))
+
+
+def _exclude_optimizer_steps_after(rt: "RankTrace", last: int) -> list[int]:
+    import polars as pl
+
+    ends = _optimizer_step_table(rt.events)["end"].to_list()
+    if last >= len(ends):  # step ``last`` never ended here: nothing after it to drop
+        return []
+    # steps last+1 .. len-1 ended here; work after the last optimizer step is one more, unended
+    trailing = rt.events.filter((pl.col("ts") >= ends[-1])
+                                & ~pl.col("cat").is_in(list(_GPU_CATEGORIES))).height > 0
+    _drop_after(rt, ends[last])
+    return list(range(last + 1, len(ends) + int(trailing)))
 
 
 def align_steps(ranks: Sequence["RankTrace"]) -> list[str]:
@@ -151,7 +208,7 @@ def align_steps(ranks: Sequence["RankTrace"]) -> list[str]:
     from pipeaudit.trace.validate import format_ranks
 
     why = "is partial" if limiting.salvage.kind == "partial" else "is damaged"
-    return [f"steps after ProfilerStep#{last} are excluded on every rank: the trace of rank "
+    return [f"steps after {limiting.salvage.step_label}{last} are excluded on every rank: the trace of rank "
             f"{limiting.rank} ({limiting.path.name}) {why} after it (rank{'s' if len(others) > 1 else ''} "
             f"{format_ranks(others)} held later steps)"]
 
@@ -163,19 +220,24 @@ def mark_partial(rt: "RankTrace") -> None:
     k = rt.header.get(PARTIAL_KEY)
     if not (isinstance(k, int) and not isinstance(k, bool) and k >= 0):
         raise TraceError(rt.path, f"{PARTIAL_KEY} is {k!r}, expected an integer >= 0", Kind.BAD_VALUE)
-    steps = _step_table(rt.events)
-    found = sorted(set(steps["n"].to_list()))
+    label = PROFILER_LABEL if _has_profiler_steps(rt.events) else OPTIMIZER_LABEL
+    if label == PROFILER_LABEL:
+        found = sorted(set(_step_table(rt.events)["n"].to_list()))
+    else:  # every optimizer step ends a step; the work after the last one is step k's
+        found = sorted(set(range(_optimizer_step_table(rt.events).height)) | {k})
     kept = [n for n in found if n < k]
+    during = (f"{label}{k}" if label == PROFILER_LABEL
+              else f"profiled step {k} (steps counted by its Optimizer.step spans)")
     if not kept:
         raise TraceError(rt.path, f"a partial trace: the harness stopped rank {rt.rank} during "
-                                  f"ProfilerStep#{k}, before any step was complete", Kind.SET)
+                                  f"{during}, before any step was complete", Kind.SET)
     report = SalvageReport(
         path=str(rt.path), damage=f"a partial trace: the harness stopped rank {rt.rank} during "
-                                  f"ProfilerStep#{k} (its run failed)",
+                                  f"{during} (its run failed)",
         size_bytes=rt.size_bytes, bytes_read=rt.size_bytes, json_bytes=rt.size_bytes,
         events_recovered=rt.events.height, rank=rt.rank, kind="partial",
         start_ns=rt.start_ns, end_ns=rt.end_ns, steps_found=found, last_complete_step=kept[-1],
-        all_events=True,
+        all_events=True, step_label=label,
     )
     report.excluded_steps = exclude_steps_after(rt, kept[-1])
     rt.salvage = report

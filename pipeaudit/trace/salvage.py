@@ -89,6 +89,9 @@ class SalvageReport:
     excluded_steps: list[int] = field(default_factory=list)  #: ProfilerStep numbers excluded
     all_events: bool = False  #: the traceEvents array was complete (damage after it only)
     kind: str = "damaged"  #: "damaged" (read with salvage) or "partial" (a failed harness rank)
+    #: how steps are named: "ProfilerStep#" or, for traces without step marks whose steps are
+    #: counted by their ``Optimizer.step#`` spans, "optimizer step #"
+    step_label: str = "ProfilerStep#"
 
     @property
     def file_name(self) -> str:
@@ -118,10 +121,11 @@ class SalvageReport:
                 text += (f" as far as complete: its events are out of time order by up to "
                          f"{self.order_lag_ns / 1e6:.1f} ms")
         if self.last_complete_step is not None and self.excluded_steps:
-            text += (f"; steps after ProfilerStep#{self.last_complete_step} are incomplete and excluded "
-                     f"(ProfilerStep#{', #'.join(map(str, self.excluded_steps))})")
+            label = self.step_label
+            text += (f"; steps after {label}{self.last_complete_step} are incomplete and excluded "
+                     f"({label}{', #'.join(map(str, self.excluded_steps))})")
         elif self.last_complete_step is not None:
-            text += (f"; every recovered step is complete (the last is ProfilerStep#"
+            text += (f"; every recovered step is complete (the last is {self.step_label}"
                      f"{self.last_complete_step}); anything after it is lost")
         elif not self.steps_found:
             text += "; the trace has no ProfilerStep spans, so the step cut by the damage is audited " \

@@ -6,19 +6,22 @@ Shared by the gate's explanations and the reporters (neither imports the other f
 from __future__ import annotations
 
 
+#: unit -> (divisor, decimals, suffix) of a plain number in that unit
+_UNITS: dict[str, tuple[float, int, str]] = {
+    "us": (1000, 2, " ms"), "bytes": (2**20, 1, " MiB"), "count": (1, 0, ""),
+}
+
+
+def _number(x: float, unit: str, sign: str) -> str:
+    div, digits, suffix = _UNITS.get(unit, (1, 2, ""))
+    return f"{x / div:{sign}.{digits}f}{suffix}"
+
+
 def fmt_value(x: float | None, unit: str) -> str:
     """A metric value for people: 49.2%, 386.06 ms, 1.99, 9.3 MiB, 4."""
     if x is None:
         return "-"
-    if unit == "fraction":
-        return f"{100 * x:.1f}%"
-    if unit == "us":
-        return f"{x / 1000:.2f} ms"
-    if unit == "bytes":
-        return f"{x / 2**20:.1f} MiB"
-    if unit == "count":
-        return f"{x:.0f}"
-    return f"{x:.2f}"
+    return f"{100 * x:.1f}%" if unit == "fraction" else _number(x, unit, "")
 
 
 def fmt_change(x: float | None, mode: str, unit: str) -> str:
@@ -37,10 +40,4 @@ def _fmt_change(x: float, mode: str, unit: str) -> str:
         return f"{100 * x:+.1f}%"
     if unit == "fraction":
         return f"{100 * x:+.1f} pts"
-    if unit == "count":
-        return f"{x:+.0f}"
-    if unit == "us":
-        return f"{x / 1000:+.2f} ms"
-    if unit == "bytes":
-        return f"{x / 2**20:+.1f} MiB"
-    return f"{x:+.2f}"
+    return _number(x, unit, "+")

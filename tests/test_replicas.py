@@ -167,3 +167,31 @@ def test_every_command_reads_replicas(tmp_path):
     res = run.invoke(cli, ["whatif", d, "--scale", "0=0.5", "--pipeline", "0", "--format", "json"])
     assert res.exit_code == 0, res.output
     assert "pipeline 0 of the job's 2" in json.loads(res.output)["notes"][0]
+
+
+@pytest.mark.parametrize("orders_of,M,latency,slow", [
+    (one_f_one_b_orders, 2, 0, None),  # M < P, no latency
+    (gpipe_orders, 3, 700, (1, 2, 4.0)),  # M < P; replica 1's stage 2 four times slower
+    (one_f_one_b_orders, 8, 50, (0, 0, 2.0)),  # replica 0's first stage twice as slow
+])
+def test_replicas_known_answer_whatever_the_run(tmp_path, orders_of, M, latency, slow):
+    """The known answer holds for M < P, any latency, a slow stage in one replica and the
+    events of every file in random order."""
+    import json
+    import random
+
+    dur_of = None
+    if slow:
+        def dur_of(d, t):
+            return _dur(slow[2], stage=slow[1]) if d == slow[0] else _dur()
+    built = build_replicas(tmp_path, orders_of(4, M), dp=2, latency=latency, dur_of=dur_of)
+    rng = random.Random(M)
+    for f in built.files:
+        doc = json.loads(f.read_text())
+        rng.shuffle(doc["traceEvents"])
+        f.write_text(json.dumps(doc))
+    result = pipeaudit.load(built.directory).audit()
+    _check_replicas(result, built, 4, 2, M)
+    if slow:
+        assert result.job["slowest_pipeline"] == slow[0]
+        assert [f for f in result.findings if f.code == "SLOW_PIPELINE_REPLICA"]

@@ -11,9 +11,10 @@ own annotations (``Optimizer.step#…``, ``Optimizer.zero_grad#…``) are not pi
    point-to-point ops and by switches between the two (collectives such as a
    tensor-parallel all-reduce belong to the block around them).
 2. Every backward block is one B (a block that is the same backward several times over,
-   op for op, is that many Bs, unless that gives more actions than the point-to-point ops
-   could feed: each F and each B sends or receives a tensor of its own, so a block whose
-   repeats outnumber them is one backward of a model whose layers repeat).
+   op for op, is that many Bs, unless that gives more backwards than the stage has sends or
+   recvs, whichever is more: every microbatch's input or output crosses the stage as a tensor
+   of its own, so a block whose repeats outnumber them is one backward of a model whose
+   layers repeat).
 3. A stage runs the same ops for every microbatch, so its forward has one op sequence (its
    *signature*): the commonest sequence among the largest non-backward blocks. Every
    occurrence of it is one F, whatever stands around it (the split of the batch at the
@@ -105,10 +106,11 @@ def infer_actions(ops: RankOps, stage: int) -> Inferred:
     blocks = _blocks(cls)
     backward_blocks = [b for b in blocks if cls[b[0]] == _BACKWARD]
     backward = _split_repeats(backward_blocks, codes)
-    # Each F and each B of a pipeline stage sends or receives at least one tensor of its own,
-    # so F + B (= 2B) <= the point-to-point ops: a block split into more backwards than that
-    # is one backward of a model whose layers repeat, not several backwards.
-    if 2 * len(backward) > int(p2p.sum()):
+    # Every microbatch crosses the stage: its input or its output is a tensor of its own sent
+    # or received, so there are no more backwards than sends or than recvs, whichever is more
+    # (one side may be batched into one op). A block split into more is one backward of a
+    # model whose layers repeat, not several backwards.
+    if len(backward) > max(int((p2p & send).sum()), int((p2p & ~send).sum())):
         backward = backward_blocks
     forward_blocks = [b for b in blocks if cls[b[0]] == _COMPUTE]
     forward, how = _forwards(forward_blocks, len(backward), codes, busy)

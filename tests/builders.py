@@ -144,7 +144,7 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
               host_delay=None, gzip_files=False, step_gap=500, memory=False, world_size=None,
               with_profiler_steps=True, gpu=False, name="built", step_dur=None,
               rendezvous=False, realistic=False, split_marks=None, optimizer=None,
-              batched_recvs=False) -> BuiltRun:
+              batched_recvs=False, layers=1) -> BuiltRun:
     """Write one Kineto trace per rank for ``orders`` (per rank lists of (stage, kind, mb)).
 
     ``dur(stage, kind, mb)`` gives integer µs durations (default F=1000, B=2000, I=W=1000);
@@ -162,6 +162,8 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
     (``split_marks``, default: ``realistic``) and the optimizer's annotated ops at each step's
     start and end (``optimizer``, default: ``realistic``). The truth compute is the
     forward's and backward's own ops.
+    ``layers`` (with ``realistic``): a stage of that many blocks alike, op for op, so that
+    each forward and each backward is one op sequence repeated ``layers`` times.
     ``batched_recvs``: a rank posts the recvs of consecutive actions of one kind together,
     before the first of them (so those actions follow each other with no op between).
     ``rendezvous``: point-to-point transfers start once both sides are there (see
@@ -232,7 +234,7 @@ def build_run(tmp: Path, orders, *, placement=None, dur=None, latency=0, steps=1
                                    "args": {"stream": 20, "device": 0}})
                 elif realistic:
                     lo, hi_ = _realistic_ops(ev, r, t0, a, c1, k, last=(s == S - 1), first=(s == 0),
-                                             sends=cross_out)
+                                             sends=cross_out, layers=layers)
                     compute[step][r].append((t0 + lo, t0 + hi_))
                 else:
                     ev.append(_x(name_, "cpu_op", t0 + a, c1 - a, r))
@@ -276,14 +278,14 @@ BACKWARD_OPS = tuple("autograd::engine::evaluate_function: " + n for n in (
     "NativeLayerNormBackward0", "torch::autograd::AccumulateGrad"))
 
 
-def _realistic_ops(ev, r, t0, a, c1, kind, *, last, first, sends) -> tuple[int, int]:
+def _realistic_ops(ev, r, t0, a, c1, kind, *, last, first, sends, layers=1) -> tuple[int, int]:
     """Write one action's ops in [a, c1) as torch runs them; return its own compute [lo, hi)."""
     lo, hi = a, c1
     if kind == "F":
-        names = (() if first else ("aten::detach", "aten::requires_grad_")) + FORWARD_OPS \
+        names = (() if first else ("aten::detach", "aten::requires_grad_")) + FORWARD_OPS * layers \
             + (("aten::mse_loss",) if last else ())
     else:
-        names = BACKWARD_OPS
+        names = BACKWARD_OPS * layers
         if last:  # torch.autograd.backward(loss) makes the loss's gradient first
             ev.append(_x("aten::ones_like", "cpu_op", t0 + a, 2, r))
             lo = a + 2

@@ -236,3 +236,18 @@ def test_every_command_says_what_it_does_with_ranks_missing(tmp_path):
         assert proc.returncode == 0, proc.stderr
         notes = [ln for ln in proc.stderr.splitlines() if "have no trace" in ln]
         assert len(notes) == 1 and word in notes[0], proc.stderr
+
+
+@pytest.mark.parametrize("schedule,P,M,slow,latency", [
+    ("1f1b", 2, 2, None, 0),  # one backward is 4 repeats of a block's: not 4 backwards
+    ("1f1b", 4, 4, 1, 600),
+    ("gpipe", 4, 3, 3, 200),  # M < P
+])
+@pytest.mark.parametrize("marks", ["optimizer-only", "no-marks"])
+def test_stages_of_repeated_blocks(tmp_path, marks, schedule, P, M, slow, latency):
+    """A stage of 4 blocks alike, op for op (a transformer's layers): each forward and each
+    backward is one sequence repeated 4 times, yet it is one F and one B."""
+    orders = (one_f_one_b_orders if schedule == "1f1b" else gpipe_orders)(P, M)
+    built = build_run(tmp_path, orders, annotate=False, realistic=True, steps=2, layers=4,
+                      latency=latency, dur=_dur(slow, 2.5), **MARKS[marks])
+    _check(pipeaudit.load(built.directory).audit(), built, M, 2, P, schedule)

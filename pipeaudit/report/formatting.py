@@ -45,6 +45,13 @@ def with_unit(x: float | None, unit: str | None) -> str:
     return fmt_value(x, unit) + ("x" if unit == "ratio" else "")
 
 
+def finding_where(f, sep: str = ", ") -> str:
+    """``rank 1, stage 1``: where a finding is ("" for a run-wide one)."""
+    parts = (f"rank {f.rank}" if f.rank is not None else "",
+             f"stage {f.stage}" if f.stage is not None else "")
+    return sep.join(x for x in parts if x)
+
+
 def finding_values(f) -> str:
     """`` (measured 52.4%, expected 27.3%)``, or "" when the finding has no values."""
     if f.measured is None or f.expected is None:

@@ -23,7 +23,7 @@ from typing import Any
 from pipeaudit import __version__
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report import palette
-from pipeaudit.report.formatting import finding_values, inputs_line, mib, ms, pct
+from pipeaudit.report.formatting import finding_values, finding_where, inputs_line, mib, ms, pct
 from pipeaudit.report.series import (
     device_label,
     downsample,
@@ -146,8 +146,7 @@ def _findings(r: AuditResult) -> str:
         return "<p>None: the run matches its schedule's theory.</p>"
     items = []
     for f in r.findings:
-        where = ", ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
-                                      f"stage {f.stage}" if f.stage is not None else "") if x)
+        where = finding_where(f)
         vals = finding_values(f).strip().strip("()")
         items.append(f'<li class="finding {_e(f.severity)}"><span class="sev">{_e(f.severity)}</span> '
                      f'<code>{_e(f.code)}</code> <span class="where">{_e(where)}</span> '

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from pipeaudit.audit.result import AuditResult
-from pipeaudit.report.formatting import finding_values, mib, ms, pct
+from pipeaudit.report.formatting import finding_values, finding_where, mib, ms, pct
 from pipeaudit.report.published_text import NO_PUBLISHED, published_lines
 from pipeaudit.report.run_facts import (
     PIPELINE_COLUMNS,
@@ -118,8 +118,7 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
     if not r.findings:
         out.append("None: the run matches its schedule's theory.")
     for f in r.findings:
-        where = ", ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
-                                      f"stage {f.stage}" if f.stage is not None else "") if x)
+        where = finding_where(f)
         vals = finding_values(f)
         out.append(f"- **{f.severity}** `{f.code}`{' ' + where if where else ''}{md_text(vals)}: "
                    f"{md_text(f.message)}")

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeaudit.audit.result import AuditResult
-from pipeaudit.report.formatting import finding_values, inputs_line, mib, ms, pct
+from pipeaudit.report.formatting import finding_values, finding_where, inputs_line, mib, ms, pct
 from pipeaudit.report.published_text import NO_PUBLISHED, published_lines
 from pipeaudit.report.run_facts import (
     PIPELINE_COLUMNS,
@@ -164,8 +164,7 @@ def _findings(con: Console, r: AuditResult) -> None:
         return
     con.print(f"\n[bold]Findings ({len(r.findings)})[/]")
     for f in r.findings:
-        where = " ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
-                                     f"stage {f.stage}" if f.stage is not None else "") if x)
+        where = finding_where(f, " ")
         vals = finding_values(f)
         con.print(f"[{_SEV_STYLE.get(f.severity, '')}]{f.severity.upper():7}[/] {f.code}"
                   f"{' ' + where if where else ''}{vals}")

@@ -35,42 +35,43 @@ def decode_events(path: Path, decoder: msgspec.json.Decoder, batch: Batch) -> li
     :class:`ArrayEnds` when the array closes inside it, :class:`Malformed` / :class:`TooDeep`
     for the file's own errors; a wrong type is a TraceError naming the event."""
     n = len(batch.data)
-    try:
-        return decoder.decode(b"".join((b"[", batch.data, b"]")))
-    except msgspec.ValidationError as exc:
-        raise TraceError(path, diagnose.validation_problem(str(exc), batch.index),
-                         Kind.BAD_VALUE) from None
-    except msgspec.DecodeError as exc:
-        msg = str(exc)
-        at = diagnose.msgspec_byte(msg)
-        if "truncated" in msg or (at is not None and at >= n + 1):
-            raise NotABoundary from None  # a string or a nested value left open by the cut
-        if "trailing characters" in msg and at is not None:
-            # "[" + events + "]" closed before the end: the array's "]" ends the last event
-            end = len(bytes(batch.data[:at - 2]).rstrip(b" \t\r\n")) - 1
-            raise ArrayEnds(end) from None
-        raise Malformed((at or 1) - 1, diagnose.msgspec_reason(msg)) from None
-    except RecursionError:
-        raise TooDeep from None
+    events, msg, at = _decode(path, decoder, b"".join((b"[", batch.data, b"]")), batch)
+    if msg is None:
+        return events
+    if "truncated" in msg or (at is not None and at >= n + 1):
+        raise NotABoundary  # a string or a nested value left open by the cut
+    if "trailing characters" in msg and at is not None:
+        # "[" + events + "]" closed before the end: the array's "]" ends the last event
+        end = len(bytes(batch.data[:at - 2]).rstrip(b" \t\r\n")) - 1
+        raise ArrayEnds(end)
+    raise Malformed((at or 1) - 1, diagnose.msgspec_reason(msg))
 
 
 def explain_events(path: Path, decoder: msgspec.json.Decoder, batch: Batch) -> NoReturn:
     """``batch`` has no event boundary to its end: raise its own error, else
     :class:`Truncated`."""
+    _, msg, at = _decode(path, decoder, b"".join((b"[", batch.data)), batch)
+    if msg is None:
+        raise Truncated  # pragma: no cover - "[" + events never closes
+    if "truncated" in msg or at is None:
+        raise Truncated
+    raise Malformed(at - 1, diagnose.msgspec_reason(msg))
+
+
+def _decode(path: Path, decoder: msgspec.json.Decoder, data: bytes,
+            batch: Batch) -> tuple[Any, str | None, int | None]:
+    """(decoded, None, None), or (None, msgspec's message, the byte it names) when the text
+    is not JSON; a wrong type is a TraceError naming the event, nesting too deep TooDeep."""
     try:
-        decoder.decode(b"".join((b"[", batch.data)))
+        return decoder.decode(data), None, None
     except msgspec.ValidationError as exc:
         raise TraceError(path, diagnose.validation_problem(str(exc), batch.index),
                          Kind.BAD_VALUE) from None
     except msgspec.DecodeError as exc:
         msg = str(exc)
-        at = diagnose.msgspec_byte(msg)
-        if "truncated" in msg or at is None:
-            raise Truncated from None
-        raise Malformed(at - 1, diagnose.msgspec_reason(msg)) from None
+        return None, msg, diagnose.msgspec_byte(msg)
     except RecursionError:
         raise TooDeep from None
-    raise Truncated  # pragma: no cover - "[" + events never closes
 
 
 class ColumnTarget:

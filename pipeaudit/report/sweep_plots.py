@@ -95,45 +95,46 @@ def plot_sweep(result: SweepResult, out_dir: str | Path) -> list[Path]:
                  fontsize="medium")
     paths.append(_save(fig, out / PLOT_NAMES[0]))
 
-    fig, axes = _figure(2, len(ps))
-    for j, p in enumerate(ps):
-        for label, rs in series[p].items():
-            ms = [r.microbatches for r in rs]
-            c = colors[label]
-            axes[0][j].plot(ms, [_div(r.step_time_us, 1000) for r in rs], "o-", color=c, label=label)
-            axes[1][j].plot(ms, [r.throughput_samples_s for r in rs], "o-", color=c, label=label)
-        axes[0][j].set_title(f"P = {p}")
-        axes[0][j].set_ylabel("median step time (ms)")
-        axes[1][j].set_ylabel("throughput (samples/s)")
-        for i in range(2):
-            _m_axis(axes[i][j], all_ms)
-    _legend(fig, axes)
+    fig = _two_rows(ps, series, colors, all_ms,
+                    lambda r: _div(r.step_time_us, 1000), lambda r: r.throughput_samples_s,
+                    ("median step time (ms)", "throughput (samples/s)"))
     fig.suptitle("Step time and throughput (global batch / step time) vs M", fontsize="medium")
     paths.append(_save(fig, out / PLOT_NAMES[1]))
 
-    fig, axes = _figure(2, len(ps))
-    for j, p in enumerate(ps):
-        for label, rs in series[p].items():
-            ms = [r.microbatches for r in rs]
-            c = colors[label]
-            axes[0][j].plot(ms, [_div(r.peak_memory_bytes, 2**20) for r in rs], "o-", color=c,
-                            label=label)
-            axes[1][j].plot(ms, [r.peak_inflight for r in rs], "o-", color=c, label=label)
-            if any(r.expected_peak_inflight is not None for r in rs):
-                axes[1][j].plot(ms, [r.expected_peak_inflight for r in rs], "--", color=c, alpha=0.8)
-        axes[0][j].set_title(f"P = {p}")
-        axes[0][j].set_ylabel("peak allocated (MiB, max over ranks)")
-        axes[1][j].set_ylabel("peak in-flight microbatches")
-        from matplotlib.ticker import MaxNLocator
-
-        axes[1][j].yaxis.set_major_locator(MaxNLocator(integer=True))
-        for i in range(2):
-            _m_axis(axes[i][j], all_ms)
-    _legend(fig, axes)
+    fig = _two_rows(ps, series, colors, all_ms,
+                    lambda r: _div(r.peak_memory_bytes, 2**20), lambda r: r.peak_inflight,
+                    ("peak allocated (MiB, max over ranks)", "peak in-flight microbatches"),
+                    expected=lambda r: r.expected_peak_inflight)
     fig.suptitle("Peak memory and in-flight microbatches vs M (schedule's peak dashed)",
                  fontsize="medium")
     paths.append(_save(fig, out / PLOT_NAMES[2]))
     return paths
+
+
+def _two_rows(ps, series, colors, all_ms, top, bottom, ylabels: tuple[str, str], expected=None):
+    """A figure of two rows of panels (one column per P): ``top(r)`` and ``bottom(r)`` of each
+    record against M, one line per schedule; ``expected(r)``, when given, dashed on the bottom
+    row, whose axis then counts (integer ticks)."""
+    fig, axes = _figure(2, len(ps))
+    for j, p in enumerate(ps):
+        for label, rs in series[p].items():
+            ms = [r.microbatches for r in rs]
+            c = colors[label]
+            axes[0][j].plot(ms, [top(r) for r in rs], "o-", color=c, label=label)
+            axes[1][j].plot(ms, [bottom(r) for r in rs], "o-", color=c, label=label)
+            if expected is not None and any(expected(r) is not None for r in rs):
+                axes[1][j].plot(ms, [expected(r) for r in rs], "--", color=c, alpha=0.8)
+        axes[0][j].set_title(f"P = {p}")
+        axes[0][j].set_ylabel(ylabels[0])
+        axes[1][j].set_ylabel(ylabels[1])
+        if expected is not None:
+            from matplotlib.ticker import MaxNLocator
+
+            axes[1][j].yaxis.set_major_locator(MaxNLocator(integer=True))
+        for i in range(2):
+            _m_axis(axes[i][j], all_ms)
+    _legend(fig, axes)
+    return fig
 
 
 def _legend(fig, axes, ncols: int | None = None) -> None:

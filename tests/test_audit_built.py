@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import pipeaudit
-from builders import build_run, gpipe_orders, one_f_one_b_orders
+from tests.support.builders import build_run, gpipe_orders, one_f_one_b_orders
 
 TOL = 0.005
 

@@ -9,10 +9,10 @@ import dataclasses
 
 import pytest
 
-from builders import gpipe_orders, one_f_one_b_orders
+from tests.support.builders import gpipe_orders, one_f_one_b_orders
 from pipeaudit.audit.run import audit
 from pipeaudit.timeline.model import Timeline
-from timelines import timeline, truth_bubble
+from tests.support.timelines import timeline, truth_bubble
 
 BASE = {"F": 1000, "B": 2000}
 

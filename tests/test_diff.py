@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import pipeaudit
-from builders import build_run, one_f_one_b_orders
+from tests.support.builders import build_run, one_f_one_b_orders
 from pipeaudit.cli.main import cli
 from pipeaudit.gate import diff_runs, snapshot_from_run
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import pipeaudit
-from builders import build_run, one_f_one_b_orders
+from tests.support.builders import build_run, one_f_one_b_orders
 from pipeaudit.cli.main import COMMANDS, cli
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

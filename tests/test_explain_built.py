@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import pipeaudit
-from builders import build_run, gpipe_orders, one_f_one_b_orders
+from tests.support.builders import build_run, gpipe_orders, one_f_one_b_orders
 from pipeaudit.explain import Changes, critical_path, explain, whatif
 from pipeaudit.explain.critical import COMM, COMPUTE, HOST
 from pipeaudit.explain.explain import prepared_graphs

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from builders import build_run, one_f_one_b_orders
+from tests.support.builders import build_run, one_f_one_b_orders
 from pipeaudit.cli.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent

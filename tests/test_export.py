@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 import pipeaudit
-from builders import BASE_NS, build_run, one_f_one_b_orders
+from tests.support.builders import BASE_NS, build_run, one_f_one_b_orders
 from pipeaudit.cli.main import cli
 from pipeaudit.report.perfetto import DOCUMENTED_FIELDS, write_perfetto
 

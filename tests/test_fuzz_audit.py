@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pipeaudit
-from fuzz_traces import mutated_pipeline, random_run, runs, write_run
+from tests.support.fuzz_traces import mutated_pipeline, random_run, runs, write_run
 from pipeaudit.errors import PipeauditError
 
 SCALE = float(os.environ.get("PIPEAUDIT_FUZZ_SCALE", "1"))

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 import pipeaudit
-from builders import build_run, gpipe_orders, one_f_one_b_orders
+from tests.support.builders import build_run, gpipe_orders, one_f_one_b_orders
 from pipeaudit.errors import ConfigError
 from pipeaudit.gate import Thresholds, gate, snapshot_from_run
 from pipeaudit.gate.stats import MAD_SCALE

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import pipeaudit
-from builders import build_gpu_run, build_run, gpipe_orders, one_f_one_b_orders
+from tests.support.builders import build_gpu_run, build_run, gpipe_orders, one_f_one_b_orders
 from pipeaudit.schedules import build_schedule
 
 
@@ -165,7 +165,7 @@ def test_clock_skew_between_two_hosts_is_corrected(tmp_path, skew_us):
 def test_single_process_two_devices_is_a_two_stage_pipeline(tmp_path, schedule, annotate):
     """One process, stages on cuda:0 and cuda:1: audited as a pipeline of the two devices,
     from the annotations' stages or, without annotations, from the kernels' devices."""
-    from builders import build_single_process_run
+    from tests.support.builders import build_single_process_run
 
     orders = gpipe_orders(2, 4) if schedule == "gpipe" else one_f_one_b_orders(2, 4)
     built = build_single_process_run(tmp_path, orders, latency=150, annotate=annotate,

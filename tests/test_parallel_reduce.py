@@ -13,7 +13,7 @@ from pipeaudit.cli.main import cli
 from pipeaudit.errors import ConfigError, TraceError
 from pipeaudit.trace.executor import Executor, parse_executor
 from pipeaudit.trace.load import map_ranks, parse_size
-from synth import simple_rank, write
+from tests.support.synth import simple_rank, write
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import pipeaudit
-from builders import build_replicas, gpipe_orders, one_f_one_b_orders
+from tests.support.builders import build_replicas, gpipe_orders, one_f_one_b_orders
 
 BASE = {"F": 1000, "B": 2000}
 

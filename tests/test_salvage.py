@@ -23,7 +23,7 @@ from pipeaudit.errors import TraceErrorKind
 from pipeaudit.trace.jsonscan import rebuild, scan
 from pipeaudit.trace.salvage import is_salvageable
 from pipeaudit.trace.source import read_text
-from synth import trace, x
+from tests.support.synth import trace, x
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_traces" / "1f1b_p4_m8"

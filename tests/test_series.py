@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import pipeaudit
-from builders import build_run, gpipe_orders, one_f_one_b_orders
+from tests.support.builders import build_run, gpipe_orders, one_f_one_b_orders
 from pipeaudit.report import series
 
 

@@ -20,7 +20,7 @@ from pipeaudit.errors import TraceError
 from pipeaudit.trace import ReadOptions, Tokenizer, read_trace, scanner
 from pipeaudit.trace.decode import decode_file
 from pipeaudit.trace.source import estimated_json_bytes
-from synth import mem, simple_rank, trace, write, x
+from tests.support.synth import mem, simple_rank, trace, write, x
 
 TOKENIZERS = [Tokenizer.MSGSPEC] + ([Tokenizer.SCANNER] if scanner.available() else [])
 WHOLE = 1 << 40  # a batch bigger than any file: the whole array at once

@@ -12,7 +12,7 @@ import pytest
 
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import EVENT_SCHEMA, MEMORY_SCHEMA, RankTrace, read_trace
-from synth import mem, simple_rank, trace, write, x
+from tests.support.synth import mem, simple_rank, trace, write, x
 from pipeaudit.trace.timestamps import us_text_to_ns
 
 HTA = Path("/work/shared/traces/hta")

@@ -10,7 +10,7 @@ import pytest
 
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import discover, rank_from_name
-from synth import simple_rank, write
+from tests.support.synth import simple_rank, write
 
 HTA = Path("/work/shared/traces/hta")
 

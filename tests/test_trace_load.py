@@ -8,7 +8,7 @@ import pytest
 
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import TraceSet, load_traces
-from synth import simple_rank, trace, write, x
+from tests.support.synth import simple_rank, trace, write, x
 from pipeaudit.trace.validate import format_ranks
 
 HTA = Path("/work/shared/traces/hta")

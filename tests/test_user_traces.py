@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import pipeaudit
-from builders import build_run, gpipe_orders, one_f_one_b_orders
+from tests.support.builders import build_run, gpipe_orders, one_f_one_b_orders
 from pipeaudit.timeline.stepping import PERIODICITY_EVIDENCE, SPLIT_EVIDENCE
 from pipeaudit.timeline.steps import OPTIMIZER_EVIDENCE, PROFILER_EVIDENCE
 

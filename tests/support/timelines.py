@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from builders import place
+from .builders import place
 from pipeaudit.timeline import intervals as iv
 from pipeaudit.timeline.layout import Layout
 from pipeaudit.timeline.model import Timeline

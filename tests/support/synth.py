@@ -1,6 +1,6 @@
 """Tiny Kineto-like traces built in code, for the tests (no torch needed).
 
-    from synth import trace, x, mem, write
+    from tests.support.synth import trace, x, mem, write
     write(tmp / "rank0.json", trace([x("PP:0F0", 1_700_000_000_000_000, 120.5)], rank=0, world_size=2))
 
 ``x`` makes a complete event (ts and dur in µs, as Kineto writes them; ``args`` keywords use

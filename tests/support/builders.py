@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from synth import x
+from .synth import x
 
 BASE_NS = 1_790_000_000_000_000_000
 

@@ -8,17 +8,16 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 from tests.support.builders import build_run, one_f_one_b_orders
-from pipeaudit.cli.main import cli
 from tests.support.paths import HTA, SAMPLES
+from tests.support.cli import invoke
 
 SAMPLE = SAMPLES / "1f1b_p4_m8"
 
 
 def run(*args):
-    return CliRunner().invoke(cli, list(map(str, args)), catch_exceptions=False)
+    return invoke(*args, catch_exceptions=False)
 
 
 def test_json_has_the_documented_fields():
@@ -111,7 +110,7 @@ def test_nccl128_rank0_idle_matches_design_figure():
 def test_not_a_trace_is_one_line_exit_2(tmp_path):
     bad = tmp_path / "rank0.json"
     bad.write_text("[1, 2, 3]")
-    res = CliRunner().invoke(cli, ["analyze", str(bad)])
+    res = invoke("analyze", str(bad))
     assert res.exit_code == 2
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and str(bad) in lines[0] and "Traceback" not in res.output

@@ -20,10 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
 from tests.support.paths import DATA, DOCS, REPO
+from tests.support.cli import invoke
 
 BAD = DATA / "bad"
 EXPECTED: dict[str, dict] = json.loads((BAD / "expected.json").read_text())
@@ -56,7 +55,7 @@ def _deny(monkeypatch, path: Path) -> None:
 
 def _invoke(corpus: Path, spec: dict, fmt: str = "json"):
     target = corpus / spec["path"]
-    return CliRunner().invoke(cli, ["analyze", str(target), "--format", fmt, *spec["args"]]), target
+    return invoke("analyze", str(target), "--format", fmt, *spec["args"]), target
 
 
 def test_corpus_is_big_enough_and_small():
@@ -191,7 +190,7 @@ def test_hostile_input_in_other_commands(corpus, tmp_path, name, command):
     spec = EXPECTED[name]
     target = str(corpus / spec["path"])
     args = COMMANDS[command](tmp_path / "out.json") + [target] + ([target] if command == "diff" else [])
-    res = CliRunner().invoke(cli, args)
+    res = invoke(*args)
     assert "Traceback" not in res.output and res.exit_code in (0, 1, 2), (res.exit_code, res.output[-500:])
     if spec["exit"] == 2:
         assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.stderr
@@ -229,11 +228,11 @@ def test_an_internal_error_is_one_line_exit_3(monkeypatch, corpus):
 
     monkeypatch.setattr(pipeaudit.timeline.build, "reduce_rank", bug)
     target = str(corpus / "pipeline_ok")
-    res = CliRunner().invoke(cli, ["analyze", target])
+    res = invoke("analyze", target)
     assert res.exit_code == 3 and res.stdout == ""
     assert res.stderr.count("\n") == 1
     assert res.stderr.startswith("pipeaudit: internal error: ZeroDivisionError: division by zero at build.py:")
     assert res.stderr.endswith("(a bug in pipeaudit; PIPEAUDIT_DEBUG=1 shows the traceback)\n")
     monkeypatch.setenv("PIPEAUDIT_DEBUG", "1")
-    res = CliRunner().invoke(cli, ["analyze", target])
+    res = invoke("analyze", target)
     assert isinstance(res.exception, ZeroDivisionError)

@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
 from pipeaudit.options import LoadOptions, OptionError
 from tests.support.paths import SAMPLES
+from tests.support.cli import invoke
 
 SAMPLE = SAMPLES / "1f1b_p2_m4"
 
@@ -34,7 +33,7 @@ COMMANDS = ["analyze", "explain", "whatif", "baseline", "gate", "diff", "export"
 
 
 def _invoke(args):
-    res = CliRunner().invoke(cli, args, prog_name="pipeaudit", standalone_mode=True)
+    res = invoke(*args, standalone_mode=True)
     return res.exit_code, res.output
 
 

@@ -4,9 +4,8 @@ line on stderr naming the --help to read, exit code 2; help and version still wo
 from __future__ import annotations
 
 import pytest
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
+from tests.support.cli import invoke
 
 CASES = [
     (["analyze"], "Missing argument 'PATHS...'", "pipeaudit analyze --help"),
@@ -19,7 +18,7 @@ CASES = [
 
 @pytest.mark.parametrize("args,message,hint", CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_usage_error_is_one_line(args, message, hint):
-    res = CliRunner().invoke(cli, args, prog_name="pipeaudit")
+    res = invoke(*args)
     assert res.exit_code == 2
     assert res.stdout == ""
     assert res.stderr.count("\n") == 1, res.stderr
@@ -29,10 +28,10 @@ def test_usage_error_is_one_line(args, message, hint):
 
 def test_help_and_version_still_exit_0():
     for args in (["--help"], ["analyze", "--help"], ["--version"]):
-        res = CliRunner().invoke(cli, args, prog_name="pipeaudit")
+        res = invoke(*args)
         assert res.exit_code == 0 and res.stdout and res.stderr == "", args
 
 
 def test_bare_command_shows_the_help():
-    res = CliRunner().invoke(cli, [])
+    res = invoke()
     assert res.exit_code == 2 and "Commands:" in res.output

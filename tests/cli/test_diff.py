@@ -5,18 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 import pipeaudit
 from tests.support.builders import build_run, one_f_one_b_orders
-from pipeaudit.cli.main import cli
 from pipeaudit.gate import diff_runs, snapshot_from_run
 from tests.support.paths import SAMPLES
-
+from tests.support.cli import invoke as _invoke
 
 
 def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    return _invoke(*args, catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")

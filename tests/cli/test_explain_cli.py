@@ -7,18 +7,17 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 from tests.support.builders import build_run, one_f_one_b_orders
-from pipeaudit.cli.main import cli
 from tests.support.paths import REPO, SAMPLES
+from tests.support.cli import invoke
 
 IMB = SAMPLES / "1f1b_p4_m8_imb_s1x3"
 P2 = SAMPLES / "1f1b_p2_m4"
 
 
 def run(*args):
-    return CliRunner().invoke(cli, list(map(str, args)), catch_exceptions=False)
+    return invoke(*args, catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +96,7 @@ def test_whatif_json_and_text(slow_stage_run):
     (["explain", REPO / "no_such_dir"], "no_such_dir"),
 ])
 def test_bad_input_is_one_line_exit_2(args, msg):
-    res = CliRunner().invoke(cli, list(map(str, args)))
+    res = invoke(*args)
     assert res.exit_code == 2, res.output
     assert msg in res.output
     assert "Traceback" not in res.output
@@ -110,7 +109,7 @@ def test_trace_without_pipeline_is_named(tmp_path):
         "traceEvents": [{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 10, "dur": 50,
                          "pid": 1, "tid": 1}]}))
     for cmd in ("explain", "whatif"):
-        res = CliRunner().invoke(cli, [cmd, str(trace)])
+        res = invoke(cmd, str(trace))
         assert res.exit_code == 2, res.output
         assert str(trace) in res.output and "no pipeline actions" in res.output
         assert len(res.output.strip().splitlines()) == 1
@@ -119,9 +118,9 @@ def test_trace_without_pipeline_is_named(tmp_path):
 def test_output_file_not_overwritten(tmp_path):
     out = tmp_path / "r.json"
     out.write_text("keep")
-    res = CliRunner().invoke(cli, ["whatif", str(P2), "-o", str(out), "--format", "json"])
+    res = invoke("whatif", str(P2), "-o", str(out), "--format", "json")
     assert res.exit_code == 2 and out.read_text() == "keep"
-    res = CliRunner().invoke(cli, ["explain", str(P2), "-o", str(out), "--force"])
+    res = invoke("explain", str(P2), "-o", str(out), "--force")
     assert res.exit_code == 0 and "Critical path" in out.read_text()
 
 

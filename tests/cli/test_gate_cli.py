@@ -10,10 +10,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
 from tests.support.paths import SAMPLES
+from tests.support.cli import invoke as _invoke
 
 BASE_RUN = SAMPLES / "1f1b_p4_m8"
 HEAVY_RUN = SAMPLES / "1f1b_p4_m8_imb_s1x3"
@@ -25,7 +24,7 @@ ANNOTATION = re.compile(r"^::(error|warning|notice)( [a-z]+=[^,:\r\n]*(,[a-z]+=[
 
 
 def invoke(*args: str, env: dict | None = None):
-    return CliRunner(env=env).invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    return _invoke(*args, catch_exceptions=False, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
 from tests.support.paths import SAMPLES
+from tests.support.cli import invoke
 
 SAMPLE = SAMPLES / "1f1b_p2_m4"
 
@@ -63,8 +62,8 @@ def workspace(tmp_path, monkeypatch):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
-    res = CliRunner().invoke(cli, ["simulate", "--schedule", "1f1b", "-P", "2", "-M", "4",
-                                   "--save-schedule", str(schedule), "--force"])
+    res = invoke("simulate", "--schedule", "1f1b", "-P", "2", "-M", "4",
+                 "--save-schedule", str(schedule), "--force")
     assert res.exit_code == 0, res.output
     outs = tmp_path / "outs"
     outs.mkdir()
@@ -108,7 +107,7 @@ def test_inputs_untouched_outputs_only_where_asked(workspace, cid, argv, outputs
         pytest.importorskip("torch")
     roots = [workspace["ins"], workspace["cwd"], workspace["outs"], SAMPLE]
     before = fingerprint(*roots)
-    res = CliRunner().invoke(cli, _fill(argv, workspace))
+    res = invoke(*_fill(argv, workspace))
     assert res.exit_code == (2 if cid.endswith("refused") else 0), res.output[-2000:]
     after = fingerprint(*roots)
     allowed = {str(Path(p)) for p in _fill(outputs, workspace)}
@@ -125,13 +124,13 @@ def test_existing_output_needs_force(workspace):
     out = workspace["out"]
     out.write_text("precious\n")
     before = fingerprint(out)
-    res = CliRunner().invoke(cli, ["analyze", str(workspace["run"]), "--format", "json", "-o", str(out)])
+    res = invoke("analyze", str(workspace["run"]), "--format", "json", "-o", str(out))
     assert res.exit_code == 2
     assert res.stderr == f"pipeaudit: error: {out}: exists; pass --force to overwrite it\n"
     assert fingerprint(out) == before  # not even touched
     assert sorted(p.name for p in out.parent.iterdir()) == ["report.out"]  # no temp file left
-    res = CliRunner().invoke(cli, ["analyze", str(workspace["run"]), "--format", "json", "-o", str(out),
-                                   "--force"])
+    res = invoke("analyze", str(workspace["run"]), "--format", "json", "-o", str(out),
+                 "--force")
     assert res.exit_code == 0 and out.read_text().startswith("{")
 
 
@@ -146,13 +145,13 @@ def test_existing_output_is_checked_before_the_analysis(workspace, monkeypatch):
         raise AssertionError("traces read although the output was refused")
 
     monkeypatch.setattr(pipeaudit.api, "load", boom)
-    res = CliRunner().invoke(cli, ["analyze", str(workspace["run"]), "-o", str(out)])
+    res = invoke("analyze", str(workspace["run"]), "-o", str(out))
     assert res.exit_code == 2 and "--force" in res.stderr
 
 
 def test_unwritable_output_is_one_line(workspace):
     target = workspace["outs"] / "missing-dir" / "r.json"
-    res = CliRunner().invoke(cli, ["analyze", str(workspace["run"]), "-o", str(target)])
+    res = invoke("analyze", str(workspace["run"]), "-o", str(target))
     assert res.exit_code == 2
     assert res.stderr == f"pipeaudit: error: {target}: cannot write the report: no such file or directory\n"
     assert not (workspace["outs"] / "missing-dir").exists()
@@ -164,7 +163,7 @@ def test_read_only_inputs_are_fine(workspace):
     for p in [run, *run.iterdir()]:
         p.chmod(0o555 if p.is_dir() else 0o444)
     try:
-        res = CliRunner().invoke(cli, ["analyze", str(run), "--format", "json"])
+        res = invoke("analyze", str(run), "--format", "json")
         assert res.exit_code == 0, res.output
     finally:
         for p in [run, *run.iterdir()]:

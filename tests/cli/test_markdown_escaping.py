@@ -11,11 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
 from pipeaudit.report.markdown import md_code, md_fence, md_text
 from tests.support.paths import SAMPLES
+from tests.support.cli import invoke
 
 markdown_it = pytest.importorskip("markdown_it")
 
@@ -64,7 +63,7 @@ def test_helpers_escape_what_renders():
 
 @pytest.mark.parametrize("command", [["analyze"], ["explain"]])
 def test_reports_of_a_hostile_run_are_inert(hostile_run, command):
-    res = CliRunner().invoke(cli, [*command, str(hostile_run), "--format", "markdown"])
+    res = invoke(*command, str(hostile_run), "--format", "markdown")
     assert res.exit_code == 0, res.output
     md = res.stdout
     if command == ["analyze"]:  # the inputs are there, as text
@@ -73,7 +72,7 @@ def test_reports_of_a_hostile_run_are_inert(hostile_run, command):
 
 
 def test_diff_of_hostile_paths_is_inert(hostile_run):
-    res = CliRunner().invoke(cli, ["diff", str(hostile_run), str(hostile_run), "--format", "markdown"])
+    res = invoke("diff", str(hostile_run), str(hostile_run), "--format", "markdown")
     assert res.exit_code in (0, 1), res.output
     _assert_inert(res.stdout)
     assert "run `x` [y](javascript:z)" in _render(res.stdout)  # the path, shown as code

@@ -8,15 +8,13 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
 from tests.support.paths import REPO, DOCS
-
+from tests.support.cli import invoke
 
 
 def run(*args: str):
-    return CliRunner().invoke(cli, ["simulate", *args], catch_exceptions=False)
+    return invoke("simulate", *args, catch_exceptions=False)
 
 
 def assert_plain(text: str) -> None:
@@ -161,7 +159,7 @@ def test_user_schedule_without_closed_form(tmp_path):
 def test_bad_schedule_file_is_one_line_exit_2(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("0F0,0B1\n")
-    res = CliRunner().invoke(cli, ["simulate", "--schedule-file", str(path)])
+    res = invoke("simulate", "--schedule-file", str(path))
     assert res.exit_code == 2
     err = res.stderr if hasattr(res, "stderr") else res.output
     lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -179,7 +177,7 @@ def test_bad_schedule_file_is_one_line_exit_2(tmp_path):
     (["-P", "4", "--sweep-microbatches", "4", "--chrome-trace", "x.json"], "--chrome-trace"),
 ])
 def test_usage_errors_exit_2(args, fragment):
-    res = CliRunner().invoke(cli, ["simulate", *args])
+    res = invoke("simulate", *args)
     assert res.exit_code == 2
     assert fragment in res.output
     assert "Traceback" not in res.output

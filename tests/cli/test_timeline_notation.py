@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import re
 
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
 from pipeaudit.report.ascii_timeline import CONTINUE, IDLE, action_label, legend
 from tests.support.paths import SAMPLES
-
+from tests.support.cli import invoke
 
 
 def _rows(text: str) -> list[str]:
@@ -23,9 +21,9 @@ def test_labels_carry_the_stage_only_when_a_rank_holds_several():
 
 
 def test_simulate_and_analyze_write_the_same_notation():
-    sim = CliRunner().invoke(cli, ["simulate", "--schedule", "zbv", "-P", "2", "-M", "4", "--tb",
-                                   "4"]).output
-    ana = CliRunner().invoke(cli, ["analyze", str(SAMPLES / "zbv_p2_m4")]).output
+    sim = invoke("simulate", "--schedule", "zbv", "-P", "2", "-M", "4", "--tb",
+                 "4").output
+    ana = invoke("analyze", str(SAMPLES / "zbv_p2_m4")).output
     for out in (sim, ana):
         assert legend(True) in out
         rows = _rows(out)
@@ -38,8 +36,8 @@ def test_simulate_and_analyze_write_the_same_notation():
 
 
 def test_one_stage_per_rank_has_plain_labels():
-    sim = CliRunner().invoke(cli, ["simulate", "--schedule", "1f1b", "-P", "4", "-M", "8"]).output
-    ana = CliRunner().invoke(cli, ["analyze", str(SAMPLES / "1f1b_p4_m8")]).output
+    sim = invoke("simulate", "--schedule", "1f1b", "-P", "4", "-M", "8").output
+    ana = invoke("analyze", str(SAMPLES / "1f1b_p4_m8")).output
     for out in (sim, ana):
         assert legend(False) in out and legend(True) not in out
         assert re.search(r"\bB7\b|B7", _rows(out)[3])

@@ -15,7 +15,6 @@ from tests.support.paths import SAMPLES
 RUNS = sorted(p for p in SAMPLES.iterdir() if (p / "manifest.json").exists())
 
 
-
 def test_there_are_samples():
     names = {p.name for p in RUNS}
     for must in ("gpipe", "1f1b", "interleaved-1f1b", "zbv"):

@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
 from tests.support.paths import REPO
+from tests.support.cli import invoke
 
 COMMAND = ["analyze", "sample_traces/1f1b_p4_m8_imb_s1x3"]
 
@@ -37,7 +36,7 @@ def report() -> list[str]:
     cwd = os.getcwd()
     os.chdir(REPO)  # the docs show the command run from the repository's root
     try:
-        res = CliRunner().invoke(cli, COMMAND, catch_exceptions=False)
+        res = invoke(*COMMAND, catch_exceptions=False)
     finally:
         os.chdir(cwd)
     assert res.exit_code == 0, res.output

@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from click.testing import CliRunner
 
 import pipeaudit
 from tests.support.builders import build_run, one_f_one_b_orders
 from pipeaudit.cli.main import COMMANDS, cli
 from tests.support.paths import DOCS
+from tests.support.cli import invoke
 
 TOL = 0.002  # the builder's send op takes 1 µs of each sending action's 1000 µs
 
@@ -56,11 +56,10 @@ def test_example_3_slow_stage(tmp_path):
 
 def test_cli_doc_names_every_option_of_every_command():
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
-    runner = CliRunner()
     names = cli.list_commands(None)  # type: ignore[arg-type]
     assert set(names) <= set(COMMANDS)
     for name in names:
         assert re.search(rf"^## `pipeaudit {name}`", text, re.M), f"docs/cli.md has no section for {name}"
-        help_text = runner.invoke(cli, [name, "--help"]).output
+        help_text = invoke(name, "--help").output
         for opt in sorted(set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", help_text))):
             assert opt in text, f"docs/cli.md does not mention {name} {opt}"

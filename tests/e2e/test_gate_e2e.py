@@ -8,7 +8,6 @@ import sys
 from tests.support.paths import REPO, SAMPLES
 
 
-
 def run(*args, cwd, env=None):
     e = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
     e.update(PYTHONPATH=str(REPO), **(env or {}))

@@ -17,14 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from pipeaudit.cli.main import cli  # noqa: E402
 from pipeaudit.harness import HarnessError, ModelConfig, ProfileConfig, run_profile  # noqa: E402
 from pipeaudit.harness.faults import ENV_VAR as FAULT_ENV  # noqa: E402
 from tests.support.paths import REPO
+from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow
 
@@ -114,7 +113,7 @@ def check_spans_enclose_compute(trace: Path) -> None:
 
 def profile(tmp_path: Path, name: str, *args: str, env: dict | None = None):
     out = tmp_path / name
-    result = CliRunner().invoke(cli, ["profile", *args, "--out", str(out)], env=env)
+    result = invoke("profile", *args, "--out", str(out), env=env)
     return out, result
 
 
@@ -312,10 +311,8 @@ def test_fault_raise_through_cli_exits_nonzero(tmp_path):
     for stale in ("manifest.json", "rank0.json.gz", "rank7.json.gz"):
         (out / stale).write_text("{}")
     (out / "notes.txt").write_text("mine")
-    res = CliRunner().invoke(
-        cli, ["profile", "--schedule", "1f1b", "--stages", "1", "--microbatches", "2",
-              "--layers", "1", *TINY, "--out", str(out), "--force"],
-        env={FAULT_ENV: "0:0:raise"})
+    res = invoke("profile", "--schedule", "1f1b", "--stages", "1", "--microbatches", "2",
+                 "--layers", "1", *TINY, "--out", str(out), "--force", env={FAULT_ENV: "0:0:raise"})
     assert res.exit_code != 0
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "rank 0 failed during warmup step 0" in lines[0], res.stderr

@@ -27,15 +27,14 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from pipeaudit.cli.main import cli  # noqa: E402
 from pipeaudit.harness import HarnessError, ModelConfig, ProfileConfig, run_profile  # noqa: E402
 from pipeaudit.harness.faults import ENV_VAR as FAULT_ENV  # noqa: E402
 from pipeaudit.trace.cut import PARTIAL_KEY  # noqa: E402
 from tests.support.paths import REPO
+from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow
 TINY = ["--layers", "2", "--hidden", "32", "--seq-len", "4", "--microbatches", "2", "--steps", "2",
@@ -66,7 +65,7 @@ def _header_and_steps(path: Path) -> tuple[dict, list[str]]:
 
 
 def _analyze(out: Path) -> tuple[int, dict | str]:
-    res = CliRunner().invoke(cli, ["analyze", str(out), "--format", "json"])
+    res = invoke("analyze", str(out), "--format", "json")
     return res.exit_code, (json.loads(res.stdout) if res.exit_code == 0 else res.stderr)
 
 

@@ -20,13 +20,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from pipeaudit.cli.main import cli  # noqa: E402
 from pipeaudit.harness import MeshLayout  # noqa: E402
 from tests.support.paths import REPO
+from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow
 TINY = ["--hidden", "64", "--seq-len", "8", "--steps", "2", "--warmup-steps", "1"]
@@ -50,7 +49,7 @@ def inside(e: dict, outer: dict) -> bool:
 
 def profile(tmp_path: Path, *args: str) -> tuple[Path, dict]:
     out = tmp_path / "run"
-    res = CliRunner().invoke(cli, ["profile", *args, *TINY, "--out", str(out)])
+    res = invoke("profile", *args, *TINY, "--out", str(out))
     assert res.exit_code == 0, res.output
     return out, json.loads((out / "manifest.json").read_text())
 

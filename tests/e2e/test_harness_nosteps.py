@@ -14,13 +14,12 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from pipeaudit.cli.main import cli  # noqa: E402
 from pipeaudit.harness.faults import ENV_VAR as FAULT_ENV  # noqa: E402
 from pipeaudit.trace.cut import PARTIAL_KEY  # noqa: E402
+from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow
 TINY = ["--hidden", "64", "--seq-len", "8", "--steps", "2", "--warmup-steps", "1", "--layers", "2",
@@ -38,7 +37,7 @@ def names(doc: dict) -> collections.Counter:
 
 def run(tmp_path: Path, *args: str, env: dict | None = None):
     out = tmp_path / "run"
-    res = CliRunner().invoke(cli, ["profile", *args, *TINY, "--out", str(out)], env=env)
+    res = invoke("profile", *args, *TINY, "--out", str(out), env=env)
     return out, res
 
 
@@ -87,7 +86,7 @@ def test_failed_rank_without_step_marks_writes_its_finished_steps(tmp_path):
 
 
 def analyze_json(*paths: Path, extra: tuple[str, ...] = ()) -> tuple[int, dict | None, str]:
-    res = CliRunner().invoke(cli, ["analyze", "--format", "json", *extra, *map(str, paths)])
+    res = invoke("analyze", "--format", "json", *extra, *map(str, paths))
     doc = json.loads(res.stdout) if res.exit_code == 0 else None
     return res.exit_code, doc, res.stderr
 
@@ -104,7 +103,7 @@ def test_unannotated_run_without_manifest_known_answer(tmp_path, schedule, stage
     args = ["profile", "--schedule", schedule, "--microbatches", str(m), "--no-annotate",
             "--no-step-marks", *TINY[:-4], "--layers", str(layers), "--stages", str(stages),
             "--out", str(out)]
-    res = CliRunner().invoke(cli, args)
+    res = invoke(*args)
     assert res.exit_code == 0, res.output
     bare = tmp_path / "bare"
     bare.mkdir()

@@ -14,13 +14,12 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from pipeaudit.cli.main import cli  # noqa: E402
 from pipeaudit.harness import ModelConfig, ProfileConfig  # noqa: E402
 from tests.support.paths import REPO
+from tests.support.cli import invoke
 
 MATMUL = ("aten::addmm", "aten::mm")
 
@@ -68,9 +67,9 @@ def test_hand_written_pipeline_computes_the_unsplit_models_gradients(tmp_path, s
 # ----------------------------------------------------------- real runs (CLI)
 def _profile(tmp_path: Path, *args: str) -> tuple[Path, dict]:
     out = tmp_path / "single"
-    res = CliRunner().invoke(cli, ["profile", "--single-process", *args, "--hidden", "64",
-                                   "--seq-len", "8", "--steps", "2", "--warmup-steps", "1",
-                                   "--out", str(out)])
+    res = invoke("profile", "--single-process", *args, "--hidden", "64",
+                 "--seq-len", "8", "--steps", "2", "--warmup-steps", "1",
+                 "--out", str(out))
     assert res.exit_code == 0, res.output
     return out, json.loads((out / "manifest.json").read_text())
 

@@ -14,14 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
 from pipeaudit.harness.config import ModelConfig
 from pipeaudit.harness.faults import ENV_VAR
 from pipeaudit.sweep import SweepConfig, load, run_sweep
 from pipeaudit.report.sweep_plots import PLOT_NAMES, matplotlib_available
 from tests.support.paths import REPO
+from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("torch")
@@ -107,7 +106,7 @@ def test_outputs_and_report(sweep_dir):
     if matplotlib_available():
         for name in PLOT_NAMES:
             assert (out / name).read_bytes()[:4] == b"\x89PNG"
-    res = CliRunner().invoke(cli, ["sweep", "--report", str(out), "--format", "json", "--no-plots"])
+    res = invoke("sweep", "--report", str(out), "--format", "json", "--no-plots")
     assert res.exit_code == 0
     assert json.loads(res.stdout)["records"] == json.loads((out / "sweep.json").read_text())["records"]
 
@@ -119,8 +118,8 @@ def test_resume_keeps_finished_runs_and_redoes_the_rest(sweep_dir, tmp_path):
     mtimes = {p.parent.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*/manifest.json")}
     assert len(mtimes) == 8
     # nothing to redo: every ok run is kept as it is
-    res = CliRunner().invoke(cli, ["sweep", *GRID, *MODEL, "--out", str(out), "--resume", "--no-plots",
-                                   "--format", "csv"])
+    res = invoke("sweep", *GRID, *MODEL, "--out", str(out), "--resume", "--no-plots",
+                 "--format", "csv")
     assert res.exit_code == 0, res.output
     assert res.stderr.count("kept from the previous sweep") == 8
     after = {p.parent.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*/manifest.json")}
@@ -132,13 +131,13 @@ def test_resume_keeps_finished_runs_and_redoes_the_rest(sweep_dir, tmp_path):
         if r["key"] == "gpipe_p2_m1":
             r["status"], r["reason"] = "failed", "profile: interrupted"
     (out / "sweep.json").write_text(json.dumps(doc))
-    res = CliRunner().invoke(cli, ["sweep", *GRID, *MODEL, "--out", str(out), "--resume", "--no-plots"])
+    res = invoke("sweep", *GRID, *MODEL, "--out", str(out), "--resume", "--no-plots")
     assert res.exit_code == 0, res.output
     after = {p.parent.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*/manifest.json")}
     assert {k for k in after if after[k] != mtimes[k]} == {"gpipe_p2_m1"}
     assert _by_key(out)["gpipe_p2_m1"].status == "ok"
     # without --resume the directory is refused
-    res = CliRunner().invoke(cli, ["sweep", *GRID, *MODEL, "--out", str(out)])
+    res = invoke("sweep", *GRID, *MODEL, "--out", str(out))
     assert res.exit_code == 2 and "--resume" in res.output
 
 

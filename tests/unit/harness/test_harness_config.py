@@ -7,14 +7,13 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 from pipeaudit.errors import ConfigError
 from pipeaudit.harness import ModelConfig, ProfileConfig, parse_imbalance, stage_to_rank
 from pipeaudit.harness.catalog import SCHEDULE_NAMES, check_schedule, rank_stages
 from pipeaudit.harness.faults import Fault, parse_faults
 from tests.support.paths import REPO
-
+from tests.support.cli import invoke
 
 
 def _cfg(tmp_path, **kw) -> ProfileConfig:
@@ -127,14 +126,13 @@ BAD_ARGS = [
 def test_cli_invalid_fails_fast_one_line(tmp_path, monkeypatch, args, fragment):
     import subprocess as sp
 
-    from pipeaudit.cli.main import cli
 
     def no_popen(*a, **k):  # a process start here would be a bug
         raise AssertionError("a process was started for an invalid configuration")
 
     monkeypatch.setattr(sp, "Popen", no_popen)
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli, ["profile", *args, "--out", str(out)])
+    result = invoke("profile", *args, "--out", str(out))
     assert result.exit_code == 2, result.output
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, result.stderr
@@ -144,12 +142,11 @@ def test_cli_invalid_fails_fast_one_line(tmp_path, monkeypatch, args, fragment):
 
 
 def test_cli_refuses_non_empty_out_without_force(tmp_path):
-    from pipeaudit.cli.main import cli
 
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("x")
-    result = CliRunner().invoke(cli, ["profile", "--out", str(out)])
+    result = invoke("profile", "--out", str(out))
     assert result.exit_code == 2
     assert "--out is not empty (use --force" in result.stderr
     assert (out / "keep.txt").read_text() == "x"
@@ -161,9 +158,8 @@ def test_cli_nccl_without_gpus_fails_before_start(tmp_path):
 
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
         pytest.skip("this host has GPUs")
-    from pipeaudit.cli.main import cli
 
-    result = CliRunner().invoke(cli, ["profile", "--backend", "nccl", "--out", str(tmp_path / "o")])
+    result = invoke("profile", "--backend", "nccl", "--out", str(tmp_path / "o"))
     assert result.exit_code == 2
     assert "--backend nccl needs 2 CUDA devices" in result.stderr
 

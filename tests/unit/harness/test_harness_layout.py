@@ -9,12 +9,12 @@ import itertools
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from pipeaudit.errors import ConfigError
 from pipeaudit.harness import MeshLayout, ModelConfig, ProfileConfig, parse_slow_ranks
 from pipeaudit.harness.manifest import build_manifest
 from pipeaudit.harness.plans import parse_action, single_process_order, single_stage_rank_actions
+from tests.support.cli import invoke
 
 
 def _cfg(tmp_path, **kw) -> ProfileConfig:
@@ -132,11 +132,10 @@ def test_invalid_layouts_fail_in_one_line(tmp_path, kw, fragment):
 
 
 def test_cli_rejects_bad_layout_before_starting(tmp_path):
-    from pipeaudit.cli.main import cli
 
     out = tmp_path / "o"
-    res = CliRunner().invoke(cli, ["profile", "--stages", "2", "--dp", "2", "--slow-rank", "9=2",
-                                   "--out", str(out)])
+    res = invoke("profile", "--stages", "2", "--dp", "2", "--slow-rank", "9=2",
+                 "--out", str(out))
     assert res.exit_code == 2
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "--slow-rank rank 9 does not exist" in lines[0]

@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 import pipeaudit
-from pipeaudit.cli.main import cli
 from pipeaudit.integrations import hta as hta_mod
 from pipeaudit.timeline.idle import gpu_idle
 from pipeaudit.trace.decode import read_trace
 from tests.support.paths import HTA, SAMPLES
+from tests.support.cli import invoke
 
 HTA_DIR = HTA
 
@@ -108,7 +107,7 @@ def test_unknown_steps_mode_is_refused():
 
 # ----------------------------------------------------------------------------- CLI
 def _analyze(*args):
-    return CliRunner().invoke(cli, ["analyze", *args], catch_exceptions=False)
+    return invoke("analyze", *args, catch_exceptions=False)
 
 
 @slow_with_hta

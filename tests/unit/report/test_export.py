@@ -16,13 +16,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from click.testing import CliRunner
 
 import pipeaudit
 from tests.support.builders import BASE_NS, build_run, one_f_one_b_orders
-from pipeaudit.cli.main import cli
 from pipeaudit.report.perfetto import DOCUMENTED_FIELDS, write_perfetto
 from tests.support.paths import SAMPLES
+from tests.support.cli import invoke
 
 IMB = SAMPLES / "1f1b_p4_m8_imb_s1x3"
 MEMORY = SAMPLES / "1f1b_p2_m4_memory"
@@ -282,20 +281,19 @@ def test_merge_original_real_sample(tmp_path):
 
 def test_cli_export_and_refusals(tmp_path):
     out = tmp_path / "run.json.gz"
-    runner = CliRunner()
-    res = runner.invoke(cli, ["export", str(IMB), "--perfetto", str(out), "--with-ideal"])
+    res = invoke("export", str(IMB), "--perfetto", str(out), "--with-ideal")
     assert res.exit_code == 0, res.output
     assert "open it in ui.perfetto.dev" in res.output
     assert read_trace(out)["traceEvents"]
-    res = runner.invoke(cli, ["export", str(IMB), "--perfetto", str(out)])
+    res = invoke("export", str(IMB), "--perfetto", str(out))
     assert res.exit_code == 2 and "exists; pass --force" in res.output
     assert "Traceback" not in res.output
-    res = runner.invoke(cli, ["export", str(IMB), "--perfetto", str(out), "--force", "--merge-original"])
+    res = invoke("export", str(IMB), "--perfetto", str(out), "--force", "--merge-original")
     assert res.exit_code == 0, res.output
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    res = runner.invoke(cli, ["export", str(bad), "--perfetto", str(tmp_path / "x.json")])
+    res = invoke("export", str(bad), "--perfetto", str(tmp_path / "x.json"))
     assert res.exit_code == 2 and str(bad) in res.output and "Traceback" not in res.output
     assert not (tmp_path / "x.json").exists()
-    res = runner.invoke(cli, ["export", str(IMB), "--perfetto", str(tmp_path / "no" / "x.json")])
+    res = invoke("export", str(IMB), "--perfetto", str(tmp_path / "no" / "x.json"))
     assert res.exit_code == 2 and "cannot write" in res.output

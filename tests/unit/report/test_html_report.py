@@ -18,13 +18,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from click.testing import CliRunner
 
 import pipeaudit
-from pipeaudit.cli.main import cli
 from pipeaudit.report.html import render_html, report_data
 from pipeaudit.report.step_view import median_step
 from tests.support.paths import REPO, SAMPLES
+from tests.support.cli import invoke
 
 IMB = SAMPLES / "1f1b_p4_m8_imb_s1x3"
 MEMORY = SAMPLES / "1f1b_p2_m4_memory"
@@ -193,14 +192,13 @@ def test_a_script_error_is_recorded_in_the_dom(tmp_path, imb):
 
 def test_analyze_html_cli(tmp_path):
     out = tmp_path / "report.html"
-    runner = CliRunner()
-    res = runner.invoke(cli, ["analyze", str(IMB), "--html", str(out)])
+    res = invoke("analyze", str(IMB), "--html", str(out))
     assert res.exit_code == 0, res.output
     assert "Pipeline bubble" in res.output  # the usual report still goes to stdout
     assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
-    res = runner.invoke(cli, ["analyze", str(IMB), "--html", str(out)])
+    res = invoke("analyze", str(IMB), "--html", str(out))
     assert res.exit_code == 2 and "exists; pass --force" in res.output
-    res = runner.invoke(cli, ["analyze", str(IMB), "--html", str(out), "--force", "--format", "json"])
+    res = invoke("analyze", str(IMB), "--html", str(out), "--force", "--format", "json")
     assert res.exit_code == 0
     json.loads(res.stdout)
 

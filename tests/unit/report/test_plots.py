@@ -10,14 +10,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from click.testing import CliRunner
 
 import pipeaudit
-from pipeaudit.cli.main import cli
 from pipeaudit.errors import ConfigError
 from pipeaudit.report import plots
 from pipeaudit.report.step_view import median_step
 from tests.support.paths import SAMPLES
+from tests.support.cli import invoke
 
 pytest.importorskip("matplotlib")
 
@@ -96,19 +95,18 @@ def test_timeline_figure_draws_every_action_of_the_step(imb):
 
 
 def test_plot_cli(tmp_path):
-    runner = CliRunner()
     out = tmp_path / "t.png"
-    res = runner.invoke(cli, ["plot", str(IMB), "-o", str(out)])
+    res = invoke("plot", str(IMB), "-o", str(out))
     assert res.exit_code == 0, res.output
     png_size(out)
-    res = runner.invoke(cli, ["plot", str(IMB), "-o", str(out)])
+    res = invoke("plot", str(IMB), "-o", str(out))
     assert res.exit_code == 2 and "exists; pass --force" in res.output
-    res = runner.invoke(cli, ["plot", str(IMB), "-o", str(tmp_path / "t.jpg")])
+    res = invoke("plot", str(IMB), "-o", str(tmp_path / "t.jpg"))
     assert res.exit_code == 2 and "use .png or .svg" in res.output
-    res = runner.invoke(cli, ["plot", str(IMB), "-o", str(tmp_path / "m.png"), "--kind", "memory"])
+    res = invoke("plot", str(IMB), "-o", str(tmp_path / "m.png"), "--kind", "memory")
     assert res.exit_code == 2 and "no [memory] samples" in res.output
     assert "Traceback" not in res.output and not (tmp_path / "m.png").exists()
-    res = runner.invoke(cli, ["plot", str(IMB), "-o", str(tmp_path / "b.svg"), "--kind", "bubble"])
+    res = invoke("plot", str(IMB), "-o", str(tmp_path / "b.svg"), "--kind", "bubble")
     assert res.exit_code == 0
     svg_root(tmp_path / "b.svg")
 

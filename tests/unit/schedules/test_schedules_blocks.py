@@ -6,9 +6,7 @@ import json
 import math
 
 import pytest
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
 from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import (
     build_schedule,
@@ -33,12 +31,13 @@ from pipeaudit.schedules.blocks import (
 from pipeaudit.schedules.model import loop_placement
 from pipeaudit.schedules.reorder import reorder_ends
 from tests.support.paths import SAMPLES
+from tests.support.cli import invoke
 
 ADDED = ("1f1b-v", "1f1b-split-lowmem", "interleaved-1f1b-lowmem")
 
 
 def simulate(*args: str):
-    return CliRunner().invoke(cli, ["simulate", *map(str, args)])
+    return invoke("simulate", *map(str, args))
 
 
 # ------------------------------------------------------------------ rebuild the catalogue
@@ -306,8 +305,8 @@ def test_cli_block_usage_errors(args, fragment):
 
 
 def test_whatif_replays_an_added_schedule():
-    res = CliRunner().invoke(cli, ["whatif", str(SAMPLES / "1f1b_p2_m4"),
-                                   "--schedule", "1f1b-split-lowmem", "--format", "json"])
+    res = invoke("whatif", str(SAMPLES / "1f1b_p2_m4"),
+                 "--schedule", "1f1b-split-lowmem", "--format", "json")
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     assert d["predicted"]["schedule"] == "1f1b-split-lowmem"

@@ -10,16 +10,14 @@ import itertools
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
 from pipeaudit.schedules import build_schedule, replay, theory, uniform_durations
 from tests.support.paths import SAMPLES
-
+from tests.support.cli import invoke
 
 
 def simulate_json(*args: str) -> dict:
-    res = CliRunner().invoke(cli, ["simulate", *map(str, args), "--format", "json"])
+    res = invoke("simulate", *map(str, args), "--format", "json")
     assert res.exit_code == 0, res.output
     return json.loads(res.output)
 
@@ -151,7 +149,7 @@ def test_sweep_and_compare_json_carry_published():
 
 @pytest.mark.parametrize("sample", ["dualpipev_p4_m8", "zbv_p4_m8", "1f1b_p4_m8"])
 def test_analyze_json_evaluates_the_formula_at_the_measured_durations(sample):
-    res = CliRunner().invoke(cli, ["analyze", str(SAMPLES / sample), "--format", "json"])
+    res = invoke("analyze", str(SAMPLES / sample), "--format", "json")
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     pub = d["bubble"]["published"]
@@ -176,12 +174,12 @@ def test_analyze_json_evaluates_the_formula_at_the_measured_durations(sample):
 
 def test_reports_show_published_next_to_theory(tmp_path):
     run = str(SAMPLES / "zbv_p2_m4")
-    text = CliRunner().invoke(cli, ["analyze", run]).output
+    text = invoke("analyze", run).output
     assert "published: 0 at T_F = T_B = T_W" in text and "against the per-step theory" in text
-    md = CliRunner().invoke(cli, ["analyze", run, "--format", "markdown"]).output
+    md = invoke("analyze", run, "--format", "markdown").output
     assert "- **published**:" in md and "Zero Bubble" in md
     html = tmp_path / "r.html"
-    assert CliRunner().invoke(cli, ["analyze", run, "--html", str(html)]).exit_code == 0
+    assert invoke("analyze", run, "--html", str(html)).exit_code == 0
     page = html.read_text()
     assert "theory (per step)" in page and "published" in page and "Zero Bubble PP README" in page
 

@@ -5,19 +5,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from pipeaudit.cli.main import cli
 from pipeaudit.errors import ConfigError
 from pipeaudit.harness.config import ModelConfig, ProfileConfig
 from pipeaudit.sweep import SweepConfig, SweepRecord, SweepResult, expand_grid, load, run_sweep, save
 from pipeaudit.sweep.grid import parse_int_list, parse_schedules
 from pipeaudit.sweep.results import CSV_NAME, JSON_NAME, to_csv_text
 from tests.support.paths import REPO
+from tests.support.cli import invoke
 
 
 def _sweep(*args):
-    return CliRunner().invoke(cli, ["sweep", *args])
+    return invoke("sweep", *args)
 
 
 # ----------------------------------------------------------------------------- grid
@@ -115,15 +114,15 @@ def test_report_renders_table_and_plots(tmp_path):
     pytest.importorskip("matplotlib")
     save(SweepResult(options={"steps": 2, "warmup_steps": 1, "model": {"layers": 2, "hidden": 64}},
                      records=_records()), tmp_path)
-    res = CliRunner().invoke(cli, ["sweep", "--report", str(tmp_path)])
+    res = invoke("sweep", "--report", str(tmp_path))
     assert res.exit_code == 0, res.output
     assert "gpipe_p2_m4" in res.stdout and "skipped 1f1b_p2_m1: schedule 1f1b needs" in res.stdout
     assert "(P-1)/(M+P-1)" in res.stdout
     for name in ("bubble_vs_m.png", "step_time_vs_m.png", "memory_vs_m.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    js = CliRunner().invoke(cli, ["sweep", "--report", str(tmp_path), "--format", "json", "--no-plots"])
+    js = invoke("sweep", "--report", str(tmp_path), "--format", "json", "--no-plots")
     assert json.loads(js.stdout)["records"][0]["key"] == "gpipe_p2_m1"
-    csv = CliRunner().invoke(cli, ["sweep", "--report", str(tmp_path), "--format", "csv", "--no-plots"])
+    csv = invoke("sweep", "--report", str(tmp_path), "--format", "csv", "--no-plots")
     assert csv.stdout.splitlines()[0].startswith("key,")
 
 
@@ -143,7 +142,7 @@ def test_non_empty_out_is_refused_without_force(tmp_path):
     (["--out", "y", "-P", "2,a"], "--ranks expects comma-separated integers"),
 ])
 def test_cli_usage_errors(tmp_path, args, problem):
-    res = CliRunner().invoke(cli, ["sweep", *args])
+    res = invoke("sweep", *args)
     assert res.exit_code == 2 and problem in res.output and "Traceback" not in res.output
 
 

@@ -141,29 +141,26 @@ def test_every_command_reads_replicas(tmp_path):
     one replica (the slowest by default)."""
     import json
 
-    from click.testing import CliRunner
-
-    from pipeaudit.cli.main import cli
+    from tests.support.cli import invoke
 
     built = build_replicas(tmp_path, one_f_one_b_orders(2, 4), dp=2, latency=100,
                            dur_of=lambda d, t: _dur(1.5 if d == 1 else 1.0))
-    run = CliRunner()
     d = str(built.directory)
-    res = run.invoke(cli, ["gate", d, "--max-replica-spread", "0.05", "--no-config", "--format", "json"])
+    res = invoke("gate", d, "--max-replica-spread", "0.05", "--no-config", "--format", "json")
     assert res.exit_code == 1, res.output
     check = next(c for c in json.loads(res.output)["checks"] if c["metric"] == "replica_spread")
     assert check["verdict"] == "fail" and check["index"] == 1
-    assert run.invoke(cli, ["gate", d, "--max-replica-spread", "0.9", "--no-config"]).exit_code == 0
+    assert invoke("gate", d, "--max-replica-spread", "0.9", "--no-config").exit_code == 0
     out = tmp_path / "t.json"
-    assert run.invoke(cli, ["export", d, "--perfetto", str(out)]).exit_code == 0
+    assert invoke("export", d, "--perfetto", str(out)).exit_code == 0
     names = {e["pid"]: e["args"]["name"] for e in json.loads(out.read_text())["traceEvents"]
              if e.get("name") == "process_name"}
     assert names == {r: f"pipeline {0 if r in built.replica_groups()[0] else 1} · rank {r}"
                      for r in range(4)}
-    res = run.invoke(cli, ["explain", d, "--format", "json"])
+    res = invoke("explain", d, "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert doc["ranks"] == built.replica_groups()[1] and "pipeline 1, the slowest" in doc["notes"][0]
-    res = run.invoke(cli, ["whatif", d, "--scale", "0=0.5", "--pipeline", "0", "--format", "json"])
+    res = invoke("whatif", d, "--scale", "0=0.5", "--pipeline", "0", "--format", "json")
     assert res.exit_code == 0, res.output
     assert "pipeline 0 of the job's 2" in json.loads(res.output)["notes"][0]

@@ -162,8 +162,6 @@ def test_consecutive_forwards_with_nothing_between(tmp_path, marks):
     _check(result, built, 6, 2, 4, "gpipe")
 
 
-
-
 def _bare_copy(src, dst, drop=()):
     """The rank files of a sample run without its manifest (as users share them), less the
     events whose names start with ``drop``."""

@@ -6,15 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import pipeaudit
-from pipeaudit.cli.main import cli
 from pipeaudit.errors import ConfigError, TraceError
 from pipeaudit.trace.executor import Executor, parse_executor
 from pipeaudit.trace.load import map_ranks, parse_size
 from tests.support.synth import simple_rank, write
 from tests.support.paths import SAMPLES
+from tests.support.cli import invoke
 
 RUNS = ["1f1b_p4_m8_imb_s1x3", "interleaved-1f1b_p4_m8_v2", "1f1b_p2_m4_noannot", "1f1b_p2_m4_memory"]
 
@@ -85,16 +84,15 @@ def test_executor_and_size_parsing() -> None:
 
 
 def test_cli_options() -> None:
-    runner = CliRunner()
     run = str(SAMPLES / "1f1b_p2_m4")
-    base = runner.invoke(cli, ["analyze", run, "--format", "json"])
+    base = invoke("analyze", run, "--format", "json")
     assert base.exit_code == 0
-    same = runner.invoke(cli, ["analyze", run, "--format", "json", "--jobs", "2", "--executor", "processes",
-                               "--max-memory", "1M"])
+    same = invoke("analyze", run, "--format", "json", "--jobs", "2", "--executor", "processes",
+                  "--max-memory", "1M")
     assert same.exit_code == 0 and json.loads(same.output) == json.loads(base.output)
-    bad = runner.invoke(cli, ["analyze", run, "--executor", "nope"])
+    bad = invoke("analyze", run, "--executor", "nope")
     assert bad.exit_code == 2 and "--executor: 'nope' is not one of" in bad.output
-    bad = runner.invoke(cli, ["analyze", run, "--max-memory", "lots"])
+    bad = invoke("analyze", run, "--max-memory", "lots")
     assert bad.exit_code == 2 and "not a memory size" in bad.output
 
 
@@ -116,8 +114,8 @@ def test_dask_executor_against_a_local_cluster() -> None:
         with reporting(lambda done, total: seen.append((done, total))):
             pipeaudit.load(SAMPLES / "1f1b_p4_m8", executor=url)
         assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]  # as the cluster finishes them
-        res = CliRunner().invoke(cli, ["analyze", str(SAMPLES / "gpipe_p2_m4"), "--format", "json",
-                                       "--executor", url])
+        res = invoke("analyze", str(SAMPLES / "gpipe_p2_m4"), "--format", "json",
+                     "--executor", url)
         assert res.exit_code == 0, res.output
         assert json.loads(res.output) == _doc("gpipe_p2_m4")
         # errors raised on a worker arrive as the same one-line errors

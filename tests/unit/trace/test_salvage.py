@@ -13,10 +13,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import pipeaudit
-from pipeaudit.cli.main import cli
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import load_traces, read_trace
 from pipeaudit.errors import TraceErrorKind
@@ -25,6 +23,7 @@ from pipeaudit.trace.salvage import is_salvageable
 from pipeaudit.trace.source import read_text
 from tests.support.synth import trace, x
 from tests.support.paths import SAMPLES
+from tests.support.cli import invoke
 
 SAMPLE = SAMPLES / "1f1b_p4_m8"
 T0 = 1_700_000_000_000_000
@@ -114,17 +113,17 @@ def test_cut_before_any_event_is_an_error(tmp_path):
 def test_without_salvage_the_cli_refuses_and_mentions_salvage(tmp_path):
     d = _copy(tmp_path)
     _cut_gzip(d / "rank1.json.gz", 0.8)
-    res = CliRunner().invoke(cli, ["analyze", str(d)])
+    res = invoke("analyze", str(d))
     assert res.exit_code == 2
     assert res.stderr == (f"pipeaudit: error: {d / 'rank1.json.gz'}: truncated gzip file (the compressed "
                           "stream ends early); pass --salvage to analyse the complete events before the "
                           "damage\n")
-    ok = CliRunner().invoke(cli, ["analyze", str(d), "--salvage", "--format", "json"])
+    ok = invoke("analyze", str(d), "--salvage", "--format", "json")
     assert ok.exit_code == 0 and ok.stderr == ""
     doc = json.loads(ok.stdout)
     assert doc["num_steps"] == 1 and doc["salvage"][0]["rank"] == 1
     assert "TRUNCATED_TRACE" in [f["code"] for f in doc["findings"]]
-    text = CliRunner().invoke(cli, ["analyze", str(d), "--salvage"])
+    text = invoke("analyze", str(d), "--salvage")
     assert "TRUNCATED_TRACE" in text.stdout and "steps after ProfilerStep#0" in text.stdout
 
 

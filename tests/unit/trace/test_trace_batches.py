@@ -34,7 +34,6 @@ def read_batched(path, *, batch_bytes: int = 4 << 20, tokenizer: Tokenizer = Tok
     return decode_file(path, options, columns=columns)
 
 
-
 def _files() -> list[Path]:
     out = sorted(TORCH_CPU.glob("*.json.gz"))
     out += sorted(SAMPLES.glob("*/rank*.json.gz"))[:: 3]

@@ -14,7 +14,6 @@ from tests.support.synth import simple_rank, write
 from tests.support.paths import HTA
 
 
-
 def _names(paths: list[Path]) -> list[str]:
     return [p.name for p in paths]
 

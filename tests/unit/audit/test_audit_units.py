@@ -83,3 +83,63 @@ def test_a_rank_alone_is_measured_in_its_own_window():
     assert r.bubble_scope == "own window" and res.num_ranks == 4 and res.ranks_missing == [0, 1, 3]
     assert res.bubble.replay_ideal is None
     assert not any(f.code in ("BUBBLE_ABOVE_THEORY", "SCHEDULE_ORDER_VIOLATION") for f in res.findings)
+
+
+ORDERS = [pytest.param(one_f_one_b_orders(4, 8), "1f1b", id="1f1b-P4-M8"),
+          pytest.param(one_f_one_b_orders(4, 2), "1f1b", id="1f1b-P4-M2"),  # M < P
+          pytest.param(gpipe_orders(3, 5), "gpipe", id="gpipe-P3-M5")]
+
+
+def _uneven(s, k, m):
+    """Stage s runs 1 + s/2 times slower than stage 0; B takes twice F."""
+    return int(BASE[k] * (1 + s / 2))
+
+
+@pytest.mark.parametrize("orders,kind", ORDERS)
+@pytest.mark.parametrize("latency", [0, 300])
+@pytest.mark.parametrize("dur", [None, _uneven], ids=["even", "uneven"])
+def test_steps_compute_and_bubble_are_the_placements(orders, kind, latency, dur):
+    """Step times, per-rank compute and bubble are the placement's, whatever the latency and
+    the stages' speeds; every step is audited on its own."""
+    steps = 3
+    tl = timeline(orders, steps=steps, latency=latency, dur=dur)
+    res = audit(tl)
+    P, M = len(orders), len(orders[0]) // 2
+    assert [s.step for s in res.steps] == list(range(steps))
+    for k, st in enumerate(res.steps):
+        acts = [rt.actions.filter(rt.actions["step"] == k) for rt in tl.ranks]
+        lo = min(int(a["compute_start"].min()) for a in acts)
+        hi = max(int(a["compute_end"].max()) for a in acts)
+        assert st.step_time_us == pytest.approx((hi - lo) / 1000)
+    truth = truth_bubble(tl)
+    durations = dur or (lambda s, k, m: BASE[k])
+    for r in res.ranks:
+        assert len(r.bubble_by_step) == steps
+        assert r.bubble == pytest.approx(truth[r.rank], abs=1e-9)
+        assert r.compute_us == pytest.approx(steps * sum(durations(*a) for a in orders[r.rank]))
+    # the order and the durations fix the replay: latency shows as overhead, never as imbalance
+    free = audit(timeline(orders, steps=steps, dur=dur)).bubble
+    assert res.bubble.replay_ideal == pytest.approx(free.replay_ideal, abs=1e-9)
+    assert res.bubble.imbalance_part == pytest.approx(free.imbalance_part, abs=1e-9)
+    assert res.bubble.overhead_part == pytest.approx(res.bubble.measured - res.bubble.replay_ideal)
+    if latency:
+        assert res.bubble.overhead_part > 0
+    else:
+        assert res.bubble.overhead_part == pytest.approx(0.0, abs=1e-9)
+    if dur is None:
+        assert res.bubble.imbalance_part == pytest.approx(0.0, abs=1e-9)
+        assert res.bubble.replay_ideal == pytest.approx((P - 1) / (M + P - 1))
+
+
+@pytest.mark.parametrize("orders,kind", ORDERS)
+@pytest.mark.parametrize("dur", [None, _uneven], ids=["even", "uneven"])
+def test_actions_and_peak_in_flight_per_stage(orders, kind, dur):
+    """Each stage runs M forwards and M backwards a step; 1F1B holds min(M, P - s) activations
+    on stage s, GPipe all M, whatever the durations."""
+    steps = 2
+    res = audit(timeline(orders, steps=steps, latency=200, dur=dur))
+    P, M = len(orders), len(orders[0]) // 2
+    for st in res.stages:
+        assert st.actions["F"] == st.actions["B"] == M * steps
+        assert st.peak_inflight == (M if kind == "gpipe" else min(M, P - st.stage))
+        assert st.expected_peak_inflight == st.peak_inflight

@@ -10,7 +10,6 @@ traceinsight 0.6.1 (and HolisticTraceAnalysis 0.5.0, identical) on each file alo
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -19,7 +18,6 @@ from pipeaudit.integrations import hta as hta_mod
 from pipeaudit.timeline.idle import gpu_idle
 from pipeaudit.trace.decode import read_trace
 from tests.support.paths import HTA, SAMPLES
-from tests.support.cli import invoke
 
 HTA_DIR = HTA
 
@@ -103,64 +101,6 @@ def test_unknown_steps_mode_is_refused():
     with pytest.raises(ValueError):
         gpu_idle(read_trace(SAMPLES / "1f1b_p2_m4" / "rank0.json.gz"),
                  steps="last")
-
-
-# ----------------------------------------------------------------------------- CLI
-def _analyze(*args):
-    return invoke("analyze", *args, catch_exceptions=False)
-
-
-@slow_with_hta
-@needs_traces
-def test_analyze_with_hta_json_adds_hta_key_only_when_asked():
-    files = [str(HTA_DIR / "nccl128_sampled_rank0.json.gz"), str(HTA_DIR / "nccl128_sampled_rank1.json.gz")]
-    plain = json.loads(_analyze("--format", "json", *files).output)
-    assert "hta" not in plain
-    res = _analyze("--format", "json", "--with-hta", *files)
-    assert res.exit_code == 0
-    doc = json.loads(res.output)
-    hta = doc["hta"]
-    assert hta["status"] == ("ok" if hta_installed else "not-installed")
-    rows = {r["rank"]: r for r in hta["rows"]}
-    assert set(rows) == {0, 1}
-    for r in doc["ranks"]:
-        assert rows[r["rank"]]["pipeaudit_idle"] == r["idle_fraction"]
-        assert rows[r["rank"]]["pipeaudit_overlap"] == r["overlap"]
-    assert rows[0]["pipeaudit_idle_hta_steps"] == pytest.approx(0.5356, abs=5e-4)
-    assert rows[0]["hta_steps"] == "#551 (drops #552)"
-    if hta_installed:
-        assert rows[0]["hta_idle"] == pytest.approx(rows[0]["pipeaudit_idle_hta_steps"], abs=0.01)
-        assert rows[0]["hta_overlap"] == pytest.approx(0.1181, abs=5e-4)
-    else:
-        assert rows[0]["hta_idle"] is None and "not installed" in hta["message"]
-
-
-@slow_with_hta
-@needs_traces
-def test_analyze_with_hta_text_table():
-    res = _analyze("--with-hta", str(HTA_DIR / "nccl128_sampled_rank0.json.gz"))
-    assert res.exit_code == 0
-    assert "HTA alongside" in res.output
-    assert "55.2%" in res.output and "53.6%" in res.output
-
-
-def test_analyze_with_hta_on_cpu_traces_says_hta_has_nothing_to_say():
-    sample = str(SAMPLES / "1f1b_p2_m4")
-    res = _analyze("--with-hta", "--format", "json", sample)
-    assert res.exit_code == 0
-    hta = json.loads(res.output)["hta"]
-    assert hta["status"] == "no-gpu"
-    assert "CPU-only" in hta["message"]
-    text = _analyze("--with-hta", sample).output
-    assert "HTA has nothing to say" in text
-
-
-@needs_traces
-def test_analyze_with_hta_when_hta_is_missing(monkeypatch):
-    monkeypatch.setattr(hta_mod, "hta_version", lambda: None)
-    res = _analyze("--with-hta", "--format", "markdown", str(HTA_DIR / "nccl128_sampled_rank0.json.gz"))
-    assert res.exit_code == 0
-    assert "HTA is not installed" in res.output and "pipeaudit[hta]" in res.output
 
 
 @pytest.mark.skipif(not hta_installed, reason="HTA (pipeaudit[hta]) not installed")

@@ -1,31 +1,9 @@
-"""Shared fixtures. Paths and the CLI runner are plain imports, usable at collection time too:
+"""Shared test configuration. Paths and the CLI runner are plain imports, so that module-level
+``parametrize`` lists can use them at collection time:
 
-    from tests.support.paths import REPO, SAMPLES, DATA, HTA
-    from tests.support.cli import invoke
+    from tests.support.paths import REPO, SAMPLES, DATA, TORCH_CPU, DOCS, SHARED_TRACES, HTA
+    from tests.support.cli import invoke     # invoke("analyze", run, "--format", "json")
 
 ``tests`` is a package (``__init__.py`` in every directory), so pytest puts the repository root
-on ``sys.path`` and test files of the same name may live in different layers.
+on ``sys.path`` and test files may share a name in different directories.
 """
-
-from __future__ import annotations
-
-from pathlib import Path
-from typing import Callable
-
-import pytest
-from click.testing import Result
-
-from tests.support import paths
-from tests.support.cli import invoke as _invoke
-
-
-@pytest.fixture
-def samples() -> Path:
-    """The bundled real harness traces (``sample_traces/``)."""
-    return paths.SAMPLES
-
-
-@pytest.fixture
-def invoke() -> Callable[..., Result]:
-    """``invoke("analyze", run, "--format", "json")``: a pipeaudit command in click's runner."""
-    return _invoke

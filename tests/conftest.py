@@ -1,4 +1,9 @@
-import sys
-from pathlib import Path
+"""Shared test configuration. Paths and the CLI runner are plain imports, so that module-level
+``parametrize`` lists can use them at collection time:
 
-sys.path.insert(0, str(Path(__file__).parent))
+    from tests.support.paths import REPO, SAMPLES, DATA, TORCH_CPU, DOCS, SHARED_TRACES, HTA
+    from tests.support.cli import invoke     # invoke("analyze", run, "--format", "json")
+
+``tests`` is a package (``__init__.py`` in every directory), so pytest puts the repository root
+on ``sys.path`` and test files may share a name in different directories.
+"""

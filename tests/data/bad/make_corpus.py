@@ -2,7 +2,7 @@
 """Generate the bad-input corpus: ``python tests/data/bad/make_corpus.py [OUT_DIR]``.
 
 Every case is a file or directory under ``cases/`` plus its expected outcome in
-``expected.json`` (read by ``tests/test_bad_inputs.py``). Outcomes:
+``expected.json`` (read by ``tests/cli/test_bad_inputs.py``). Outcomes:
 
 * ``{"exit": 2, "stderr": [...]}``: an error. ``pipeaudit analyze`` prints exactly one line on
   stderr, ``pipeaudit: error: <path>: <problem>``, containing every listed substring and the

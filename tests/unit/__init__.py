@@ -1,0 +1,1 @@
+"""Unit tests, one directory per layer of ``pipeaudit/``."""

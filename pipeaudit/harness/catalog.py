@@ -3,7 +3,7 @@
 Torch-free on purpose: ``pipeaudit profile`` checks a configuration against the catalogue
 before any process starts (and before torch is imported). Placement, chunk rule, torch class
 and constraints are those of :mod:`pipeaudit.schedules.catalogue` (what torch 2.13 enforces,
-kept honest by ``tests/test_harness_catalog.py``); this module only phrases the problems in
+kept honest by ``tests/unit/harness/test_harness_catalog.py``); this module only phrases the problems in
 the harness's option names (``--ranks``, ``--microbatches``, ``--chunks``) as ConfigError.
 """
 

@@ -4,7 +4,7 @@ Each builder takes (P, M, v, rank) and returns the rank's actions in execution o
 ``(forward, backward)`` tuple in the list is an overlapped pair that runs as one unit (torch's
 ``OVERLAP_F_B``: the forward, then the backward, both outputs sent after the backward). Where
 torch 2.13 implements the schedule the order is the one torch *executes*, checked by
-``tests/test_schedules_torch.py``; the rules are restated in ``docs/schedules.md``.
+``tests/unit/schedules/test_schedules_torch.py``; the rules are restated in ``docs/schedules.md``.
 """
 
 from __future__ import annotations

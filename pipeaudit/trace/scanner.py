@@ -16,7 +16,7 @@ not depend on whether the scanner is built; ``PIPEAUDIT_NO_SCANNER=1`` turns it 
 comparisons and benchmarks). Both read text the byte reader has already made valid UTF-8
 (:mod:`pipeaudit.trace.source`), so both give the same strings and the same repair note; a
 key repeated in an event is left to msgspec (the last value counts); nesting deeper than 64
-levels too. Memory safety: ``tests/test_scanner_sanitized.py`` runs it under AddressSanitizer
+levels too. Memory safety: ``tests/unit/trace/test_scanner_sanitized.py`` runs it under AddressSanitizer
 and UBSan against msgspec.
 """
 

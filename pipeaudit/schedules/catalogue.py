@@ -4,7 +4,8 @@ Each :class:`ScheduleDef` names its placement, its chunk rule, the torch class t
 any) and whether the harness can run it, its per-rank order builder, its constraints, its
 closed form and its published formula. ``pipeaudit.harness.catalog`` is a view of the entries
 the harness can run. Where torch 2.13 implements a schedule the order is the one torch
-*executes* and the constraints are the ones torch enforces (``tests/unit/schedules/test_schedules_torch.py``,
+*executes* and the constraints are the ones torch enforces
+(``tests/unit/schedules/test_schedules_torch.py``,
 ``tests/unit/harness/test_harness_catalog.py``); the rules are restated in ``docs/schedules.md``.
 """
 

@@ -3,12 +3,10 @@ or torch is imported."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.child import run_python
 from tests.support.cli import invoke
 
 
@@ -85,7 +83,6 @@ def test_invalid_options_do_not_import_torch(tmp_path):
         "assert 'torch' not in sys.modules\n"
         "print('ok')\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         env={**__import__("os").environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    res = run_python(code)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ok"

@@ -24,6 +24,7 @@ from pipeaudit.harness import HarnessError, ModelConfig, ProfileConfig, run_prof
 from pipeaudit.harness.faults import ENV_VAR as FAULT_ENV  # noqa: E402
 from tests.support.paths import REPO
 from tests.support.cli import invoke
+from tests.support.kineto import inside, spans
 
 pytestmark = pytest.mark.slow
 
@@ -40,12 +41,6 @@ def load_events(path: Path) -> list[dict]:
         return json.load(f)["traceEvents"]
 
 
-def spans(events: list[dict], prefix: str) -> list[dict]:
-    return [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith(prefix)]
-
-
-def inside(e: dict, outer: dict) -> bool:
-    return outer["ts"] <= e["ts"] and e["ts"] + e.get("dur", 0) <= outer["ts"] + outer["dur"] + 1e-3
 
 
 def compute_actions(pp_span: dict) -> list[tuple[int, str, int]]:
@@ -184,32 +179,25 @@ def test_1f1b_p4_m8_counts_and_manifest(tmp_path):
 # ---------------------------------------------------------- every schedule, P=2
 ALL = [("naive", 4, 1), ("gpipe", 4, 1), ("1f1b", 4, 1), ("interleaved-1f1b", 4, 2),
        ("looped-bfs", 4, 2), ("interleaved-zb", 4, 2), ("zbv", 4, 2), ("dualpipev", 4, 2)]
-
-
-@pytest.mark.parametrize("schedule,m,v", ALL, ids=[a[0] for a in ALL])
-def test_every_schedule_p2(tmp_path, schedule, m, v):
-    out, res = profile(tmp_path, schedule, "--schedule", schedule, "--stages", "2",
-                       "--microbatches", str(m), "--layers", str(2 * v), *TINY)
-    assert res.exit_code == 0, res.output
-    man = check_run(out, schedule, 2, m, v)
-    if schedule in ("zbv", "dualpipev"):
-        assert man["stage_to_rank"] == [0, 1, 1, 0]
-    elif v == 2:
-        assert man["stage_to_rank"] == [0, 1, 0, 1]
-
-
 # P=4 for the V-placed schedules (rank r holds r and 7-r); loop placement at P=4
 # is covered by the 1F1B test above and by interleaved/looped at P=2.
 P4 = [("zbv", 8, 2), ("dualpipev", 8, 2)]
+#: the stage each rank holds, in stage order (None: one stage per rank)
+PLACED = {(2, "zbv"): [0, 1, 1, 0], (2, "dualpipev"): [0, 1, 1, 0],
+          (2, "interleaved-1f1b"): [0, 1, 0, 1], (2, "looped-bfs"): [0, 1, 0, 1],
+          (2, "interleaved-zb"): [0, 1, 0, 1],
+          (4, "zbv"): [0, 1, 2, 3, 3, 2, 1, 0], (4, "dualpipev"): [0, 1, 2, 3, 3, 2, 1, 0]}
+RUNS = [(2, *a) for a in ALL] + [(4, *a) for a in P4]
 
 
-@pytest.mark.parametrize("schedule,m,v", P4, ids=[a[0] for a in P4])
-def test_schedules_p4(tmp_path, schedule, m, v):
-    out, res = profile(tmp_path, schedule, "--schedule", schedule, "--stages", "4",
-                       "--microbatches", str(m), "--layers", str(4 * v), *TINY)
+@pytest.mark.parametrize("P,schedule,m,v", RUNS, ids=[f"{a[1]}-p{a[0]}" for a in RUNS])
+def test_every_schedule(tmp_path, P, schedule, m, v):
+    out, res = profile(tmp_path, schedule, "--schedule", schedule, "--stages", str(P),
+                       "--microbatches", str(m), "--layers", str(P * v), *TINY)
     assert res.exit_code == 0, res.output
-    man = check_run(out, schedule, 4, m, v)
-    assert man["stage_to_rank"] == [0, 1, 2, 3, 3, 2, 1, 0]
+    man = check_run(out, schedule, P, m, v)
+    if v == 2:
+        assert man["stage_to_rank"] == PLACED[(P, schedule)]
 
 
 def test_no_annotate_1f1b_has_no_pp_spans(tmp_path):

@@ -11,7 +11,6 @@ matmuls of its peer in the other replica.
 from __future__ import annotations
 
 import collections
-import gzip
 import json
 import os
 import re
@@ -26,6 +25,7 @@ pytest.importorskip("torch")
 from pipeaudit.harness import MeshLayout  # noqa: E402
 from tests.support.paths import REPO
 from tests.support.cli import invoke
+from tests.support.kineto import inside, load, spans
 
 pytestmark = pytest.mark.slow
 TINY = ["--hidden", "64", "--seq-len", "8", "--steps", "2", "--warmup-steps", "1"]
@@ -33,18 +33,7 @@ _PP = re.compile(r"^PP:(\d+)([FB])(\d+)$")
 MATMUL = ("aten::addmm", "aten::mm")
 
 
-def load(path: Path) -> dict:
-    with gzip.open(path, "rt") as f:
-        return json.load(f)
 
-
-def spans(doc: dict, prefix: str = "") -> list[dict]:
-    return sorted((e for e in doc["traceEvents"] if e.get("ph") == "X"
-                   and str(e.get("name", "")).startswith(prefix)), key=lambda e: e["ts"])
-
-
-def inside(e: dict, outer: dict) -> bool:
-    return outer["ts"] <= e["ts"] and e["ts"] + e.get("dur", 0) <= outer["ts"] + outer["dur"] + 1e-3
 
 
 def profile(tmp_path: Path, *args: str) -> tuple[Path, dict]:

@@ -8,8 +8,6 @@ still writes what it has, as a partial trace naming the step that was cut.
 
 from __future__ import annotations
 
-import collections
-import gzip
 import json
 from pathlib import Path
 
@@ -20,19 +18,13 @@ pytest.importorskip("torch")
 from pipeaudit.harness.faults import ENV_VAR as FAULT_ENV  # noqa: E402
 from pipeaudit.trace.cut import PARTIAL_KEY  # noqa: E402
 from tests.support.cli import invoke
+from tests.support.kineto import load, names
 
 pytestmark = pytest.mark.slow
 TINY = ["--hidden", "64", "--seq-len", "8", "--steps", "2", "--warmup-steps", "1", "--layers", "2",
         "--stages", "2"]
 
 
-def load(path: Path) -> dict:
-    with gzip.open(path, "rt") as f:
-        return json.load(f)
-
-
-def names(doc: dict) -> collections.Counter:
-    return collections.Counter(e["name"] for e in doc["traceEvents"] if e.get("ph") == "X")
 
 
 def run(tmp_path: Path, *args: str, env: dict | None = None):

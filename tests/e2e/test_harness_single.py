@@ -9,7 +9,6 @@ what they write into the trace.
 from __future__ import annotations
 
 import collections
-import gzip
 import json
 from pathlib import Path
 
@@ -20,22 +19,12 @@ torch = pytest.importorskip("torch")
 from pipeaudit.harness import ModelConfig, ProfileConfig  # noqa: E402
 from tests.support.paths import REPO
 from tests.support.cli import invoke
+from tests.support.kineto import inside, load, spans as xspans
 
 MATMUL = ("aten::addmm", "aten::mm")
 
 
-def load(path: Path) -> dict:
-    with gzip.open(path, "rt") as f:
-        return json.load(f)
 
-
-def xspans(doc: dict, prefix: str = "") -> list[dict]:
-    return sorted((e for e in doc["traceEvents"] if e.get("ph") == "X"
-                   and str(e.get("name", "")).startswith(prefix)), key=lambda e: e["ts"])
-
-
-def inside(e: dict, outer: dict) -> bool:
-    return outer["ts"] <= e["ts"] and e["ts"] + e.get("dur", 0) <= outer["ts"] + outer["dur"] + 1e-3
 
 
 # ------------------------------------------------- what the loops compute (in-process)

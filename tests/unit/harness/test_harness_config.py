@@ -13,6 +13,7 @@ from pipeaudit.errors import ConfigError
 from pipeaudit.harness import ModelConfig, ProfileConfig, parse_imbalance, stage_to_rank
 from pipeaudit.harness.catalog import SCHEDULE_NAMES, check_schedule, rank_stages
 from pipeaudit.harness.faults import Fault, parse_faults
+from tests.support.child import run_python
 from tests.support.paths import REPO
 
 
@@ -112,8 +113,7 @@ def test_harness_package_imports_without_torch_or_click():
         "bad = [m for m in ('torch', 'click') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         env={**__import__("os").environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    res = run_python(code)
     assert res.returncode == 0, res.stderr
 
 

@@ -111,22 +111,42 @@ def _dp_waits(pipes: list[PipelineAudit], layout: Layout, metrics: dict) -> None
                 nxt = pa.windows[steps[i + 1]][0] if i + 1 < len(steps) else None
                 s0, e0 = comm.dp_in(pa.windows[k][0], nxt)
                 starts.setdefault(rt.rank, {})[k] = list(zip(s0.tolist(), e0.tolist()))
-    for d, rep in enumerate(layout.replicas):
+    lasts: dict[tuple[int, int], tuple[int, dict[int, list[int]]]] = {}  # (pos, tp) -> group's
+    for rep in layout.replicas:
         for pos, peers in enumerate(rep):
             for t, rank in enumerate(peers):
-                group = [other[pos][t] for other in layout.replicas if other[pos][t] in starts]
-                if rank not in starts or len(group) < 2:
+                if rank not in starts:
+                    continue
+                if (pos, t) not in lasts:  # once per group: linear in ranks, not ranks x replicas
+                    group = [other[pos][t] for other in layout.replicas if other[pos][t] in starts]
+                    lasts[(pos, t)] = (len(group), _last_starts(starts, group))
+                size, last = lasts[(pos, t)]
+                if size < 2:
                     continue
                 waits = []
                 for k, mine in starts[rank].items():
                     wait = 0
-                    for i, (s0, e0) in enumerate(mine):
-                        last = max((starts[g][k][i][0] for g in group
-                                    if k in starts[g] and i < len(starts[g][k])), default=s0)
-                        wait += min(max(last - s0, 0), e0 - s0)
+                    for (s0, e0), latest in zip(mine, last[k]):
+                        wait += min(max(latest - s0, 0), e0 - s0)
                     waits.append(wait)
                 if rank in metrics and waits:
                     metrics[rank].dp_wait_us = sum(waits) / len(waits) / 1000.0
+
+
+def _last_starts(starts: dict[int, dict[int, list[tuple[int, int]]]],
+                 group: list[int]) -> dict[int, list[int]]:
+    """Step -> the latest start over ``group`` of each step's i-th collective (over the peers
+    that have one)."""
+    out: dict[int, list[int]] = {}
+    for g in group:
+        for k, seq in starts[g].items():
+            cur = out.setdefault(k, [])
+            for i, (s0, _) in enumerate(seq):
+                if i < len(cur):
+                    cur[i] = max(cur[i], s0)
+                else:
+                    cur.append(s0)
+    return out
 
 
 def _job_figures(pipes: list[PipelineAudit], summaries, steps: list[StepMetrics]) -> dict[str, Any]:

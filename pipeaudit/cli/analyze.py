@@ -1,4 +1,9 @@
-"""`pipeaudit analyze`: audit a run's traces."""
+"""`pipeaudit analyze`: audit a run's traces.
+
+Only what the reading of the ranks needs is imported before it starts (the reporters, the
+step view and the audit come after it: ``PIPEAUDIT_TIMINGS``' start phase is the time before
+the first rank is read).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,6 @@ import click
 
 from pipeaudit.cli.output import write_output
 from pipeaudit.cli.runopts import load_options, load_run, run_options
-from pipeaudit.report import render
-from pipeaudit.report.markdown import md_fence
 
 
 @click.command("analyze")
@@ -32,8 +35,6 @@ def command(paths, fmt, output, html_path, force, with_hta, **run) -> None:
 
     options = load_options(run)
     maybe_prestart(paths, options.jobs, options.executor)  # the worker pool's imports overlap ours
-    from pipeaudit.report.step_view import step_timeline_text
-
     from pipeaudit.cli.output import check_writable
 
     check_writable(output, force=force)  # before the (possibly long) analysis
@@ -41,6 +42,8 @@ def command(paths, fmt, output, html_path, force, with_hta, **run) -> None:
     run = load_run(paths, options)
     result = run.audit()
     timings.mark("audit")
+    from pipeaudit.report import render
+
     if html_path:
         from pipeaudit.report.html import write_html
 
@@ -57,10 +60,14 @@ def command(paths, fmt, output, html_path, force, with_hta, **run) -> None:
             doc["hta"] = hta.to_dict()
         text = render("analyze", doc, "json")
     else:
+        from pipeaudit.report.step_view import step_timeline_text
+
         step, tl_text = step_timeline_text(run.timeline, result) if result.pipeline_found else (None, "")
         text = render("analyze", result, fmt, timeline_text=tl_text, timeline_step=step,
                       color=sys.stdout.isatty() and output is None)
         if hta is not None:
+            from pipeaudit.report.markdown import md_fence
+
             table = render("hta", hta, "text")
             text += ("\n## HTA alongside\n\n" + "\n".join(md_fence(table.rstrip("\n"))) + "\n"
                      if fmt == "markdown" else "\n" + table)

@@ -208,13 +208,19 @@ def run_dask(fn: Callable[[Any], Any], items: Sequence[Any], address: str,
     except (OSError, TimeoutError) as exc:
         raise ConfigError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     try:
-        futures = client.map(fn, list(items), pure=False)
-        if on_done is not None:
-            from distributed import as_completed
+        from distributed import as_completed
 
-            for _ in as_completed(futures, loop=client.loop):
+        futures = client.map(fn, list(items), pure=False)
+        where = {f.key: i for i, f in enumerate(futures)}
+        out: list[Any] = [None] * len(futures)
+        done = as_completed(futures, with_results=True, loop=client.loop)
+        futures.clear()  # each result is fetched as it is done and released on its worker:
+        for future, value in done:  # a worker holds its tasks in flight, not all it ran
+            out[where[future.key]] = value
+            future.release()
+            if on_done is not None:
                 on_done()
-        return client.gather(futures)
+        return out
     finally:
         client.close()
 

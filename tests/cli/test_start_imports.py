@@ -5,13 +5,11 @@ start phase). Checked in a fresh interpreter at the moment the start phase ends.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "sample_traces" / "1f1b_p4_m8"
+from tests.support.child import run_python
+from tests.support.paths import SAMPLES
+
+SAMPLE = SAMPLES / "1f1b_p4_m8"
 
 #: Modules that must not be loaded before the first rank is read.
 NOT_BEFORE_READING = ("pipeaudit.report", "pipeaudit.audit.run", "pipeaudit.audit.pipeline",
@@ -41,9 +39,7 @@ print("PROBE " + json.dumps(seen), file=sys.stderr)
 
 def _probe() -> dict:
     code = _PROBE % (NOT_BEFORE_READING, str(SAMPLE), NOT_BEFORE_READING)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=300)
+    proc = run_python(code, timeout=300)
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("PROBE "))
     return json.loads(line[len("PROBE "):])
 

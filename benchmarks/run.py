@@ -344,6 +344,22 @@ HEADER = ("| set | method | wall s | MB/s | CPU s | peak RSS MB (largest process
           "| peak PSS sum MB (tree) | PSS sum / largest rank JSON |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
 
 
+def start_log():
+    """(lines, say, CPU ticks now): ``say(text)`` prints a line and keeps it in ``lines``; the
+    machine and its load are said first."""
+    lines: list[str] = []
+
+    def say(text: str = "") -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    ticks0 = cpu_ticks()
+    say(f"machine: {machine()}")
+    say(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    say()
+    return lines, say, ticks0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DATA)
@@ -359,16 +375,7 @@ def main() -> None:
     global BASELINE
     BASELINE = args.baseline
 
-    lines: list[str] = []
-
-    def say(text: str = "") -> None:
-        print(text, flush=True)
-        lines.append(text)
-
-    ticks0 = cpu_ticks()
-    say(f"machine: {machine()}")
-    say(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    say()
+    lines, say, ticks0 = start_log()
     if args.jobs_only:
         jobs_scaling(args.data, args.repeat, say)
         _finish(args.out, lines, say, ticks0)

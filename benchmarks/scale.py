@@ -49,7 +49,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import TICK, _sample, _tree, cpu_ticks, machine  # noqa: E402  (benchmarks/run.py)
+from run import TICK, _sample, _tree, cpu_ticks, start_log  # noqa: E402  (benchmarks/run.py)
 
 ROOT = HERE.parent
 DATA = HERE / "data"
@@ -274,16 +274,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="also write the tables here (markdown)")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
-    lines: list[str] = []
-
-    def say(text: str = "") -> None:
-        print(text, flush=True)
-        lines.append(text)
-
-    ticks0 = cpu_ticks()
-    say(f"machine: {machine()}")
-    say(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    say()
+    lines, say, ticks0 = start_log()
     results: dict[tuple[str, str], dict] = {}
     if args.start:
         start_phase(max(args.repeat, 5), say)

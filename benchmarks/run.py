@@ -227,12 +227,7 @@ def measure(cmd: list[str]) -> dict:
             peak_pss = max(peak_pss, pss)
             stop.wait(0.02)
 
-    th = threading.Thread(target=watch, daemon=True)
-    th.start()
-    out, err = proc.communicate()
-    wall = time.perf_counter() - t0
-    stop.set()
-    th.join()
+    out, err, wall = communicate_watched(proc, watch, stop, t0)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     children_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     phase = _RANKS_PHASE.search(err.decode(errors="replace"))
@@ -342,6 +337,18 @@ def row(label: str, method: str, r: dict | None, mb: float, largest_mb: float) -
 
 HEADER = ("| set | method | wall s | MB/s | CPU s | peak RSS MB (largest process) | peak RSS sum MB (tree) "
           "| peak PSS sum MB (tree) | PSS sum / largest rank JSON |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def communicate_watched(proc, watch, stop, t0: float) -> tuple[bytes, bytes, float]:
+    """Run ``watch`` in a thread until ``proc`` ends; return its stdout, stderr and the wall
+    time since ``t0``. ``watch`` polls until ``stop`` is set."""
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    stop.set()
+    th.join()
+    return out, err, wall
 
 
 def start_log():

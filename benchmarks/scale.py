@@ -49,7 +49,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import TICK, _sample, _tree, cpu_ticks, start_log  # noqa: E402  (benchmarks/run.py)
+from run import TICK, _sample, _tree, communicate_watched, cpu_ticks, start_log  # noqa: E402  (benchmarks/run.py)
 
 ROOT = HERE.parent
 DATA = HERE / "data"
@@ -116,12 +116,7 @@ def measure(cmd: list[str], extra_pids: list[int]) -> dict:
                     cpu[pid] = max(cpu.get(pid, 0.0), s[1] - cpu0.get(pid, 0.0))
             stop.wait(0.05)
 
-    th = threading.Thread(target=watch, daemon=True)
-    th.start()
-    out, err = proc.communicate()
-    wall = time.perf_counter() - t0
-    stop.set()
-    th.join()
+    out, err, wall = communicate_watched(proc, watch, stop, t0)
     total, steal = (a - b for a, b in zip(cpu_ticks(), ticks0))
     all_t, busy = (a - b for a, b in zip(busy_ticks(), busy0))
     text = err.decode(errors="replace")

@@ -18,6 +18,14 @@ def simulate_json(*args: str) -> dict:
     return json.loads(res.output)
 
 
+def simulate_split(schedule: str, P: int, M: int, tf: float, ti: float, tw: float):
+    """simulate JSON of ``schedule`` with the backward split into T_I and T_W, and its
+    published figure."""
+    d = simulate_json("--schedule", schedule, "-P", P, "-M", M, "--tf", tf, "--tb", ti + tw,
+                      "--tw", tw)
+    return d, d["bubble"]["published"]
+
+
 def fraction(bubble_time: float, busy: float) -> float:
     return bubble_time / (busy + bubble_time)
 
@@ -43,9 +51,7 @@ def test_dualpipev_json_carries_deepseeks_formula_over_the_step():
 @pytest.mark.parametrize("tf,ti,tw", [(1.0, 1.0, 1.0), (1.0, 1.5, 0.5), (1.2, 0.8, 0.4)])
 def test_zb_h1_json_is_the_papers_formula_and_the_replay(tf, ti, tw):
     P, M = 4, 8
-    d = simulate_json("--schedule", "zb-h1", "-P", P, "-M", M, "--tf", tf, "--tb", ti + tw,
-                      "--tw", tw)
-    pub = d["bubble"]["published"]
+    d, pub = simulate_split("zb-h1", P, M, tf, ti, tw)
     bubble_time = (P - 1) * (tf + ti - tw)  # (p-1)(T_F+T_B-T_W), the paper's T_B = our T_I
     assert pub["value"] == pytest.approx(fraction(bubble_time, M * (tf + ti + tw)))
     assert "Zero Bubble" in pub["source"] and pub["holds"]
@@ -55,9 +61,7 @@ def test_zb_h1_json_is_the_papers_formula_and_the_replay(tf, ti, tw):
 @pytest.mark.parametrize("tf,ti,tw", [(1.0, 1.0, 1.0), (1.0, 0.6, 0.5), (1.0, 2.5, 1.0)])
 def test_zb_h2_published_and_per_step(tf, ti, tw):
     P, M = 4, 8
-    d = simulate_json("--schedule", "zb-h2", "-P", P, "-M", M, "--tf", tf, "--tb", ti + tw,
-                      "--tw", tw)
-    pub = d["bubble"]["published"]
+    d, pub = simulate_split("zb-h2", P, M, tf, ti, tw)
     busy = M * (tf + ti + tw)
     published = (P - 1) * (tf + ti - 2 * tw)  # (p-1)(T_F+T_B-2T_W)
     assert pub["value"] == pytest.approx(fraction(published, busy))

@@ -51,35 +51,24 @@ class ClockCorrection:
                 "matched_pairs": self.pairs}
 
 
-def job_tags(ranks: list[RankTimeline], columns: list[str] | None = None) -> pl.DataFrame:
-    """Every rank's ``p2p_tags`` (or some of its ``columns``) in one table (ranks in list
+#: The tag columns matching and the recv split read.
+MATCH_COLUMNS = ["dir", "peer_rank", "stage", "peer_stage", "kind", "start", "end"]
+
+
+def job_tags(ranks: list[RankTimeline]) -> pl.DataFrame:
+    """Every rank's ``p2p_tags`` (its :data:`MATCH_COLUMNS`) in one table (ranks in list
     order, rows in rank order), with ``_rank`` and ``_row`` (the row in the rank's own table)."""
-    cols = list(TAG_SCHEMA) if columns is None else columns
     frames = [rt.p2p_tags for rt in ranks]
     heights = np.array([f.height for f in frames], dtype=np.int64)
     if heights.sum() == 0:
-        return pl.DataFrame(schema={**{c: TAG_SCHEMA[c] for c in cols}, "_rank": pl.Int64,
-                                    "_row": pl.Int64})
-    tags = pl.concat([f for f in frames if f.height], how="vertical").select(cols)
+        return pl.DataFrame(schema={**{c: TAG_SCHEMA[c] for c in MATCH_COLUMNS},
+                                    "_rank": pl.Int64, "_row": pl.Int64})
+    tags = pl.concat([f for f in frames if f.height], how="vertical").select(MATCH_COLUMNS)
     offsets = np.repeat(np.cumsum(heights) - heights, heights)
     return tags.with_columns(
         _rank=pl.Series(np.repeat([rt.rank for rt in ranks], heights), dtype=pl.Int64),
         _row=pl.Series(np.arange(tags.height, dtype=np.int64) - offsets),
     )
-
-
-def _put_back(ranks: list[RankTimeline], table: pl.DataFrame, attr: str, columns) -> None:
-    """Slice a per-job table (rows in ``ranks`` order, as :func:`job_tags` gives them) back
-    into each rank's ``attr``."""
-    heights = [rt.p2p_tags.height for rt in ranks]
-    offset = 0
-    for rt, n in zip(ranks, heights):
-        setattr(rt, attr, table.slice(offset, n).select(columns))
-        offset += n
-
-
-#: The tag columns matching and the recv split read.
-MATCH_COLUMNS = ["dir", "peer_rank", "stage", "peer_stage", "kind", "start", "end"]
 
 
 def settle_transfers(ranks: list[RankTimeline], layout: Layout, positions: dict[int, int]
@@ -89,33 +78,25 @@ def settle_transfers(ranks: list[RankTimeline], layout: Layout, positions: dict[
     the hosts' clocks (:func:`correct_clocks`) and split each recv into waiting and transfer
     (:func:`split_recvs`). Each rank's ``p2p_tags`` are emptied: its ``recvs`` hold what the
     audit reads."""
-    tags = resolve_tags(job_tags(ranks, MATCH_COLUMNS), ranks, layout, positions)
-    pairs = pairs_of(tags)
+    tags = resolve_peers(job_tags(ranks), ranks, layout, positions)
+    pairs = transfer_pairs(tags)
     clock = correct_clocks(ranks, pairs)  # a shift keeps every channel's order: same pairs
     if clock.offsets_ns:
-        delta = pl.DataFrame({"_rank": [rt.rank for rt in ranks],
-                              "_d": [-clock.offsets_ns.get(rt.host or "", 0) for rt in ranks]},
-                             schema={"_rank": pl.Int64, "_d": pl.Int64})
+        delta = _clock_deltas(ranks, clock)
         tags = tags.join(delta, on="_rank", how="left", maintain_order="left").with_columns(
             start=pl.col("start") + pl.col("_d"), end=pl.col("end") + pl.col("_d")).drop("_d")
-        pairs = shift_pairs(pairs, ranks, clock)
-    recvs_of(tags, pairs, ranks)
+        pairs = shift_pairs(pairs, delta)
+    split_recvs(tags, pairs, ranks)
     for rt in ranks:
         rt.p2p_tags = rt.p2p_tags.clear()
     return clock
 
 
-def resolve_peers(ranks: list[RankTimeline], layout: Layout, positions: dict[int, int]) -> None:
-    """Name every tagged transfer's peer rank (from its peer stage, within the rank's own
-    replica and tensor-parallel index), and put stages guessed from the rank at its place."""
-    tags = job_tags(ranks)
-    if tags.height:
-        _put_back(ranks, resolve_tags(tags, ranks, layout, positions), "p2p_tags", list(TAG_SCHEMA))
-
-
-def resolve_tags(tags: pl.DataFrame, ranks: list[RankTimeline], layout: Layout,
-                 positions: dict[int, int]) -> pl.DataFrame:
-    """:func:`resolve_peers` on the job's table of tags (:func:`job_tags`)."""
+def resolve_peers(tags: pl.DataFrame, ranks: list[RankTimeline], layout: Layout,
+                  positions: dict[int, int]) -> pl.DataFrame:
+    """The job's table of tags (:func:`job_tags`) with every transfer's peer rank named (from
+    its peer stage, within the rank's own replica and tensor-parallel index), and stages
+    guessed from the rank put at its place."""
     if tags.height == 0:
         return tags
     stage_rank: dict[tuple[int, int, int], int] = {}  # (replica, tp index, stage) -> rank
@@ -156,16 +137,11 @@ PAIR_SCHEMA = {"s_rank": pl.Int64, "r_rank": pl.Int64, "s_row": pl.Int64, "r_row
                "s_start": pl.Int64, "s_end": pl.Int64, "r_start": pl.Int64, "r_end": pl.Int64}
 
 
-def transfer_pairs(ranks: list[RankTimeline]) -> pl.DataFrame:
-    """Every matched send/recv pair (``PAIR_SCHEMA``), matched as the module docstring says:
-    the k-th send of a channel with the k-th recv, a channel being (sender, receiver, kind,
-    stage) where both sides say what they carry and hold as many transfers, else the pair of
-    ranks."""
-    return pairs_of(job_tags(ranks, MATCH_COLUMNS))
-
-
-def pairs_of(tags: pl.DataFrame) -> pl.DataFrame:
-    """:func:`transfer_pairs` of the job's table of tags (:func:`job_tags`)."""
+def transfer_pairs(tags: pl.DataFrame) -> pl.DataFrame:
+    """Every matched send/recv pair (``PAIR_SCHEMA``) of the job's table of tags
+    (:func:`job_tags`), matched as the module docstring says: the k-th send of a channel with
+    the k-th recv, a channel being (sender, receiver, kind, stage) where both sides say what
+    they carry and hold as many transfers, else the pair of ranks."""
     tags = tags.filter(pl.col("peer_rank").is_not_null() & pl.col("dir").is_not_null())
     sends = tags.filter(pl.col("dir") == "send").select(
         snd="_rank", rcv="peer_rank", kind="kind", st="stage", start="start", end="end", row="_row")
@@ -192,28 +168,16 @@ def pairs_of(tags: pl.DataFrame) -> pl.DataFrame:
                       s_end="end", r_start="start_r", r_end="end_r").cast(PAIR_SCHEMA)  # type: ignore[arg-type]
 
 
-def match_transfers(ranks: list[RankTimeline]) -> list[tuple[int, int, int, int, int, int, int, int]]:
-    """Matched (send rank, recv rank, send row, recv row, send start, send end, recv start,
-    recv end) of every channel (see the module docstring and :func:`transfer_pairs`)."""
-    return list(transfer_pairs(ranks).iter_rows())
-
-
-def _pair_frame(pairs) -> pl.DataFrame:
-    if isinstance(pairs, pl.DataFrame):
-        return pairs
-    return pl.DataFrame(list(pairs), schema=PAIR_SCHEMA, orient="row")
-
-
 def correct_clocks(ranks: list[RankTimeline], pairs) -> ClockCorrection:
     """Estimate each host's clock offset from matched pairs across hosts and shift its ranks
     (see the module docstring); nothing changes when every rank is on one host. ``pairs``:
-    :func:`transfer_pairs` (or :func:`match_transfers`' tuples)."""
+    :func:`transfer_pairs`."""
     host = {rt.rank: rt.host for rt in ranks}
     hosts = sorted({h for h in host.values() if h is not None})
     if len(hosts) < 2 or any(h is None for h in host.values()):
         return ClockCorrection(None)
     ref = host[min(host)]
-    p = _pair_frame(pairs)
+    p = pairs
     host_of = pl.DataFrame({"rank": list(host), "host": list(host.values())},
                            schema={"rank": pl.Int64, "host": pl.Utf8})
     p = (p.join(host_of.rename({"rank": "s_rank", "host": "hs"}), on="s_rank", how="left")
@@ -242,34 +206,33 @@ def correct_clocks(ranks: list[RankTimeline], pairs) -> ClockCorrection:
     return out
 
 
-def shift_pairs(pairs: pl.DataFrame, ranks: list[RankTimeline], clock: ClockCorrection) -> pl.DataFrame:
-    """``pairs`` with the times moved as :func:`correct_clocks` moved their ranks."""
-    if not clock.offsets_ns:
-        return pairs
-    delta = pl.DataFrame({"rank": [rt.rank for rt in ranks],
-                          "d": [-clock.offsets_ns.get(rt.host or "", 0) for rt in ranks]},
-                         schema={"rank": pl.Int64, "d": pl.Int64})
-    p = (pairs.join(delta.rename({"rank": "s_rank", "d": "ds"}), on="s_rank", how="left", maintain_order="left")
-         .join(delta.rename({"rank": "r_rank", "d": "dr"}), on="r_rank", how="left", maintain_order="left"))
+def _clock_deltas(ranks: list[RankTimeline], clock: ClockCorrection) -> pl.DataFrame:
+    """``_rank``, ``_d``: how far :func:`correct_clocks` moved each rank (ns)."""
+    return pl.DataFrame({"_rank": [rt.rank for rt in ranks],
+                         "_d": [-clock.offsets_ns.get(rt.host or "", 0) for rt in ranks]},
+                        schema={"_rank": pl.Int64, "_d": pl.Int64})
+
+
+def shift_pairs(pairs: pl.DataFrame, delta: pl.DataFrame) -> pl.DataFrame:
+    """``pairs`` with the times moved by each side's rank's ``delta`` (:func:`_clock_deltas`)."""
+    p = (pairs.join(delta.rename({"_rank": "s_rank", "_d": "ds"}), on="s_rank", how="left",
+                    maintain_order="left")
+         .join(delta.rename({"_rank": "r_rank", "_d": "dr"}), on="r_rank", how="left",
+               maintain_order="left"))
     return p.with_columns(s_start=pl.col("s_start") + pl.col("ds"), s_end=pl.col("s_end") + pl.col("ds"),
                           r_start=pl.col("r_start") + pl.col("dr"), r_end=pl.col("r_end") + pl.col("dr")
                           ).select(list(PAIR_SCHEMA))
 
 
-def split_recvs(ranks: list[RankTimeline], pairs) -> None:
-    """Each rank's recvs (``RankTimeline.recvs``): matched or not, waiting and transfer.
-    ``pairs``: :func:`transfer_pairs` on the ranks' current clocks (or the tuples)."""
-    recvs_of(job_tags(ranks, MATCH_COLUMNS), pairs, ranks)
-
-
-def recvs_of(tags: pl.DataFrame, pairs, ranks: list[RankTimeline]) -> None:
-    """:func:`split_recvs` from the job's table of tags (:func:`job_tags`, on the ranks'
-    current clocks)."""
+def split_recvs(tags: pl.DataFrame, pairs: pl.DataFrame, ranks: list[RankTimeline]) -> None:
+    """Each rank's recvs (``RankTimeline.recvs``): matched or not, waiting and transfer, from
+    the job's table of tags (:func:`job_tags`) and its :func:`transfer_pairs`, both on the
+    ranks' current clocks."""
     if tags.height == 0:
         for rt in ranks:
             rt.recvs = pl.DataFrame(schema=RECV_SCHEMA)
         return
-    p = _pair_frame(pairs).select(_rank="r_rank", _row="r_row", _s0="s_start")
+    p = pairs.select(_rank="r_rank", _row="r_row", _s0="s_start")
     t = tags.join(p, on=["_rank", "_row"], how="left", maintain_order="left")
     dur = pl.col("end") - pl.col("start")
     wait = pl.min_horizontal(pl.max_horizontal(pl.col("_s0") - pl.col("start"), 0), dur)

@@ -73,8 +73,8 @@ def settle_steps(ranks: Sequence[RankTimeline], *, positions: dict[int, int], nu
                  if rt.source != "inferred"]
     if per_step:
         m, evidence = max(set(per_step), key=per_step.count), " and ".join(evidences) or OCCURRENCE_EVIDENCE
-        told = stated_microbatches or manifest_microbatches
         if len(set(per_step)) > 1:
+            told = stated_microbatches or manifest_microbatches
             if told in per_step:
                 m = told
             notes.append(f"the ranks' steps hold different numbers of forwards "

@@ -52,19 +52,15 @@ def _step_table(events):
     )
 
 
-def _optimizer_step_table(events):
-    """Steps counted by ``Optimizer.step#…`` spans: ``n`` from 0, ``end`` where the span ends."""
+def _optimizer_step_ends(events) -> list[int]:
+    """Where each step ends, counted by ``Optimizer.step#…`` spans (step n: the n-th end)."""
     import polars as pl
 
-    ends = (events.filter(pl.col("name").str.contains(_OPTIMIZER_STEP))
-            .select(end=pl.col("ts") + pl.col("dur"))["end"].unique().sort())
-    return pl.DataFrame({"n": pl.int_range(ends.len(), eager=True).cast(pl.Int64), "end": ends},
-                        schema={"n": pl.Int64, "end": pl.Int64})
+    return (events.filter(pl.col("name").str.contains(_OPTIMIZER_STEP))
+            .select(end=pl.col("ts") + pl.col("dur"))["end"].unique().sort().to_list())
 
 
 def _has_profiler_steps(events) -> bool:
-    import polars as pl
-
     return bool(events.height) and bool(events["name"].str.contains(_PROFILER_STEP.pattern).any())
 
 
@@ -170,7 +166,7 @@ def exclude_steps_after(rt: "RankTrace", last: int) -> list[int]:
 def _exclude_optimizer_steps_after(rt: "RankTrace", last: int) -> list[int]:
     import polars as pl
 
-    ends = _optimizer_step_table(rt.events)["end"].to_list()
+    ends = _optimizer_step_ends(rt.events)
     if last >= len(ends):  # step ``last`` never ended here: nothing after it to drop
         return []
     # steps last+1 .. len-1 ended here; work after the last optimizer step is one more, unended
@@ -224,7 +220,7 @@ def mark_partial(rt: "RankTrace") -> None:
     if label == PROFILER_LABEL:
         found = sorted(set(_step_table(rt.events)["n"].to_list()))
     else:  # every optimizer step ends a step; the work after the last one is step k's
-        found = sorted(set(range(_optimizer_step_table(rt.events).height)) | {k})
+        found = sorted(set(range(len(_optimizer_step_ends(rt.events)))) | {k})
     kept = [n for n in found if n < k]
     during = (f"{label}{k}" if label == PROFILER_LABEL
               else f"profiled step {k} (steps counted by its Optimizer.step spans)")

@@ -11,6 +11,7 @@ import pytest
 from pipeaudit.options import LoadOptions, OptionError
 from tests.support.paths import SAMPLES
 from tests.support.cli import invoke
+from tests.support.child import run_python
 
 SAMPLE = SAMPLES / "1f1b_p2_m4"
 
@@ -75,7 +76,7 @@ def test_missing_optional_dependency_is_exit_2_with_the_install_line(tmp_path):
     code = ("import sys; sys.modules['matplotlib'] = None\n"
             "from pipeaudit.cli.main import main\n"
             f"main(['plot', {str(SAMPLE)!r}, '-o', {str(tmp_path / 'p.png')!r}])")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc = run_python(code)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == ("pipeaudit: error: plot needs matplotlib, which is not "
                                    "installed: pip install 'pipeaudit[plot]'")

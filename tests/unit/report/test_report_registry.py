@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import subprocess
-import sys
 
 import pytest
 
 import pipeaudit.report
 from pipeaudit.report import RENDERERS, formats, render
+from tests.support.child import run_python
 
 
 @pytest.mark.parametrize("key", sorted(RENDERERS), ids=lambda k: "-".join(k))
@@ -29,7 +28,8 @@ def test_unknown_format_names_the_known_ones():
 def _loaded_after(imports: list[str]) -> set[str]:
     code = ("import sys\n" + "".join(f"import {m}\n" for m in imports)
             + "print('\\n'.join(sorted(m for m in sys.modules if m.startswith('pipeaudit'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
     return set(out.stdout.split())
 
 

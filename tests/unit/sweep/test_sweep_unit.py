@@ -12,7 +12,7 @@ from pipeaudit.harness.config import ModelConfig, ProfileConfig
 from pipeaudit.sweep import SweepRecord, SweepResult, expand_grid, load, save
 from pipeaudit.sweep.grid import parse_int_list, parse_schedules
 from pipeaudit.sweep.results import CSV_NAME, JSON_NAME, to_csv_text
-from tests.support.paths import REPO
+from tests.support.child import run_python
 
 
 # ----------------------------------------------------------------------------- grid
@@ -91,13 +91,9 @@ def test_results_roundtrip_and_csv(tmp_path):
 
 
 def test_library_imports_without_click_torch_matplotlib_or_hta():
-    import subprocess
-    import sys
-
     code = ("import sys, pipeaudit.sweep, pipeaudit.report.sweep_text, pipeaudit.report.sweep_plots, "
             "pipeaudit.sweep.progress, pipeaudit.integrations.hta, pipeaudit.timeline.idle; "
             "bad = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'matplotlib', 'click', 'hta'}); "
             "assert not bad, bad")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO)
+    proc = run_python(code)
     assert proc.returncode == 0, proc.stderr

@@ -3,11 +3,11 @@
 The local pool (:mod:`pipeaudit.trace.executor`) needs its workers to import polars, numpy,
 msgspec and pipeaudit (about 0.5-0.7 s). How:
 
-* **one worker** (``--jobs 2`` on two cores: this process is the other job): a ``spawn``
-  worker that imports them in its initializer. No server process is left holding a copy of
-  those imports (about 60 MB of RSS), at the same CPU cost as a forkserver's one import.
-* **more workers**: a ``forkserver`` that imports them once; every worker is a cheap fork
-  of it (0.07 s of CPU for two workers against 1.2 s for two spawns).
+* **several workers** (every pool: ``--jobs N`` starts N): a ``forkserver`` that imports
+  them once; every worker is a cheap fork of it (0.07 s of CPU for two workers against
+  1.2 s for two spawns). The server keeps its copy of the imports (about 60 MB of RSS).
+* **one worker**, or no ``forkserver`` on the platform: ``spawn`` workers that import them
+  in their initializer.
 
 Started at the top of a command (:func:`maybe_prestart`), that import runs on another core
 while the command imports the same modules itself, instead of after it; ``run_pool`` then
@@ -78,9 +78,9 @@ def cores() -> int:
 
 
 def pool_shape(jobs: int) -> tuple[int, int]:
-    """(pool workers, polars threads per worker) for ``jobs`` jobs: this process is one of
-    them, and the workers share the cores."""
-    return jobs - 1, max(1, cores() // jobs)
+    """(pool workers, polars threads per worker) for ``jobs`` jobs: a worker per job (this
+    process only helps while they start), sharing the cores."""
+    return jobs, max(1, cores() // jobs)
 
 
 def init_worker(polars_threads: int, preload: Sequence[str] = ()) -> None:

@@ -12,22 +12,9 @@ by step.
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 
 from pipeaudit.timeline import intervals as iv
 from pipeaudit.timeline.rank import RankTimeline
-
-
-def rank_step_compute(rt: RankTimeline, step: int) -> iv.Intervals:
-    """Union of the compute intervals of a rank's actions in one step."""
-    ids = rt.actions.with_row_index("_i").filter(pl.col("step") == step)["_i"]
-    c = rt.compute.filter(pl.col("action").is_in(ids.cast(pl.Int64).implode()))
-    return iv.merge(c["start"].to_numpy(), c["end"].to_numpy())
-
-
-def compute_by_step(rt: RankTimeline, steps: list[int]) -> dict[int, iv.Intervals]:
-    """``rank_step_compute(rt, k)`` for every k in ``steps`` in one pass over the rank."""
-    return computes_by_rank([rt], steps)[rt.rank]
 
 
 def computes_by_rank(ranks: list[RankTimeline], steps: list[int]) -> dict[int, dict[int, iv.Intervals]]:
@@ -40,15 +27,16 @@ def computes_by_rank(ranks: list[RankTimeline], steps: list[int]) -> dict[int, d
     step_list = np.asarray(sorted(set(steps)), dtype=np.int64)
     groups, starts, ends = [], [], []
     for i, rt in enumerate(ranks):
-        if rt.compute.height == 0 or rt.actions.height == 0:
+        compute = rt.compute  # unpacked: read once
+        if compute.height == 0 or rt.actions.height == 0:
             continue
-        step_of = rt.actions["step"].to_numpy()[rt.compute["action"].to_numpy()]
+        step_of = rt.actions["step"].to_numpy()[compute["action"].to_numpy()]
         pos = np.searchsorted(step_list, step_of)
         pos_c = np.minimum(pos, step_list.size - 1)
         known = step_list[pos_c] == step_of
         groups.append(i * step_list.size + pos_c[known])
-        starts.append(rt.compute["start"].to_numpy()[known])
-        ends.append(rt.compute["end"].to_numpy()[known])
+        starts.append(compute["start"].to_numpy()[known])
+        ends.append(compute["end"].to_numpy()[known])
     if not groups:
         return out
     g, s, e = iv.merge_grouped(np.concatenate(groups), np.concatenate(starts), np.concatenate(ends))

@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from pipeaudit.actions import Action
-from pipeaudit.audit.windows import rank_step_compute, step_window
+from pipeaudit.audit.windows import computes_by_rank, step_window
 from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import replay
 from pipeaudit.timeline import intervals as iv
@@ -53,8 +53,9 @@ def run_origin(tl: Timeline) -> int:
 def step_windows(tl: Timeline) -> dict[int, tuple[int, int]]:
     """Step -> its window W_k (earliest compute start to latest compute end over all ranks)."""
     out: dict[int, tuple[int, int]] = {}
+    by_rank = computes_by_rank(tl.ranks, list(tl.steps))
     for k in tl.steps:
-        w = step_window([rank_step_compute(rt, k) for rt in tl.ranks])
+        w = step_window([by_rank[rt.rank][k] for rt in tl.ranks])
         if w is not None:
             out[k] = w
     return out
@@ -68,6 +69,7 @@ def bubble_intervals(tl: Timeline, windows: dict[int, tuple[int, int]] | None = 
     divided by |W_k| give that rank's bubble fraction in the step exactly.
     """
     windows = step_windows(tl) if windows is None else windows
+    by_rank = computes_by_rank(tl.ranks, sorted(windows))
     out: dict[int, list[tuple[int, int, int]]] = {}
     for rt in tl.ranks:
         if not rt.actions.height:
@@ -75,7 +77,7 @@ def bubble_intervals(tl: Timeline, windows: dict[int, tuple[int, int]] | None = 
         rows: list[tuple[int, int, int]] = []
         for k, (lo, hi) in sorted(windows.items()):
             window = (np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))
-            gaps = iv.subtract(window, iv.clip(rank_step_compute(rt, k), lo, hi))
+            gaps = iv.subtract(window, iv.clip(by_rank[rt.rank][k], lo, hi))
             rows += [(k, int(s), int(e)) for s, e in zip(gaps[0], gaps[1])]
         out[rt.rank] = rows
     return out

@@ -34,6 +34,9 @@ TAG_SCHEMA = {
     "peer_rank": pl.Int64, "stage": pl.Int64, "peer_stage": pl.Int64, "kind": pl.Utf8,
     "microbatch": pl.Int64, "evidence": pl.Utf8,
 }
+#: The tag columns the job's matching and the recv split read (:mod:`pipeaudit.timeline.p2p`):
+#: what a reduced rank keeps of its tags.
+MATCH_COLUMNS = ["dir", "peer_rank", "stage", "peer_stage", "kind", "start", "end"]
 #: ``peer_stage`` is ``stage`` + this: where F data comes from / goes to, and B data.
 PEER_DELTA = {("recv", "F"): -1, ("send", "F"): 1, ("recv", "B"): 1, ("send", "B"): -1}
 #: A runtime span this far (ns) before a transfer no longer holds it: stop looking back.

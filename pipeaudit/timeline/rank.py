@@ -17,7 +17,8 @@ from pipeaudit.timeline import intervals as iv
 from pipeaudit.timeline.attribute import COMPUTE_SCHEMA, attribute, pair_gpu_copies
 from pipeaudit.timeline.infer import SPLIT_OP, infer_actions, pipeline_thread
 from pipeaudit.timeline.ops import classify
-from pipeaudit.timeline.p2p_tags import TAG_SCHEMA, tag_p2p
+from pipeaudit.timeline.packed import PackedIntervals
+from pipeaudit.timeline.p2p_tags import MATCH_COLUMNS, TAG_SCHEMA, tag_p2p
 from pipeaudit.timeline.recognise import (
     SPAN_SCHEMA,
     gpipe_spans,
@@ -48,7 +49,8 @@ class RankTotals:
 
     @classmethod
     def of(cls, rt: "RankTimeline") -> "RankTotals":
-        compute_all = iv.union(iv.merge(rt.compute["start"].to_numpy(), rt.compute["end"].to_numpy()),
+        compute = rt.compute
+        compute_all = iv.union(iv.merge(compute["start"].to_numpy(), compute["end"].to_numpy()),
                                rt.other_compute)
         first, last = (rt.activity[0][0], rt.activity[1][-1]) if rt.activity[0].size else (0, 0)
         return cls(comm_ns=iv.total(rt.comm),
@@ -67,7 +69,10 @@ class RankTimeline:
     on_gpu: bool
     world_size: int | None
     actions: pl.DataFrame  # ACTION_COLUMNS, sorted by start; row index = action id within the rank
-    compute: pl.DataFrame  # action, start, end: merged compute intervals per action
+    #: action, start, end: merged compute intervals per action. Held packed
+    #: (:class:`~pipeaudit.timeline.packed.PackedIntervals`, in :attr:`compute_packed`):
+    #: reading it unpacks a new frame, assigning a frame packs it
+    compute: pl.DataFrame
     comm: iv.Intervals
     #: all activity; once reduced (:func:`reduce_rank`) only its bounds, one interval from the
     #: first activity to the last: the busy time is in :attr:`totals`
@@ -96,10 +101,11 @@ class RankTimeline:
     #: point-to-point instances: name, start, end
     p2p: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
         schema={"name": pl.Utf8, "start": pl.Int64, "end": pl.Int64}))
-    #: what each point-to-point instance carries (p2p_tags.TAG_SCHEMA); emptied once the job's
-    #: transfers are matched (:func:`pipeaudit.timeline.build.build_timeline`): the recvs keep
-    #: what the audit reads
-    p2p_tags: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=TAG_SCHEMA))
+    #: what each point-to-point instance carries (p2p_tags.MATCH_COLUMNS of TAG_SCHEMA); emptied
+    #: once the job's transfers are matched (:func:`pipeaudit.timeline.build.build_timeline`):
+    #: the recvs keep what the audit reads
+    p2p_tags: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
+        schema={c: TAG_SCHEMA[c] for c in MATCH_COLUMNS}))
     #: the rank's recvs split into waiting and transfer (p2p.RECV_SCHEMA; set across ranks)
     recvs: pl.DataFrame | None = None
     #: the trace's host name (clocks of different hosts are aligned across ranks)
@@ -111,12 +117,29 @@ class RankTimeline:
     #: whole-trace figures (:class:`RankTotals`), set by :func:`reduce_rank`; None: not yet
     totals_cache: RankTotals | None = None
 
+    def shift_compute(self, delta_ns: int) -> None:
+        """Move the compute intervals ``delta_ns`` later, without unpacking them."""
+        self.compute_packed = self.compute_packed.shifted(delta_ns)
+
     @property
     def totals(self) -> RankTotals:
         """:class:`RankTotals` of this rank (computed once)."""
         if self.totals_cache is None:
             self.totals_cache = RankTotals.of(self)
         return self.totals_cache
+
+
+def _get_compute(self: RankTimeline) -> pl.DataFrame:
+    return self.compute_packed.frame()
+
+
+def _set_compute(self: RankTimeline, table: pl.DataFrame) -> None:
+    self.compute_packed = PackedIntervals.of(table)
+
+
+# ``compute`` is a dataclass field (the constructor, ``dataclasses.replace`` and ``==`` take
+# it as a frame) stored packed: a parent process holds one per rank until the audit
+RankTimeline.compute = property(_get_compute, _set_compute)  # type: ignore[assignment]
 
 
 def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = None) -> RankTimeline:
@@ -205,7 +228,7 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
         memory=memory, source=source, outside_steps=outside, warnings=warnings,
         step_evidence=step_evidence, split_marks=_split_marks(ops, actions),
         stage_from_rank=stage_from_rank, coverage=coverage,
-        collectives=ops.collectives, p2p=ops.p2p, p2p_tags=tag_p2p(ops, actions),
+        collectives=ops.collectives, p2p=ops.p2p, p2p_tags=tag_p2p(ops, actions).select(MATCH_COLUMNS),
         host=getattr(trace, "host", None), device_compute=device_compute,
         device_activity=ops.device_activity if multi_device else None,
     )

@@ -14,11 +14,16 @@ Executors (``--executor``):
     that every worker sees, with the same paths) and sends back only the reduced result.
     ``jobs`` is ignored: the cluster's workers decide the parallelism.
 
-With ``jobs`` = N the local pool has N - 1 worker processes and this process works as the
-N-th: it starts on the first rank at once, while the workers are starting. How they start
-(one ``spawn`` worker, or forks of a preloaded ``forkserver`` for more) and how the CLI
-starts them early is :mod:`pipeaudit.prestart`'s job. Each worker gets
-``POLARS_MAX_THREADS = cores // workers`` so that workers do not oversubscribe the cores.
+With ``jobs`` = N the local pool has N worker processes. In runs of up to
+:data:`HELP_MAX_ITEMS` ranks this process works too until the pool's first result arrives:
+it starts on the first rank at once, while the workers are starting, then only collects
+their results. It holds every rank's result until the audit,
+so decoding more here would add the decode's memory to the process that is already the
+largest (at 1,024 ranks: 245 MB against 162 MB at the end of the ranks phase, with the
+same wall time on two cores). How the workers start (one ``spawn`` worker, or forks of a
+preloaded ``forkserver`` for more) and how the CLI starts them early is
+:mod:`pipeaudit.prestart`'s job. Each worker gets ``POLARS_MAX_THREADS = cores // workers``
+so that workers do not oversubscribe the cores.
 
 Tasks must be picklable module-level callables. A task never raises across the process
 boundary: it returns its errors as values (see :mod:`pipeaudit.trace.load`).
@@ -86,15 +91,22 @@ def _spawn_works() -> bool:
     return path is None or os.path.isfile(path)
 
 
-def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
-             on_done: Callable[[], None] | None = None) -> list[Any]:
-    """``[fn(x) for x in items]`` on ``workers`` at once (order kept): this process and a
-    local pool of ``workers - 1`` processes take the items in order, each the next one as
-    soon as it is free.
+#: This process helps the starting pool only in runs of at most this many items. With more,
+#: the time it saves is a small part of the run, and the memory its own decodes leave
+#: behind adds to the results it holds until the audit (1,024 ranks: 205 MB at the end of
+#: the ranks phase with its help, 162 MB without).
+HELP_MAX_ITEMS = 64
 
-    This process works too instead of waiting: it starts at once, while the pool's workers
-    are still starting, and its items need no pickling back. ``on_done()`` is called
-    as each item is done (from this process's threads).
+
+def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
+             on_done: Callable[[Any], None] | None = None) -> list[Any]:
+    """``[fn(x) for x in items]`` on a local pool of ``workers`` processes (order kept):
+    they take the items in order, each the next one as soon as it is free.
+
+    This process works too while the pool is starting, instead of waiting: it takes items
+    until the pool's first result arrives (its items need no pickling back), then only
+    collects; with more than :data:`HELP_MAX_ITEMS` items it only collects. ``on_done(result)``
+    is called as each item is done (from this process's threads).
     """
     if workers <= 1 or len(items) <= 1 or not _spawn_works():
         return run_here(fn, items, on_done)
@@ -102,20 +114,24 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
     results: list[Any] = [None] * len(items)
     claim = _Claims(len(items))
     failure: list[BaseException] = []
+    pool_ready = threading.Event()
     try:
         pool = take_pool(size, threads) or new_pool(size, threads)
         try:
             feeder = threading.Thread(target=_feed, args=(pool, fn, items, results, claim,
-                                                           size, failure, on_done),
+                                                           size, failure, on_done, pool_ready),
                                       daemon=True)
             feeder.start()
             try:
-                while (i := claim.next()) is not None:
+                while (len(items) <= HELP_MAX_ITEMS and not pool_ready.is_set()
+                       and (i := claim.next()) is not None):
                     results[i] = fn(items[i])
                     if on_done is not None:
-                        on_done()
+                        on_done(results[i])
+            except BaseException:
+                claim.stop()  # the pool takes no more items
+                raise
             finally:
-                claim.stop()
                 feeder.join()
         finally:
             # Every item is done: the workers' own exit (an interpreter's teardown, about
@@ -150,8 +166,9 @@ class _Claims:
 
 def _feed(pool: ProcessPoolExecutor, fn: Callable[[Any], Any], items: Sequence[Any],
           results: list[Any], claim: _Claims, slots: int, failure: list[BaseException],
-          on_done: Callable[[], None] | None) -> None:
-    """Keep ``slots`` items running in ``pool``; store their results."""
+          on_done: Callable[[Any], None] | None, ready: threading.Event) -> None:
+    """Keep ``slots`` items running in ``pool``; store their results; set ``ready`` at the
+    first."""
     running: dict[Future, int] = {}
     try:
         while True:
@@ -161,9 +178,11 @@ def _feed(pool: ProcessPoolExecutor, fn: Callable[[Any], Any], items: Sequence[A
                 return
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for f in done:
-                results[running.pop(f)] = f.result()
+                i = running.pop(f)
+                results[i] = f.result()
+                ready.set()
                 if on_done is not None:
-                    on_done()
+                    on_done(results[i])
     except BaseException as exc:  # BrokenProcessPool or a bug in fn: the caller raises it
         claim.stop()
         failure.append(exc)
@@ -184,18 +203,18 @@ def _died_message() -> str:
 
 
 def run_here(fn: Callable[[Any], Any], items: Sequence[Any],
-             on_done: Callable[[], None] | None = None) -> list[Any]:
-    """``[fn(x) for x in items]`` in this process, calling ``on_done()`` after each."""
+             on_done: Callable[[Any], None] | None = None) -> list[Any]:
+    """``[fn(x) for x in items]`` in this process, calling ``on_done(result)`` after each."""
     out = []
     for x in items:
         out.append(fn(x))
         if on_done is not None:
-            on_done()
+            on_done(out[-1])
     return out
 
 
 def run_dask(fn: Callable[[Any], Any], items: Sequence[Any], address: str,
-             on_done: Callable[[], None] | None = None) -> list[Any]:
+             on_done: Callable[[Any], None] | None = None) -> list[Any]:
     """``[fn(x) for x in items]`` as one task per item on the Dask scheduler at ``address``."""
     try:
         from distributed import Client
@@ -219,16 +238,16 @@ def run_dask(fn: Callable[[Any], Any], items: Sequence[Any], address: str,
             out[where[future.key]] = value
             future.release()
             if on_done is not None:
-                on_done()
+                on_done(value)
         return out
     finally:
         client.close()
 
 
 def run_tasks(fn: Callable[[Any], Any], items: Sequence[Any], *, executor: Executor,
-              workers: int, pool: bool, on_done: Callable[[], None] | None = None) -> list[Any]:
+              workers: int, pool: bool, on_done: Callable[[Any], None] | None = None) -> list[Any]:
     """Run ``fn`` over ``items`` where ``executor`` says; ``pool``: use the local pool;
-    ``on_done()`` is called in this process as each item is done."""
+    ``on_done(result)`` is called in this process as each item is done."""
     if executor.kind == "dask":
         assert executor.address is not None
         return run_dask(fn, items, executor.address, on_done)

@@ -182,3 +182,36 @@ def rank_trace(path: Path, header: dict[str, Any], events: pl.DataFrame, memory:
         device_type=device_type(header, events), base_ns=base_ns(path, header.get("baseTimeNanoseconds")),
         events=events, memory=memory, header=header, size_bytes=size, warnings=warnings,
     )
+
+
+class SharedHeaderValues:
+    """Makes the ranks of a job share one copy of the header values they repeat.
+
+    Every rank of a job writes its process groups in ``distributedInfo.pg_config``, and the
+    default group lists every rank of the job: at 1,024 ranks about 30 KB of Python objects
+    per rank that all ranks hold the same. :meth:`share` replaces each list or object of a
+    header by the equal one found at the same place in an earlier rank's header, so the
+    duplicate is freed as its rank arrives; what differs is looked into, one level at a time.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[Any, ...], Any] = {}
+
+    def share(self, header: dict[str, Any]) -> None:
+        """Swap ``header``'s repeated values for the first copy seen (in place)."""
+        for key, value in header.items():
+            header[key] = self._shared((key,), value)
+
+    def _shared(self, where: tuple[Any, ...], value: Any) -> Any:
+        if not isinstance(value, (dict, list)) or len(where) > 6:
+            return value
+        first = self._seen.setdefault(where, value)
+        if first is not value and first == value:
+            return first
+        if isinstance(value, dict):
+            for k, v in value.items():
+                value[k] = self._shared(where + (k,), v)
+        else:
+            for i, v in enumerate(value):
+                value[i] = self._shared(where + (i,), v)
+        return value

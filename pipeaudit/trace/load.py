@@ -38,6 +38,7 @@ from pipeaudit.trace.cut import align_steps
 from pipeaudit.trace.decode import decode_file
 from pipeaudit.trace.discover import discover
 from pipeaudit.trace.executor import Executor, cpu_count, parse_executor, run_tasks
+from pipeaudit.trace.header import SharedHeaderValues
 from pipeaudit.trace.model import RankInfo, RankTrace, TraceSet
 from pipeaudit.trace.options import ReadOptions
 from pipeaudit.trace.source import estimated_json_bytes, open_regular
@@ -166,21 +167,25 @@ def run_rank_task(task: RankTask) -> RankOutcome:
     return RankOutcome(info=info, value=value)
 
 
-def _ticker(total: int) -> Callable[[], None] | None:
-    """A callable that reports one more rank done to the active progress reporter."""
+def _on_arrival(total: int) -> Callable[[RankOutcome], None]:
+    """What this process does with each rank's outcome as it arrives: its header shares the
+    values every rank repeats (:class:`SharedHeaderValues`), and the active progress
+    reporter hears of one more rank done."""
     report = progress.active()
-    if report is None:
-        return None
+    shared = SharedHeaderValues()
     done = 0
     lock = threading.Lock()
 
-    def tick() -> None:
+    def arrived(outcome: RankOutcome) -> None:
         nonlocal done
         with lock:
+            if outcome.info is not None:
+                shared.share(outcome.info.header)
             done += 1
-            report(done, total)
+            if report is not None:
+                report(done, total)
 
-    return tick
+    return arrived
 
 
 @dataclass
@@ -239,7 +244,7 @@ def map_ranks(
     biggest_first = sorted(range(len(tasks)), key=lambda i: -sizes[i])
     timings.mark("start")
     done = run_tasks(run_rank_task, [tasks[i] for i in biggest_first], executor=exe,
-                     workers=workers, pool=pool, on_done=_ticker(len(tasks)))
+                     workers=workers, pool=pool, on_done=_on_arrival(len(tasks)))
     where = str(exe) if exe.kind == "dask" else _jobs(workers if pool else 1)
     read = options.describe() if options is not None else "each worker's own budget"
     timings.mark("ranks", f"{len(tasks)} ranks, {where}, read: {read}")

@@ -30,7 +30,7 @@ def test_results_are_released_on_the_workers_as_they_arrive() -> None:
             distributed.Client(cluster) as watcher:
         held: list[int] = []
         out = run_dask(_slow_square, list(range(ITEMS)), cluster.scheduler_address,
-                       on_done=lambda: held.append(watcher.run_on_scheduler(_in_memory)))
+                       on_done=lambda _value: held.append(watcher.run_on_scheduler(_in_memory)))
         assert out == [bytes(1000) * x for x in range(ITEMS)]  # in the items' order
         assert len(held) == ITEMS
         # all results were held until the end before: ITEMS at the last result

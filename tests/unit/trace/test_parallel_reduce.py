@@ -155,8 +155,8 @@ def test_a_prestarted_pool_is_taken_only_when_it_fits() -> None:
     small = [str(SAMPLES / "1f1b_p2_m4")]
     assert prestart.maybe_prestart(small, 2, "local")
     threads = max(1, prestart.cores() // 2)
-    pool = prestart.take_pool(1, threads)
-    assert pool is not None and prestart.take_pool(1, threads) is None  # taken once
+    pool = prestart.take_pool(2, threads)  # a worker per job
+    assert pool is not None and prestart.take_pool(2, threads) is None  # taken once
     with pool:
         assert pool.submit(abs, -3).result(timeout=60) == 3
     assert prestart.maybe_prestart(small, 2, "local")
@@ -193,15 +193,17 @@ def _pid_after(item: tuple[int, int, float, bool]) -> tuple[int, int]:
     return os.getpid(), index
 
 
-def test_run_pool_this_process_works_too_and_order_is_kept() -> None:
+def test_run_pool_this_process_works_while_the_pool_starts_and_order_is_kept() -> None:
     import os
 
     from pipeaudit.trace.executor import run_pool
 
-    out = run_pool(_pid_after, [(i, os.getpid(), 0.2, False) for i in range(6)], workers=2)
-    assert [index for _, index in out] == list(range(6))
+    out = run_pool(_pid_after, [(i, os.getpid(), 0.2, False) for i in range(30)], workers=2)
+    assert [index for _, index in out] == list(range(30))
     pids = [p for p, _ in out]
-    assert os.getpid() in pids and len(set(pids)) == 2, pids  # the caller and one worker
+    # the caller took items while the two workers started, then left the rest to them
+    assert os.getpid() in pids and len(set(pids)) == 3, pids
+    assert pids.count(os.getpid()) < len(pids) // 2, pids
 
 
 def test_run_pool_dead_worker_is_one_trace_error() -> None:

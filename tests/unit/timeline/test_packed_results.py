@@ -1,0 +1,75 @@
+"""What the parent process holds of each rank until the audit, made small without changing
+a figure: the compute intervals packed, the header values every rank repeats shared, and the
+job's transfers settled a chunk of whole replicas at a time."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+import pipeaudit
+from pipeaudit.timeline import p2p
+from pipeaudit.timeline.packed import PackedIntervals
+from pipeaudit.trace.header import SharedHeaderValues
+from tests.support.builders import build_replicas, one_f_one_b_orders
+from tests.support.timelines import timeline
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_packed_intervals_give_back_the_same_table(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    start = rng.integers(-(1 << 62), 1 << 62, n)  # any int64, in any order
+    table = pl.DataFrame({"action": rng.integers(0, 500, n), "start": start,
+                          "end": start + rng.integers(0, 1 << 40, n)})
+    packed = PackedIntervals.of(table)
+    assert packed.frame().equals(table)
+    assert packed.nbytes < table.estimated_size()
+    moved = packed.shifted(-123_456).shifted(23_456).frame()
+    assert moved.equals(table.with_columns(pl.col("start") - 100_000, pl.col("end") - 100_000))
+
+
+def test_packed_intervals_of_nothing():
+    empty = pl.DataFrame(schema={"action": pl.Int64, "start": pl.Int64, "end": pl.Int64})
+    assert PackedIntervals.of(empty).frame().equals(empty)
+
+
+def test_a_rank_timeline_reads_and_writes_its_compute_as_a_frame():
+    rt = timeline(one_f_one_b_orders(2, 4)).ranks[0]
+    before = rt.compute
+    assert isinstance(rt.compute_packed, PackedIntervals) and "compute" not in vars(rt)
+    rt.shift_compute(1_000)
+    assert rt.compute.equals(before.with_columns(pl.col("start") + 1_000, pl.col("end") + 1_000))
+    rt.compute = before.head(1)
+    assert rt.compute.equals(before.head(1))
+
+
+def test_header_values_every_rank_repeats_are_shared():
+    def header(rank):
+        return {"distributedInfo": {"rank": rank, "pg_config": [
+            {"pg_name": "0", "ranks": list(range(1024))},
+            {"pg_name": f"pp{rank % 8}", "ranks": [rank % 8 + 8 * i for i in range(128)]}]},
+            "host_name": "h"}
+
+    shared = SharedHeaderValues()
+    a, b, c = header(3), header(11), header(4)
+    for h in (a, b, c):
+        shared.share(h)
+    assert (a, b, c) == (header(3), header(11), header(4))  # nothing changed in value
+    default = [h["distributedInfo"]["pg_config"][0] for h in (a, b, c)]
+    assert default[0] is default[1] is default[2]
+    pp = [h["distributedInfo"]["pg_config"][1]["ranks"] for h in (a, b, c)]
+    assert pp[0] is pp[1] and pp[2] is not pp[0]  # ranks 3 and 11 share a pipeline group
+
+
+def test_transfers_settled_by_chunks_are_the_transfers_settled_at_once(tmp_path, monkeypatch):
+    built = build_replicas(tmp_path, one_f_one_b_orders(4, 8), dp=4, latency=150)
+    whole = pipeaudit.load(built.directory)
+    monkeypatch.setattr(p2p, "CHUNK_RANKS", 4)  # one replica per chunk
+    chunked = pipeaudit.load(built.directory)
+    assert len(p2p.replica_chunks(chunked.timeline.ranks, chunked.timeline.layout)) == 4
+    for a, b in zip(whole.timeline.ranks, chunked.timeline.ranks):
+        assert a.rank == b.rank and a.recvs.height > 0 and a.recvs.equals(b.recvs)
+        assert b.recvs["matched"].any()
+    assert whole.audit().to_dict() == chunked.audit().to_dict()

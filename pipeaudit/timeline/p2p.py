@@ -85,15 +85,10 @@ def settle_transfers(ranks: list[RankTimeline], layout: Layout, positions: dict[
     ``p2p_tags`` are emptied: its ``recvs`` hold what the audit reads."""
     if not _on_several_hosts(ranks):  # no clock to align: each chunk is settled and dropped
         for chunk in replica_chunks(ranks, layout):
-            tags = resolve_peers(job_tags(chunk), chunk, layout, positions)
-            split_recvs(tags, transfer_pairs(tags), chunk)
-            for rt in chunk:
-                rt.p2p_tags = rt.p2p_tags.clear()
+            _split_and_release(chunk, *_matched(chunk, layout, positions))
         return ClockCorrection(None)
-    chunks = []
-    for chunk in replica_chunks(ranks, layout):
-        tags = resolve_peers(job_tags(chunk), chunk, layout, positions)
-        chunks.append((chunk, tags, transfer_pairs(tags)))
+    chunks = [(chunk, *_matched(chunk, layout, positions))
+              for chunk in replica_chunks(ranks, layout)]
     pairs = [p for _, _, p in chunks]
     clock = correct_clocks(ranks, pl.concat(pairs) if len(pairs) > 1 else pairs[0])
     delta = _clock_deltas(ranks, clock) if clock.offsets_ns else None
@@ -102,10 +97,22 @@ def settle_transfers(ranks: list[RankTimeline], layout: Layout, positions: dict[
             tags = tags.join(delta, on="_rank", how="left", maintain_order="left").with_columns(
                 start=pl.col("start") + pl.col("_d"), end=pl.col("end") + pl.col("_d")).drop("_d")
             pairs = shift_pairs(pairs, delta)
-        split_recvs(tags, pairs, chunk)
-        for rt in chunk:
-            rt.p2p_tags = rt.p2p_tags.clear()
+        _split_and_release(chunk, tags, pairs)
     return clock
+
+
+def _matched(chunk: list[RankTimeline], layout: Layout, positions: dict[int, int]
+             ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The chunk's table of tags with its peers named, and its matched pairs."""
+    tags = resolve_peers(job_tags(chunk), chunk, layout, positions)
+    return tags, transfer_pairs(tags)
+
+
+def _split_and_release(chunk: list[RankTimeline], tags: pl.DataFrame, pairs: pl.DataFrame) -> None:
+    """Split the chunk's recvs (:func:`split_recvs`) and empty its ranks' ``p2p_tags``."""
+    split_recvs(tags, pairs, chunk)
+    for rt in chunk:
+        rt.p2p_tags = rt.p2p_tags.clear()
 
 
 def replica_chunks(ranks: list[RankTimeline], layout: Layout,
@@ -220,7 +227,7 @@ def correct_clocks(ranks: list[RankTimeline], pairs) -> ClockCorrection:
     if not _on_several_hosts(ranks):
         return ClockCorrection(None)
     host = {rt.rank: rt.host for rt in ranks}
-    hosts = sorted({h for h in host.values() if h is not None})
+    hosts = sorted(set(host.values()))  # every rank names one
     ref = host[min(host)]
     p = pairs
     host_of = pl.DataFrame({"rank": list(host), "host": list(host.values())},

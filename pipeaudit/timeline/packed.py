@@ -3,10 +3,10 @@
 The compute table (action, start, end: every merged compute interval of every action) is
 the largest part of a reduced rank: 2,160 rows, 52 KB of int64 and about 64 KB in memory
 for a 96-action rank of a real harness run, and the parent process holds one per rank
-from the rank's reduction to the audit. Packed, it is 13-14 KB: each column as the
+from the rank's reduction to the audit. Packed, it is about 15 KB: each column as the
 differences between successive values (timestamps that are close together have small
 differences), ``end`` as the interval's length, compressed with zlib at its fastest level
-(packing takes about 0.2 ms per rank, unpacking less). Lossless: :meth:`PackedIntervals.frame`
+(about 0.1 ms to pack and 0.1 ms to unpack, measured on that rank). Lossless: :meth:`PackedIntervals.frame`
 gives back the same table, row for row.
 
 A clock correction shifts the table without unpacking it (:meth:`PackedIntervals.shifted`).

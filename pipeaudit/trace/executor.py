@@ -115,6 +115,7 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
     claim = _Claims(len(items))
     failure: list[BaseException] = []
     pool_ready = threading.Event()
+    helps = len(items) <= HELP_MAX_ITEMS
     try:
         pool = take_pool(size, threads) or new_pool(size, threads)
         try:
@@ -123,8 +124,7 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
                                       daemon=True)
             feeder.start()
             try:
-                while (len(items) <= HELP_MAX_ITEMS and not pool_ready.is_set()
-                       and (i := claim.next()) is not None):
+                while helps and not pool_ready.is_set() and (i := claim.next()) is not None:
                     results[i] = fn(items[i])
                     if on_done is not None:
                         on_done(results[i])

@@ -194,6 +194,9 @@ class SharedHeaderValues:
     duplicate is freed as its rank arrives; what differs is looked into, one level at a time.
     """
 
+    #: How deep :meth:`share` looks into values that differ (pg_config's ranks lie at 4).
+    MAX_DEPTH = 6
+
     def __init__(self) -> None:
         self._seen: dict[tuple[Any, ...], Any] = {}
 
@@ -203,7 +206,7 @@ class SharedHeaderValues:
             header[key] = self._shared((key,), value)
 
     def _shared(self, where: tuple[Any, ...], value: Any) -> Any:
-        if not isinstance(value, (dict, list)) or len(where) > 6:
+        if not isinstance(value, (dict, list)) or len(where) > self.MAX_DEPTH:
             return value
         first = self._seen.setdefault(where, value)
         if first is not value and first == value:

@@ -181,6 +181,9 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    from pipeaudit.allocator import prefer_prompt_release
+
+    prefer_prompt_release()  # before any command imports polars
     cli.main(args=argv, prog_name="pipeaudit")
 
 

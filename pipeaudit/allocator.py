@@ -1,0 +1,50 @@
+"""polars' allocator told to hand freed memory back to the system at once (CLI only).
+
+On Linux, polars allocates through its own jemalloc, which its ``__init__`` configures to keep
+the pages of freed tables for 0.5 s and then 1 s more as "muzzy" pages that still count as
+resident (``dirty_decay_ms:500,muzzy_decay_ms:1000``). A pipeaudit run frees and builds tens
+of MB of cross-rank tables (the transfers of a chunk of replicas, the audit's per-step
+tables) in well under that, so the transient tables piled up in the process's resident
+memory: on a 1,024-rank job, the parent's peak fell from 376 to 339 MB (``job_p64_r16``) and
+from 233 to 221 MB (``job_p8_r128``) with this setting, in the same time
+(docs/performance.md, "Run K").
+
+The setting is jemalloc's environment variable (``_RJEM_MALLOC_CONF``, polars' symbol
+prefix), which polars appends to its own configuration when it is imported (a later option
+wins) and jemalloc reads once, when the library first allocates. :func:`prefer_prompt_release`
+sets it only before polars is imported and only when the user has not chosen a configuration
+(polars' own defaults, inherited from a parent process that imported polars, are not a
+choice); the pool's workers inherit it. A library caller's process (a notebook) is left
+alone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: jemalloc's configuration variable in polars' build (prefixed symbols: ``_rjem_``).
+ENV = "_RJEM_MALLOC_CONF"
+#: What polars' ``__init__`` writes when the variable is unset (polars 1.x-2.x).
+POLARS_DEFAULT = "dirty_decay_ms:500,muzzy_decay_ms:1000"
+#: Freed pages go back after 50 ms, purged by jemalloc's background thread: without it, an
+#: arena purges only when it allocates again, and the arenas of polars' idle pool threads never
+#: do (measured: 376 MB with the decay alone, 339 MB with the thread, on ``job_p64_r16``).
+CONF = "background_thread:true,dirty_decay_ms:50,muzzy_decay_ms:0"
+
+
+def prefer_prompt_release() -> bool:
+    """Set :data:`CONF` for polars' allocator; False (and nothing changed) when polars is
+    already loaded or the user chose a configuration of their own."""
+    if "polars" in sys.modules or _users_choice(os.environ.get(ENV)):
+        return False
+    os.environ[ENV] = CONF
+    return True
+
+
+def _users_choice(value: str | None) -> bool:
+    """True when ``value`` holds options beyond polars' own defaults."""
+    if value is None:
+        return False
+    rest = value.removeprefix(POLARS_DEFAULT) if value.startswith(POLARS_DEFAULT) else value
+    return rest.strip(", ") != ""

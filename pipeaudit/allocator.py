@@ -1,4 +1,4 @@
-"""polars' allocator told to hand freed memory back to the system at once (CLI only).
+"""polars' allocator told to hand freed memory back to the system within 50 ms (CLI only).
 
 On Linux, polars allocates through its own jemalloc, which its ``__init__`` configures to keep
 the pages of freed tables for 0.5 s and then 1 s more as "muzzy" pages that still count as
@@ -25,7 +25,7 @@ import sys
 
 #: jemalloc's configuration variable in polars' build (prefixed symbols: ``_rjem_``).
 ENV = "_RJEM_MALLOC_CONF"
-#: What polars' ``__init__`` writes when the variable is unset (polars 1.x-2.x).
+#: What polars' ``__init__`` writes when the variable is unset (read in polars 2.1).
 POLARS_DEFAULT = "dirty_decay_ms:500,muzzy_decay_ms:1000"
 #: Freed pages go back after 50 ms, purged by jemalloc's background thread: without it, an
 #: arena purges only when it allocates again, and the arenas of polars' idle pool threads never

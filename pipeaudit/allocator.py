@@ -44,7 +44,4 @@ def prefer_prompt_release() -> bool:
 
 def _users_choice(value: str | None) -> bool:
     """True when ``value`` holds options beyond polars' own defaults."""
-    if value is None:
-        return False
-    rest = value.removeprefix(POLARS_DEFAULT) if value.startswith(POLARS_DEFAULT) else value
-    return rest.strip(", ") != ""
+    return value is not None and value.removeprefix(POLARS_DEFAULT).strip(", ") != ""

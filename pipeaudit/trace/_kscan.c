@@ -8,11 +8,17 @@
  * numbers go straight into int64 buffers, and ts/dur are converted from their decimal
  * text to integer nanoseconds exactly.
  *
+ * The pass over the text touches no Python object and runs without the GIL (another
+ * thread of the process, e.g. one importing modules, runs meanwhile): its buffers are raw
+ * C memory, the distinct strings are kept as byte spans, and their `str` objects are made
+ * once the pass is over.
+ *
  * It answers only when its answer is certainly the msgspec path's: on anything else
  * (a syntax error, a cut that is not an event boundary, a field of the wrong type, an
  * escape in a kept string, a ts with more than three decimals or an exponent, an args value
- * that is not an integer, a duplicate key, deep nesting) it returns None and the caller
- * decodes the batch with msgspec, which gives the exact result or the exact error.
+ * that is not an integer, a duplicate key, deep nesting, a string that is not UTF-8) it
+ * returns None and the caller decodes the batch with msgspec, which gives the exact result
+ * or the exact error.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,8 +27,13 @@
 
 typedef const unsigned char *cptr;
 
+/* Return codes of the scan's functions: 0 done, 1 not answered here, -1 out of memory. */
+#define NOT_HERE 1
+#define NO_MEMORY (-1)
+
 /* ------------------------------------------------------------------ buffers */
 
+/* Raw C memory (PyMem_Raw*: callable without the GIL). */
 typedef struct {
     char *data;
     size_t len, cap;
@@ -33,11 +44,9 @@ static int buf_grow(Buf *b, size_t extra)
     size_t cap = b->cap ? b->cap : 1024;
     while (cap < b->len + extra)
         cap *= 2;
-    char *p = PyMem_Realloc(b->data, cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    char *p = PyMem_RawRealloc(b->data, cap);
+    if (p == NULL)
+        return NO_MEMORY;
     b->data = p;
     b->cap = cap;
     return 0;
@@ -48,7 +57,7 @@ static inline int buf_put(Buf *b, const void *src, size_t n)
     if (n == 0)
         return 0; /* memcpy with a NULL buffer is undefined even for 0 bytes */
     if (b->len + n > b->cap && buf_grow(b, n) < 0)
-        return -1;
+        return NO_MEMORY;
     memcpy(b->data + b->len, src, n);
     b->len += n;
     return 0;
@@ -75,8 +84,8 @@ typedef struct {
 typedef struct {
     Slot *slots;
     size_t mask, count;
-    Buf arena;       /* the bytes of every distinct string */
-    PyObject *list;  /* code -> str */
+    Buf arena;  /* the bytes of every distinct string, in code order */
+    Buf spans;  /* code -> (offset, length) in the arena, as two size_t */
 } Intern;
 
 static uint64_t fnv1a(cptr s, size_t n)
@@ -93,12 +102,9 @@ static int intern_init(Intern *t)
 {
     memset(t, 0, sizeof *t);
     t->mask = 1023;
-    t->slots = PyMem_Malloc(sizeof(Slot) * (t->mask + 1));
-    t->list = PyList_New(0);
-    if (t->slots == NULL || t->list == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    t->slots = PyMem_RawMalloc(sizeof(Slot) * (t->mask + 1));
+    if (t->slots == NULL)
+        return NO_MEMORY;
     for (size_t i = 0; i <= t->mask; i++)
         t->slots[i].code = -1;
     return 0;
@@ -106,19 +112,17 @@ static int intern_init(Intern *t)
 
 static void intern_free(Intern *t)
 {
-    PyMem_Free(t->slots);
-    PyMem_Free(t->arena.data);
-    Py_XDECREF(t->list);
+    PyMem_RawFree(t->slots);
+    PyMem_RawFree(t->arena.data);
+    PyMem_RawFree(t->spans.data);
 }
 
 static int intern_rehash(Intern *t)
 {
     size_t mask = t->mask * 2 + 1;
-    Slot *slots = PyMem_Malloc(sizeof(Slot) * (mask + 1));
-    if (slots == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    Slot *slots = PyMem_RawMalloc(sizeof(Slot) * (mask + 1));
+    if (slots == NULL)
+        return NO_MEMORY;
     for (size_t i = 0; i <= mask; i++)
         slots[i].code = -1;
     for (size_t i = 0; i <= t->mask; i++) {
@@ -130,14 +134,14 @@ static int intern_rehash(Intern *t)
             j = (j + 1) & mask;
         slots[j] = s;
     }
-    PyMem_Free(t->slots);
+    PyMem_RawFree(t->slots);
     t->slots = slots;
     t->mask = mask;
     return 0;
 }
 
-/* The code of string `s` (UTF-8 without escapes); -1 with an exception set on failure,
- * -2 (no exception) when `s` is not valid UTF-8. */
+/* The code of string `s` (its bytes as they are in the text, without escapes); -1 when out
+ * of memory. Whether the bytes are UTF-8 is checked when the strings are made. */
 static int32_t intern(Intern *t, cptr s, size_t n)
 {
     uint64_t h = fnv1a(s, n);
@@ -151,28 +155,44 @@ static int32_t intern(Intern *t, cptr s, size_t n)
             return slot->code;
         j = (j + 1) & t->mask;
     }
-    PyObject *str = PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)n, "strict");
-    if (str == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-            return -1;
-        PyErr_Clear();
-        return -2;
-    }
-    int rc = PyList_Append(t->list, str);
-    Py_DECREF(str);
-    if (rc < 0)
-        return -1;
-    int32_t code = (int32_t)t->count++;
+    if (t->count >= INT32_MAX || n > UINT32_MAX)
+        return NO_MEMORY;
+    int32_t code = (int32_t)t->count;
+    size_t span[2] = {t->arena.len, n};
+    if (buf_put(&t->arena, s, n) < 0 || buf_put(&t->spans, span, sizeof span) < 0)
+        return NO_MEMORY;
+    t->count++;
     Slot *slot = &t->slots[j];
     slot->hash = h;
-    slot->off = t->arena.len;
+    slot->off = span[0];
     slot->len = (uint32_t)n;
     slot->code = code;
-    if (buf_put(&t->arena, s, n) < 0)
-        return -1;
     if (t->count * 2 > t->mask && intern_rehash(t) < 0)
-        return -1;
+        return NO_MEMORY;
     return code;
+}
+
+/* The list of the distinct strings (code -> str), made with the GIL held; Py_None (a new
+ * reference) when one is not valid UTF-8, NULL with an exception on failure. */
+static PyObject *intern_strings(const Intern *t)
+{
+    PyObject *list = PyList_New((Py_ssize_t)t->count);
+    if (list == NULL)
+        return NULL;
+    const size_t *span = (const size_t *)t->spans.data;
+    for (size_t i = 0; i < t->count; i++) {
+        const char *s = t->arena.data ? t->arena.data + span[2 * i] : "";
+        PyObject *str = PyUnicode_DecodeUTF8(s, (Py_ssize_t)span[2 * i + 1], "strict");
+        if (str == NULL) {
+            Py_DECREF(list);
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                return NULL;
+            PyErr_Clear();
+            return Py_NewRef(Py_None);
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, str);
+    }
+    return list;
 }
 
 /* ------------------------------------------------------------------ JSON tokens */
@@ -610,19 +630,16 @@ static void columns_free(Columns *c)
     Buf *all[] = {&c->name, &c->cat, &c->tid, &c->pid, &c->ts, &c->ts_missing, &c->dur,
                   &c->dur_missing, &c->mts, &c->mts_missing};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        PyMem_Free(all[i]->data);
+        PyMem_RawFree(all[i]->data);
     for (int i = 0; i < N_KEPT; i++) {
-        PyMem_Free(c->arg[i].data);
-        PyMem_Free(c->arg_valid[i].data);
+        PyMem_RawFree(c->arg[i].data);
+        PyMem_RawFree(c->arg_valid[i].data);
     }
     for (int i = 0; i < 3; i++) {
-        PyMem_Free(c->mem[i].data);
-        PyMem_Free(c->mem_valid[i].data);
+        PyMem_RawFree(c->mem[i].data);
+        PyMem_RawFree(c->mem_valid[i].data);
     }
 }
-
-/* Return codes of the emit functions: 0 done, 1 not answered here, -1 error (exception). */
-#define NOT_HERE 1
 
 static const unsigned char EMPTY[1] = {0};
 
@@ -632,11 +649,7 @@ static int put_string(Intern *t, Buf *out, const Tok *tok)
     if (tok->kind == K_STRING && tok->escaped)
         return NOT_HERE;
     int32_t code = tok->kind == K_STRING ? intern(t, tok->p, tok->n) : intern(t, EMPTY, 0);
-    if (code == -2)
-        return NOT_HERE;
-    if (code < 0)
-        return -1;
-    return put_i32(out, code);
+    return code < 0 ? NO_MEMORY : put_i32(out, code);
 }
 
 /* pid / tid: a number keeps its text, a string its content, null or missing is "". */
@@ -646,7 +659,7 @@ static int put_text(Intern *t, Buf *out, const Tok *tok)
         return NOT_HERE;
     if (tok->kind == K_NUMBER) {
         int32_t code = intern(t, tok->p, tok->n);
-        return code < 0 ? (code == -2 ? NOT_HERE : -1) : put_i32(out, code);
+        return code < 0 ? NO_MEMORY : put_i32(out, code);
     }
     if (tok->kind == K_STRING)
         return put_string(t, out, tok);
@@ -659,7 +672,7 @@ static int put_time(Buf *ns, Buf *missing, const Tok *tok)
     if (tok->kind != K_MISSING && us_to_ns(tok, &v) < 0)
         return NOT_HERE;
     if (put_i64(ns, v) < 0 || put_u8(missing, tok->kind == K_MISSING) < 0)
-        return -1;
+        return NO_MEMORY;
     return 0;
 }
 
@@ -670,7 +683,7 @@ static int put_arg(Buf *values, Buf *valid, const Tok *tok)
     if (r < 0)
         return NOT_HERE;
     if (put_i64(values, r ? v : 0) < 0 || put_u8(valid, (uint8_t)r) < 0)
-        return -1;
+        return NO_MEMORY;
     return 0;
 }
 
@@ -681,7 +694,15 @@ static int put_arg(Buf *values, Buf *valid, const Tok *tok)
             return rc_;            \
     } while (0)
 
-static int emit(Columns *c, const Event *e, PyObject *dropped, int want)
+/* The categories whose complete events are dropped, copied out of the caller's tuple of
+ * bytes before the GIL is released. */
+typedef struct {
+    Py_ssize_t n;
+    const char **p;
+    size_t *len;
+} Dropped;
+
+static int emit(Columns *c, const Event *e, const Dropped *dropped, int want)
 {
     const Tok *ph = &e->f[F_PH];
     if (tok_is(ph, "X")) {
@@ -689,11 +710,9 @@ static int emit(Columns *c, const Event *e, PyObject *dropped, int want)
         if (cat->escaped)
             return NOT_HERE;
         size_t n = cat->kind == K_STRING ? cat->n : 0;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dropped); i++) {
-            PyObject *d = PyTuple_GET_ITEM(dropped, i);
-            if ((size_t)PyBytes_GET_SIZE(d) == n && (n == 0 || memcmp(PyBytes_AS_STRING(d), cat->p, n) == 0))
+        for (Py_ssize_t i = 0; i < dropped->n; i++)
+            if (dropped->len[i] == n && (n == 0 || memcmp(dropped->p[i], cat->p, n) == 0))
                 return 0;
-        }
         TRY(put_string(&c->strings, &c->name, &e->f[F_NAME]));
         TRY(put_string(&c->strings, &c->cat, cat));
         TRY(put_time(&c->ts, &c->ts_missing, &e->f[F_TS]));
@@ -737,14 +756,19 @@ static int set_item(PyObject *dict, const char *key, PyObject *value)
 
 static PyObject *result(Columns *c, int want)
 {
+    PyObject *strings = intern_strings(&c->strings);
+    if (strings == NULL || strings == Py_None)
+        return strings; /* a string that is not UTF-8: msgspec says what to do */
     PyObject *d = PyDict_New();
-    if (d == NULL)
+    if (d == NULL) {
+        Py_DECREF(strings);
         return NULL;
+    }
     int bad = set_item(d, "n_events", PyLong_FromSsize_t(c->n_events)) ||
               set_item(d, "n_kept", PyLong_FromSsize_t(c->n_kept)) ||
               set_item(d, "n_memory", PyLong_FromSsize_t(c->n_mem)) ||
               set_item(d, "begin_end", PyLong_FromSsize_t(c->begin_end)) ||
-              PyDict_SetItemString(d, "strings", c->strings.list) ||
+              set_item(d, "strings", strings) ||
               set_item(d, "name", buf_bytes(&c->name)) || set_item(d, "cat", buf_bytes(&c->cat)) ||
               set_item(d, "ts", buf_bytes(&c->ts)) ||
               set_item(d, "ts_missing", buf_bytes(&c->ts_missing)) ||
@@ -777,8 +801,8 @@ static PyObject *result(Columns *c, int want)
     return d;
 }
 
-/* 0: every event read, 1: not answered here, -1: error. */
-static int scan_events(Columns *c, cptr p, cptr end, PyObject *dropped, int want)
+/* 0: every event read, NOT_HERE: not answered here, NO_MEMORY. Touches no Python object. */
+static int scan_events(Columns *c, cptr p, cptr end, const Dropped *dropped, int want)
 {
     p = skip_ws(p, end);
     if (p >= end)
@@ -808,29 +832,47 @@ static PyObject *scan(PyObject *self, PyObject *args)
 {
     (void)self;
     Py_buffer view;
-    PyObject *dropped;
+    PyObject *tuple;
     int want;
-    if (!PyArg_ParseTuple(args, "y*O!i", &view, &PyTuple_Type, &dropped, &want))
+    if (!PyArg_ParseTuple(args, "y*O!i", &view, &PyTuple_Type, &tuple, &want))
         return NULL;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(dropped); i++) {
-        if (!PyBytes_Check(PyTuple_GET_ITEM(dropped, i))) {
-            PyBuffer_Release(&view);
-            PyErr_SetString(PyExc_TypeError, "dropped must be a tuple of bytes");
-            return NULL;
-        }
-    }
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    Dropped dropped = {n, PyMem_Malloc(sizeof(char *) * (size_t)(n ? n : 1)),
+                       PyMem_Malloc(sizeof(size_t) * (size_t)(n ? n : 1))};
+    PyObject *out = NULL;
     Columns c;
     memset(&c, 0, sizeof c);
-    PyObject *out = NULL;
-    if (intern_init(&c.strings) == 0) {
-        cptr p = (cptr)view.buf;
-        int rc = scan_events(&c, p, p + view.len, dropped, want);
-        if (rc == 0)
-            out = result(&c, want);
-        else if (rc == NOT_HERE)
-            out = Py_NewRef(Py_None);
+    int rc;
+    if (dropped.p == NULL || dropped.len == NULL) {
+        PyErr_NoMemory();
+        goto done;
     }
-    columns_free(&c);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyTuple_GET_ITEM(tuple, i); /* the tuple (an argument) keeps it alive */
+        if (!PyBytes_Check(d)) {
+            PyErr_SetString(PyExc_TypeError, "dropped must be a tuple of bytes");
+            goto done;
+        }
+        dropped.p[i] = PyBytes_AS_STRING(d);
+        dropped.len[i] = (size_t)PyBytes_GET_SIZE(d);
+    }
+    rc = intern_init(&c.strings);
+    if (rc == 0) {
+        cptr p = (cptr)view.buf;
+        Py_BEGIN_ALLOW_THREADS
+        rc = scan_events(&c, p, p + view.len, &dropped, want);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc == 0)
+        out = result(&c, want);
+    else if (rc == NOT_HERE)
+        out = Py_NewRef(Py_None);
+    else
+        PyErr_NoMemory();
+done:
+    columns_free(&c); /* all zero when nothing was made */
+    PyMem_Free(dropped.p);
+    PyMem_Free(dropped.len);
     PyBuffer_Release(&view);
     return out;
 }

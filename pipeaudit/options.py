@@ -88,7 +88,7 @@ class LoadOptions:
                 raise OptionError("executor", f"{self.executor!r} is not one of: local, "
                                   "processes, dask://HOST:PORT") from None
         if self.max_memory is not None:
-            from pipeaudit.trace.load import parse_size
+            from pipeaudit.trace.options import parse_size
 
             try:
                 object.__setattr__(self, "max_memory", parse_size(self.max_memory))  # type: ignore[arg-type]

@@ -20,23 +20,34 @@ sizes.
 from __future__ import annotations
 
 import importlib
-import multiprocessing
 import os
 import stat
+import threading
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from concurrent.futures import ProcessPoolExecutor
 
 #: Must match :data:`pipeaudit.trace.load.POOL_MIN_JSON_BYTES` and the executor's preload.
 POOL_MIN_JSON_BYTES = 128 * 1024 * 1024
 PRELOAD = ["msgspec", "numpy", "polars", "pipeaudit.trace.decode", "pipeaudit.timeline.rank"]
 _SUFFIXES = (".json", ".json.gz", ".json.gzip")
 
+#: This process helps the starting pool only in runs of at most this many items. With more,
+#: the time it saves is a small part of the run, and the memory its own decodes leave
+#: behind adds to the results it holds until the audit (1,024 ranks: 205 MB at the end of
+#: the ranks phase with its help, 162 MB without).
+HELP_MAX_ITEMS = 64
 
-def _guess(paths: Sequence[str]) -> tuple[int, int]:
-    """(files, JSON bytes) of trace-named regular files in ``paths`` (files or directories,
-    one level); gzip counted by the size its trailer records. Nothing else is opened: a FIFO
-    named like a trace would block the open (discovery refuses or skips it later)."""
-    files = size = 0
+
+def _guess(paths: Sequence[str]) -> list[tuple[str, int]]:
+    """(file, JSON bytes) of the trace-named regular files in ``paths`` (files or
+    directories, one level); gzip counted by the size its trailer records. Nothing else is
+    opened: a FIFO named like a trace would block the open (discovery refuses or skips it
+    later)."""
+    found: list[tuple[str, int]] = []
     for p in paths:
         try:
             if os.path.isdir(p):
@@ -47,11 +58,10 @@ def _guess(paths: Sequence[str]) -> tuple[int, int]:
             for f in entries:
                 n = _json_bytes(f)
                 if n is not None:
-                    files += 1
-                    size += n
+                    found.append((f, n))
         except OSError:
             continue
-    return files, size
+    return found
 
 
 def _json_bytes(path: str) -> int | None:
@@ -94,6 +104,8 @@ def init_worker(polars_threads: int, preload: Sequence[str] = ()) -> None:
 def start_method(workers: int) -> str:
     """How a pool of ``workers`` processes starts them: ``spawn`` for one, else ``forkserver``
     where the platform has it."""
+    import multiprocessing
+
     if workers > 1 and "forkserver" in multiprocessing.get_all_start_methods():
         return "forkserver"
     return "spawn"
@@ -101,6 +113,9 @@ def start_method(workers: int) -> str:
 
 def new_pool(workers: int, polars_threads: int) -> ProcessPoolExecutor:
     """A local pool of ``workers`` processes (see the module docstring for how they start)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     method = start_method(workers)
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
@@ -129,21 +144,86 @@ def take_pool(workers: int, polars_threads: int) -> ProcessPoolExecutor | None:
     return None
 
 
+@dataclass(frozen=True)
+class Plan:
+    """How a local run of some files will go, guessed before anything heavy is imported
+    (:func:`pipeaudit.trace.load.use_pool` decides the same way later)."""
+
+    files: list[tuple[str, int]]  # (trace file, JSON bytes)
+    workers: int
+    pool: bool  # the local pool: else every rank is read in this process
+
+
+def plan(paths: Sequence[str], jobs: int | None, executor: str | None) -> Plan | None:
+    """The :class:`Plan` of reading ``paths`` here; None for a cluster executor."""
+    if executor not in (None, "local", "processes"):
+        return None
+    files = _guess(paths)
+    workers = max(1, min(len(files), jobs if jobs is not None else cores()))
+    size = sum(n for _, n in files)
+    pool = workers >= 2 and (jobs is not None or executor == "processes"
+                             or size >= POOL_MIN_JSON_BYTES)
+    return Plan(files, workers, pool)
+
+
 def maybe_prestart(paths: Sequence[str], jobs: int | None, executor: str | None) -> bool:
     """Start the worker pool now if the analysis of ``paths`` will use the local pool."""
+    p = plan(paths, jobs, executor)
+    return p is not None and _prestart(p)
+
+
+def start_early(paths: Sequence[str], jobs: int | None, executor: str | None,
+                max_memory: int | str | None, salvage: bool) -> None:
+    """What a command that reads and reduces every rank starts before its own imports: the
+    local pool (:func:`maybe_prestart`) and the read of the file this process decodes first
+    (:mod:`pipeaudit.trace.readahead`)."""
+    p = plan(paths, jobs, executor)
+    if p is None:
+        return
+    _read_ahead(p, max_memory, salvage)  # first: the pool's start imports multiprocessing
+    if p.pool:
+        _prestart(p)
+
+
+def _read_ahead(p: Plan, max_memory: int | str | None, salvage: bool) -> None:
+    """Start reading the file this process decodes first, when it decodes one."""
+    if salvage or not p.files or (p.pool and len(p.files) > HELP_MAX_ITEMS):
+        return  # salvage reads damaged files another way; else only the pool reads
+    from pipeaudit.timeline import REDUCE_COLUMNS
+    from pipeaudit.trace import readahead, scanner
+    from pipeaudit.trace.options import ReadOptions
+    from pipeaudit.trace.schema import REQUIRED_COLUMNS
+
+    if not scanner.available():
+        return  # msgspec holds the GIL: reading would only slow the imports down
+    options = ReadOptions.for_share(max_memory, p.workers if p.pool else 1)
+    readahead.start(readahead.first_of(p.files), options,
+                    frozenset(REDUCE_COLUMNS) | REQUIRED_COLUMNS)
+
+
+def _prestart(p: Plan) -> bool:
+    """Start the pool of ``p`` (True), unless it will not pay (False)."""
     global _started
-    if executor not in (None, "local", "processes"):
+    if not p.pool:
         return False
-    files, size = _guess(paths)
-    workers = min(files, jobs if jobs is not None else cores())
-    if workers < 2 or (jobs is None and executor != "processes" and size < POOL_MIN_JSON_BYTES):
-        return False
+    workers = p.workers
     key = pool_shape(workers)  # the pool run_pool will ask for
     try:
         pool = take_pool(*key) or new_pool(*key)
-        pool.submit(os.getpid)  # starts the first worker (a spawn pool starts them on demand)
     except Exception:  # pragma: no cover - run_pool starts one later anyway
         _started = None
         return False
+    # A first task starts the workers (a spawn pool starts them on demand). On a thread: the
+    # submit waits until the forkserver has imported its preload and forked a worker (0.3-0.5
+    # s), time this process spends on its own imports instead.
+    threading.Thread(target=_start_workers, args=(pool,), name="pipeaudit-pool-start",
+                     daemon=True).start()
     _started = (key, pool)
     return True
+
+
+def _start_workers(pool: ProcessPoolExecutor) -> None:
+    try:
+        pool.submit(os.getpid)
+    except Exception:  # noqa: BLE001 - shut down meanwhile: run_pool starts its own
+        pass

@@ -37,6 +37,13 @@ def mark(phase: str, note: str = "") -> None:
         _marks.append((phase, time.monotonic(), note))
 
 
+def mark_once(phase: str, note: str = "") -> None:
+    """:func:`mark`, unless ``phase`` has been marked already (e.g. ``start``, which the
+    first read marks, whoever starts it)."""
+    if enabled() and all(p != phase for p, _, _ in _marks):
+        _marks.append((phase, time.monotonic(), note))
+
+
 def process_age() -> float | None:
     """Seconds since this process started (Linux: from /proc), else None."""
     try:

@@ -1,8 +1,8 @@
 """`pipeaudit analyze`: audit a run's traces.
 
-Only what the reading of the ranks needs is imported before it starts (the reporters, the
-step view and the audit come after it: ``PIPEAUDIT_TIMINGS``' start phase is the time before
-the first rank is read).
+Nothing heavy is imported before the first rank's file is being read
+(:func:`pipeaudit.prestart.start_early`: polars, the analysis and the reporters load while a
+thread reads it); ``PIPEAUDIT_TIMINGS``' start phase is the time until then.
 """
 
 from __future__ import annotations
@@ -31,14 +31,15 @@ from pipeaudit.cli.runopts import load_options, load_run, run_options
 def command(paths, fmt, output, html_path, force, with_hta, **run) -> None:
     """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
     from pipeaudit import timings
-    from pipeaudit.prestart import maybe_prestart
+    from pipeaudit.prestart import start_early
 
-    options = load_options(run)
-    maybe_prestart(paths, options.jobs, options.executor)  # the worker pool's imports overlap ours
     from pipeaudit.cli.output import check_writable
 
+    options = load_options(run)
     check_writable(output, force=force)  # before the (possibly long) analysis
     check_writable(html_path, force=force)
+    # the worker pool's imports and the read of the first rank overlap ours
+    start_early(paths, options.jobs, options.executor, options.max_memory, options.salvage)
     run = load_run(paths, options)
     result = run.audit()
     timings.mark("audit")

@@ -15,18 +15,13 @@ from typing import Any, Sequence
 import polars as pl
 
 from pipeaudit.options import LoadOptions
+from pipeaudit.timeline import REDUCE_COLUMNS
 from pipeaudit.timeline.layout import Layout, detect_layout
 from pipeaudit.timeline.model import Timeline
 from pipeaudit.timeline.p2p import ClockCorrection, settle_transfers
 from pipeaudit.timeline.rank import RankTimeline, reduce_rank
 from pipeaudit.timeline.single_process import single_process, split_by_device
 from pipeaudit.timeline.stepping import settle_steps
-
-#: Event columns :func:`reduce_rank` reads besides name, cat, ph, ts and dur: threads and
-#: launch correlation (CPU and GPU), ``External id`` (pairs an annotation with its GPU copy),
-#: the GPU event's process, stream and device, and NCCL's P2P peers and sequence numbers.
-REDUCE_COLUMNS = ("tid", "pid", "correlation", "external_id", "stream", "device", "src_rank",
-                  "dst_rank", "seq")
 
 
 def stage_hints(manifest: dict[str, Any] | None) -> dict[int, int]:

@@ -27,12 +27,47 @@ Modules, one job each:
 * :mod:`~pipeaudit.trace.cut`        exclude steps a damaged or partial trace does not hold whole
 """
 
-from pipeaudit.trace.decode import DROPPED_CATEGORIES, read_trace
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# ``discover`` is also a submodule's name: bound here, to the function, before anything
+# imports the submodule (which would bind the module). Both import no polars.
 from pipeaudit.trace.discover import discover
-from pipeaudit.trace.load import load_traces, map_ranks
-from pipeaudit.trace.model import EVENT_SCHEMA, MEMORY_SCHEMA, RankInfo, RankTrace, TraceSet
-from pipeaudit.trace.options import ReadOptions, Tokenizer
 from pipeaudit.trace.naming import rank_from_name
+
+# The other names load on first use (PEP 562): importing one light module of the package
+# (the byte reader, the document, the scanner) must not import polars, so that a command can
+# start reading a file while polars loads (see :mod:`pipeaudit.trace.readahead`).
+_LAZY = {
+    "DROPPED_CATEGORIES": "pipeaudit.trace.decode",
+    "read_trace": "pipeaudit.trace.decode",
+    "load_traces": "pipeaudit.trace.load",
+    "map_ranks": "pipeaudit.trace.load",
+    "EVENT_SCHEMA": "pipeaudit.trace.model",
+    "MEMORY_SCHEMA": "pipeaudit.trace.model",
+    "RankInfo": "pipeaudit.trace.model",
+    "RankTrace": "pipeaudit.trace.model",
+    "TraceSet": "pipeaudit.trace.model",
+    "ReadOptions": "pipeaudit.trace.options",
+    "Tokenizer": "pipeaudit.trace.options",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pipeaudit.trace.decode import DROPPED_CATEGORIES, read_trace
+    from pipeaudit.trace.load import load_traces, map_ranks
+    from pipeaudit.trace.model import EVENT_SCHEMA, MEMORY_SCHEMA, RankInfo, RankTrace, TraceSet
+    from pipeaudit.trace.options import ReadOptions, Tokenizer
+
+
+def __getattr__(name: str) -> Any:
+    """The package's public names, imported when first used."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DROPPED_CATEGORIES",

@@ -30,24 +30,23 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from pipeaudit.errors import TraceError, TraceErrorKind as Kind
 from pipeaudit.trace.model import EVENT_SCHEMA, MEMORY_SCHEMA
-from pipeaudit.trace.scanner import ScannedBatch
-from pipeaudit.trace.schema import NO_ARGS, Event
+from pipeaudit.trace.scanner import ScannedBatch, to_batch
+from pipeaudit.trace.schema import DROPPED_CATEGORIES, NO_ARGS, REQUIRED_COLUMNS, Event
 from pipeaudit.trace.timestamps import raw_to_ns, raw_to_text
 
-#: Complete-event categories that are not kept.
-DROPPED_CATEGORIES: frozenset[str] = frozenset({"python_function"})
+if TYPE_CHECKING:  # pragma: no cover
+    from pipeaudit.trace.tokenizer import Piece
+
 MEMORY_EVENT = "[memory]"
 
 #: Every column of :data:`EVENT_SCHEMA`; ``read_trace(columns=...)`` may ask for fewer.
 ALL_COLUMNS: tuple[str, ...] = tuple(EVENT_SCHEMA)
-#: Columns that are always built (the sort and the drop rules need them).
-REQUIRED_COLUMNS: frozenset[str] = frozenset({"name", "cat", "ph", "ts", "dur"})
 _ARG_COLUMNS = (("correlation", "args.correlation"), ("external_id", 'args["External id"]'),
                 ("stream", "args.stream"), ("device", "args.device"),
                 ("src_rank", 'args["Src Rank"]'), ("dst_rank", 'args["Dst Rank"]'),
@@ -226,6 +225,13 @@ class TableParts:
         self.memory.append(pl.DataFrame([mts.alias("ts"), total.alias("total_allocated"),
                                          device_id.alias("device_id"),
                                          mts_missing.alias("_ts_missing")]))
+
+    def add_piece(self, piece: Piece) -> None:
+        """Add one batch as the tokenizer left it (:class:`~pipeaudit.trace.tokenizer.Piece`)."""
+        if piece.scanned is not None:
+            self.add_scanned(to_batch(piece.scanned, self.columns))
+        else:
+            self.add(piece.path, piece.events, piece.index)
 
     def add_scanned(self, batch: ScannedBatch) -> None:
         """Add one batch read by the compiled scanner (the columns :meth:`add` builds)."""

@@ -30,6 +30,7 @@ import polars as pl
 
 from pipeaudit.errors import TraceError, TraceErrorKind as Kind
 from pipeaudit.trace import header as hdr
+from pipeaudit.trace import readahead
 from pipeaudit.trace import salvage as salv
 from pipeaudit.trace.columns import (  # noqa: F401 (DROPPED_CATEGORIES, ALL_COLUMNS: API)
     ALL_COLUMNS, DROPPED_CATEGORIES, TableParts, check_columns, finish_tables,
@@ -82,6 +83,9 @@ def decode_file(path: str | PathLike[str], options: ReadOptions, *,
     try:
         if options.salvage:
             return _read_salvaged(path, options, cols, rank_hint)
+        ahead = readahead.take(path, options, cols)
+        if ahead is not None:
+            return _read_ahead(ahead, cols, rank_hint)
         return _read(TraceBytes(path), options, cols, rank_hint)
     except pl.exceptions.PanicException as exc:  # a BaseException, not an Exception
         first = (str(exc).splitlines() or [""])[0][:160]
@@ -95,18 +99,40 @@ def decode_file(path: str | PathLike[str], options: ReadOptions, *,
 def _read(text: TraceBytes, options: ReadOptions, cols: frozenset[str],
           rank_hint: int | None) -> RankTrace:
     """The pipeline (see the module docstring) over one file's text."""
-    path = text.path
     parts = TableParts(cols)
-    doc = Document(text, ColumnTarget(path, parts, options.effective_tokenizer()),
+    doc = Document(text, ColumnTarget(text.path, cols, options.effective_tokenizer(), parts.add_piece),
                    batch_bytes=options.batch_bytes, max_event_bytes=options.max_event_bytes,
                    keep=_HEADER)
-    header = hdr.decode_members(path, doc.read())
+    members = doc.read()
+    return _tables(text, members, doc.n_events, parts, rank_hint)
+
+
+def _read_ahead(ahead: readahead.ReadAhead, cols: frozenset[str], rank_hint: int | None) -> RankTrace:
+    """:func:`_read` of a file a thread has been reading (:mod:`pipeaudit.trace.readahead`):
+    its pieces become columns as they come; the thread's error, if any, is raised after the
+    pieces before it, where :func:`_read` would have raised it."""
+    parts = TableParts(cols)
+    try:
+        for piece in ahead.pieces():
+            parts.add_piece(piece)
+    finally:
+        ahead.cancel()  # stops the thread if a piece failed here; no effect once it is done
+    done = ahead.done
+    assert done is not None  # pieces() ended without raising
+    return _tables(done.text, done.members, done.n_events, parts, rank_hint)
+
+
+def _tables(text: TraceBytes, members: dict[str, bytes], n_events: int, parts: TableParts,
+            rank_hint: int | None) -> RankTrace:
+    """The header checks and the tables, once the whole document is read."""
+    path = text.path
+    header = hdr.decode_members(path, members)
     base_ns = hdr.check(path, header)
     parts.raise_errors()
     warnings = [utf8_repair_note(text.repaired)] if text.repaired else []
     events, memory = finish_tables(parts, base_ns, warnings)
     return hdr.rank_trace(path, header, events, memory, text.size, rank_hint, warnings,
-                          n_events=doc.n_events)
+                          n_events=n_events)
 
 
 def _read_salvaged(path: Path, options: ReadOptions, cols: frozenset[str],

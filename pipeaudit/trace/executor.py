@@ -44,7 +44,7 @@ from typing import Any
 from pipeaudit.errors import ConfigError, TraceError
 
 from pipeaudit.prestart import (  # noqa: F401 (PRELOAD: tests)
-    PRELOAD, cores, new_pool, pool_shape, take_pool,
+    HELP_MAX_ITEMS, PRELOAD, cores, new_pool, pool_shape, take_pool,
 )
 
 _DASK_RE = re.compile(r"^(dask|tcp|tls)://(?P<addr>[^/\s]+)/?$")
@@ -91,11 +91,6 @@ def _spawn_works() -> bool:
     return path is None or os.path.isfile(path)
 
 
-#: This process helps the starting pool only in runs of at most this many items. With more,
-#: the time it saves is a small part of the run, and the memory its own decodes leave
-#: behind adds to the results it holds until the audit (1,024 ranks: 205 MB at the end of
-#: the ranks phase with its help, 162 MB without).
-HELP_MAX_ITEMS = 64
 
 
 def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
@@ -103,10 +98,11 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
     """``[fn(x) for x in items]`` on a local pool of ``workers`` processes (order kept):
     they take the items in order, each the next one as soon as it is free.
 
-    This process works too while the pool is starting, instead of waiting: it takes items
-    until the pool's first result arrives (its items need no pickling back), then only
-    collects; with more than :data:`HELP_MAX_ITEMS` items it only collects. ``on_done(result)``
-    is called as each item is done (from this process's threads).
+    This process works too while the pool is starting, instead of waiting: it takes the
+    first item (the one a CLI has been reading ahead), then items until the pool's first
+    result arrives (its items need no pickling back), then only collects; with more than
+    :data:`HELP_MAX_ITEMS` items it only collects. ``on_done(result)`` is called as each
+    item is done (from this process's threads).
     """
     if workers <= 1 or len(items) <= 1 or not _spawn_works():
         return run_here(fn, items, on_done)
@@ -118,16 +114,18 @@ def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
     helps = len(items) <= HELP_MAX_ITEMS
     try:
         pool = take_pool(size, threads) or new_pool(size, threads)
+        mine = claim.next() if helps else None  # before the pool takes any
         try:
             feeder = threading.Thread(target=_feed, args=(pool, fn, items, results, claim,
                                                            size, failure, on_done, pool_ready),
                                       daemon=True)
             feeder.start()
             try:
-                while helps and not pool_ready.is_set() and (i := claim.next()) is not None:
-                    results[i] = fn(items[i])
+                while mine is not None:
+                    results[mine] = fn(items[mine])
                     if on_done is not None:
-                        on_done(results[i])
+                        on_done(results[mine])
+                    mine = claim.next() if not pool_ready.is_set() else None
             except BaseException:
                 claim.stop()  # the pool takes no more items
                 raise

@@ -21,29 +21,8 @@ import polars as pl
 from pipeaudit.errors import TraceError, TraceErrorKind as Kind
 from pipeaudit.trace.model import RankTrace
 from pipeaudit.trace.naming import rank_from_name
+from pipeaudit.trace.schema import HEADER_KEYS  # noqa: F401 (API: the header's keys)
 from pipeaudit.trace.timestamps import LIMIT_NS
-
-#: Top-level keys kept in :attr:`RankTrace.header` (all small). Other top-level keys
-#: (``INFO`` log lines, site-specific job metadata, ...) are skipped while parsing.
-HEADER_KEYS: tuple[str, ...] = (
-    "schemaVersion",
-    "distributedInfo",
-    "deviceProperties",
-    "baseTimeNanoseconds",
-    "traceName",
-    "displayTimeUnit",
-    "trace_id",
-    "host_name",
-    "record_shapes",
-    "profile_memory",
-    "with_stack",
-    "with_flops",
-    "with_modules",
-    "cuda_runtime_version",
-    "cuda_driver_version",
-    "hip_runtime_version",
-    "pipeaudit_incomplete_step",  # written by the pipeaudit harness into a failed rank's partial trace
-)
 
 #: Categories that only GPU activity produces.
 GPU_CATEGORIES: frozenset[str] = frozenset(

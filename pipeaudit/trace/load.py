@@ -38,9 +38,12 @@ from pipeaudit.trace.cut import align_steps
 from pipeaudit.trace.decode import decode_file
 from pipeaudit.trace.discover import discover
 from pipeaudit.trace.executor import Executor, cpu_count, parse_executor, run_tasks
+from pipeaudit.trace import readahead
 from pipeaudit.trace.header import SharedHeaderValues
 from pipeaudit.trace.model import RankInfo, RankTrace, TraceSet
-from pipeaudit.trace.options import ReadOptions
+from pipeaudit.trace.options import (  # noqa: F401 (the memory helpers: API, tests)
+    DEFAULT_MEMORY_SHARE, ReadOptions, available_memory, default_max_memory, parse_size,
+)
 from pipeaudit.trace.source import estimated_json_bytes, open_regular
 from pipeaudit.trace.validate import validate_set
 
@@ -48,8 +51,6 @@ from pipeaudit.trace.validate import validate_set
 #: needs 0.5-1 s to start (one forkserver importing polars), about what decoding 64 MB
 #: takes in-process; below 128 MB the saving is too small to be worth it.
 POOL_MIN_JSON_BYTES = 128 * 1024 * 1024
-#: Share of the memory available at start that ``max_memory=None`` allows.
-DEFAULT_MEMORY_SHARE = 0.5
 MANIFEST_NAME = "manifest.json"
 #: A manifest bigger than this is not a harness manifest: it is ignored, not read.
 MAX_MANIFEST_BYTES = 16 << 20
@@ -63,44 +64,6 @@ def _estimated_json_bytes(files: Sequence[Path]) -> int:
         except (OSError, TraceError):
             continue
     return total
-
-
-def available_memory() -> int:
-    """Bytes of memory available to new allocations (Linux ``MemAvailable``), else the total."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover
-        return 8 << 30
-
-
-def default_max_memory() -> int:
-    """The default memory budget: half of the memory available now."""
-    return int(available_memory() * DEFAULT_MEMORY_SHARE)
-
-
-def parse_size(text: str | int) -> int:
-    """``"4G"``, ``"512M"``, ``"2.5GB"``, ``"1e9"`` or an int -> bytes (ValueError if not)."""
-    if isinstance(text, int):
-        if text <= 0:
-            raise ValueError(f"a memory size must be > 0, got {text}")
-        return text
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-    number = t[:-1] if t[-1:] in "KMGT" else t
-    try:
-        value = float(number)
-    except ValueError:
-        raise ValueError(f"not a memory size: {text!r} (e.g. 4G, 512M)") from None
-    if not value > 0:
-        raise ValueError(f"a memory size must be > 0, got {text!r}")
-    return int(value * mult)
 
 
 def use_pool(files: Sequence[Path], jobs: int | None,
@@ -235,16 +198,19 @@ def map_ranks(
     if exe.kind == "dask" and max_memory is None:  # each worker judges its own machine
         options = None
     else:
-        budget = default_max_memory() if max_memory is None else parse_size(max_memory)
-        per_task = budget if exe.kind == "dask" else max(1, budget // (workers if pool else 1))
-        options = ReadOptions.for_budget(per_task, salvage=salvage)
+        shares = 1 if exe.kind == "dask" else (workers if pool else 1)
+        options = ReadOptions.for_share(max_memory, shares, salvage=salvage)
     cols = tuple(columns) if columns is not None else None
     tasks = [RankTask(str(f), job, cols, options, salvage) for f in files]
-    # biggest files first, so that no worker is left with a big one at the end
-    biggest_first = sorted(range(len(tasks)), key=lambda i: -sizes[i])
-    timings.mark("start")
-    done = run_tasks(run_rank_task, [tasks[i] for i in biggest_first], executor=exe,
-                     workers=workers, pool=pool, on_done=_on_arrival(len(tasks)))
+    # biggest files first, so that no worker is left with a big one at the end; the file
+    # this process has been reading ahead (the CLI starts one) first of all: it takes that one
+    biggest_first = _read_ahead_first(sorted(range(len(tasks)), key=lambda i: -sizes[i]), files)
+    timings.mark_once("start")
+    try:
+        done = run_tasks(run_rank_task, [tasks[i] for i in biggest_first], executor=exe,
+                         workers=workers, pool=pool, on_done=_on_arrival(len(tasks)))
+    finally:
+        readahead.drop()  # not taken (another executor, a pool this process does not help)
     where = str(exe) if exe.kind == "dask" else _jobs(workers if pool else 1)
     read = options.describe() if options is not None else "each worker's own budget"
     timings.mark("ranks", f"{len(tasks)} ranks, {where}, read: {read}")
@@ -266,6 +232,18 @@ def map_ranks(
     rank_warnings = [f"rank {i.rank} ({i.path.name}): {w}" for i in infos for w in i.warnings]
     return RankResults(infos=infos, values=[o.value for o in outcomes], manifest=manifest,  # type: ignore[arg-type]
                        warnings=set_warnings + rank_warnings)
+
+
+def _read_ahead_first(order: list[int], files: Sequence[Path]) -> list[int]:
+    """``order`` with the file being read ahead (:mod:`pipeaudit.trace.readahead`) first."""
+    ahead = readahead.pending_path()
+    if ahead is None:
+        return order
+    at = next((k for k, i in enumerate(order) if readahead.same_file(files[i], ahead)), None)
+    if at is None:
+        readahead.drop()  # not one of this run's files
+        return order
+    return [order[at]] + order[:at] + order[at + 1:]
 
 
 def _jobs(n: int) -> str:

@@ -13,12 +13,15 @@ budget (:meth:`ReadOptions.for_budget`). ``PIPEAUDIT_TIMINGS=1`` prints them
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass
 
 from pipeaudit.trace import scanner
 
 #: Memory budget of one file's decode when the caller gives none.
 DEFAULT_BUDGET = 1 << 30
+#: Share of the memory available at start that a run's ``max_memory=None`` allows.
+DEFAULT_MEMORY_SHARE = 0.5
 #: Bounds of the batch size (JSON bytes decoded at once); 4 MiB measured fastest.
 MIN_BATCH = 1 << 20
 MAX_BATCH = 4 << 20
@@ -72,6 +75,20 @@ class ReadOptions:
                    max_event_bytes=max(MIN_BATCH, min(MAX_EVENT_BYTES, budget // 8)),
                    salvage=salvage, budget=budget)
 
+    @classmethod
+    def for_share(cls, max_memory: int | str | None, shares: int, *,
+                  salvage: bool = False) -> "ReadOptions":
+        """Options for one of ``shares`` decodes running at once within a run's
+        ``max_memory`` (bytes or text such as ``"4G"``; None: :func:`default_max_memory`)."""
+        budget = default_max_memory() if max_memory is None else parse_size(max_memory)
+        return cls.for_budget(max(1, budget // max(1, shares)), salvage=salvage)
+
+    def reads_like(self, other: "ReadOptions") -> bool:
+        """True when a file read with ``other`` gives what it gives with these options (the
+        budget itself only words messages)."""
+        return (self.effective_tokenizer(), self.batch_bytes, self.max_event_bytes, self.salvage) == \
+            (other.effective_tokenizer(), other.batch_bytes, other.max_event_bytes, other.salvage)
+
     @property
     def salvage_limit(self) -> int:
         """Most JSON bytes a salvaged file may hold (it is read whole)."""
@@ -88,3 +105,41 @@ class ReadOptions:
         mib = self.batch_bytes / 2**20
         text = f"{self.tokenizer.value}, {mib:g} MiB batches"
         return text + ", salvage" if self.salvage else text
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new allocations (Linux ``MemAvailable``), else the total."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return 8 << 30
+
+
+def default_max_memory() -> int:
+    """The default memory budget: half of the memory available now."""
+    return int(available_memory() * DEFAULT_MEMORY_SHARE)
+
+
+def parse_size(text: str | int) -> int:
+    """``"4G"``, ``"512M"``, ``"2.5GB"``, ``"1e9"`` or an int -> bytes (ValueError if not)."""
+    if isinstance(text, int):
+        if text <= 0:
+            raise ValueError(f"a memory size must be > 0, got {text}")
+        return text
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    number = t[:-1] if t[-1:] in "KMGT" else t
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"not a memory size: {text!r} (e.g. 4G, 512M)") from None
+    if not value > 0:
+        raise ValueError(f"a memory size must be > 0, got {text!r}")
+    return int(value * mult)

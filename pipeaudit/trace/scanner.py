@@ -18,15 +18,20 @@ comparisons and benchmarks). Both read text the byte reader has already made val
 key repeated in an event is left to msgspec (the last value counts); nesting deeper than 64
 levels too. Memory safety: ``tests/unit/trace/test_scanner_sanitized.py`` runs it under AddressSanitizer
 and UBSan against msgspec.
+
+Two steps: :func:`scan_raw` (the C pass, which releases the GIL; this module imports neither
+polars nor numpy, so a file can be read while they load) and :func:`to_batch` (its buffers
+as polars columns).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import polars as pl
+if TYPE_CHECKING:  # pragma: no cover
+    import polars as pl
 
 try:
     from pipeaudit.trace import _kscan
@@ -61,12 +66,23 @@ def available() -> bool:
 def scan_batch(data: bytes | memoryview, columns: frozenset[str], dropped: frozenset[str]) -> ScannedBatch | None:
     """Columns of ``data`` (complete events separated by commas), or None when the batch
     must be decoded by msgspec (see the module docstring)."""
+    out = scan_raw(data, columns, dropped)
+    return None if out is None else to_batch(out, columns)
+
+
+def scan_raw(data: bytes | memoryview, columns: frozenset[str], dropped: frozenset[str]) -> dict[str, Any] | None:
+    """The scanner's buffers for ``data`` (see :func:`scan_batch`), or None."""
     if not available():
         return None
     want = sum(bit for c, bit in _WANT.items() if c in columns)
-    out = _kscan.scan(data, tuple(sorted(c.encode() for c in dropped)), want)
-    if out is None:
-        return None
+    return _kscan.scan(data, tuple(sorted(c.encode() for c in dropped)), want)
+
+
+def to_batch(out: dict[str, Any], columns: frozenset[str]) -> ScannedBatch:
+    """:func:`scan_raw`'s buffers as the columns of a :class:`ScannedBatch`."""
+    import numpy as np
+    import polars as pl
+
     strings = pl.Series(out["strings"], dtype=pl.Utf8)
 
     def text(key: str) -> pl.Series:
@@ -92,12 +108,18 @@ def scan_batch(data: bytes | memoryview, columns: frozenset[str], dropped: froze
 
 
 def _flags(name: str, mask: bytes) -> pl.Series:
+    import numpy as np
+    import polars as pl
+
     return pl.Series(name, np.frombuffer(mask, dtype=np.uint8).astype(bool), dtype=pl.Boolean)
 
 
 def _nullable(name: str, values: bytes, mask: bytes, *, missing: bool = False) -> pl.Series:
     """Int64 column from a value buffer and a byte mask (``missing``: the mask marks nulls,
     else it marks valid values)."""
+    import numpy as np
+    import polars as pl
+
     series = pl.Series(name, np.frombuffer(values, dtype=np.int64), dtype=pl.Int64)
     flags = np.frombuffer(mask, dtype=np.uint8).astype(bool)
     null = flags if missing else ~flags

@@ -20,6 +20,34 @@ from typing import Any
 
 import msgspec
 
+#: Top-level keys kept in :attr:`RankTrace.header` (all small). Other top-level keys
+#: (``INFO`` log lines, site-specific job metadata, ...) are skipped while parsing.
+HEADER_KEYS: tuple[str, ...] = (
+    "schemaVersion",
+    "distributedInfo",
+    "deviceProperties",
+    "baseTimeNanoseconds",
+    "traceName",
+    "displayTimeUnit",
+    "trace_id",
+    "host_name",
+    "record_shapes",
+    "profile_memory",
+    "with_stack",
+    "with_flops",
+    "with_modules",
+    "cuda_runtime_version",
+    "cuda_driver_version",
+    "hip_runtime_version",
+    "pipeaudit_incomplete_step",  # written by the pipeaudit harness into a failed rank's partial trace
+)
+
+#: Columns that are always built (the sort and the drop rules need them).
+REQUIRED_COLUMNS: frozenset[str] = frozenset({"name", "cat", "ph", "ts", "dur"})
+
+#: Complete-event categories that are not kept (see :mod:`pipeaudit.trace.columns`).
+DROPPED_CATEGORIES: frozenset[str] = frozenset({"python_function"})
+
 #: ``Raw`` value of a missing ``ts`` / ``dur``.
 MISSING = msgspec.Raw(b"")
 

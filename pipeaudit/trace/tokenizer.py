@@ -2,11 +2,13 @@
 
 :class:`ColumnTarget` is the :class:`~pipeaudit.trace.document.BatchTarget` of the decode:
 each batch of events the document cuts is read by the compiled scanner
-(:mod:`pipeaudit.trace.scanner`) straight into columns when the options ask for it and it
-answers, else decoded by msgspec (typed Structs, :mod:`pipeaudit.trace.schema`) and turned
-into the same columns (:class:`pipeaudit.trace.columns.TableParts`). The scanner answers
-only where its answer is certainly msgspec's, so the choice changes the speed, never the
-result or the message.
+(:mod:`pipeaudit.trace.scanner`) into column buffers when the options ask for it and it
+answers, else decoded by msgspec (typed Structs, :mod:`pipeaudit.trace.schema`); either way
+the batch leaves as a :class:`Piece` that :meth:`pipeaudit.trace.columns.TableParts.add_piece`
+turns into the same columns. The scanner answers only where its answer is certainly
+msgspec's, so the choice changes the speed, never the result or the message. This module
+imports no polars: a file can be tokenized while polars loads
+(:mod:`pipeaudit.trace.readahead`).
 
 :func:`decode_events` is the msgspec side, for any element type (``pipeaudit.report.merge``
 reads the events as raw JSON with it): it tells the document whether a cut is an event
@@ -15,6 +17,8 @@ boundary and words what is wrong with a batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,11 +26,10 @@ import msgspec
 
 from pipeaudit.errors import TraceError, TraceErrorKind as Kind
 from pipeaudit.trace import diagnose
-from pipeaudit.trace.columns import DROPPED_CATEGORIES, TableParts
 from pipeaudit.trace.document import ArrayEnds, Batch, Malformed, NotABoundary, TooDeep, Truncated
 from pipeaudit.trace.options import Tokenizer
-from pipeaudit.trace.scanner import scan_batch
-from pipeaudit.trace.schema import batch_decoder
+from pipeaudit.trace.scanner import scan_raw
+from pipeaudit.trace.schema import DROPPED_CATEGORIES, batch_decoder
 
 
 def decode_events(path: Path, decoder: msgspec.json.Decoder, batch: Batch) -> list[Any]:
@@ -74,23 +77,37 @@ def _decode(path: Path, decoder: msgspec.json.Decoder, data: bytes,
         raise TooDeep from None
 
 
-class ColumnTarget:
-    """Batches of events -> the columns of :class:`TableParts` (see the module docstring)."""
+@dataclass
+class Piece:
+    """One batch of events, tokenized: the compiled scanner's buffers (``scanned``), or the
+    events msgspec decoded (``events``, the first at ``traceEvents[index]``)."""
 
-    def __init__(self, path: Path, parts: TableParts, tokenizer: Tokenizer) -> None:
+    path: Path
+    scanned: dict[str, Any] | None = None
+    events: list[Any] | None = None
+    index: int = 0
+
+
+class ColumnTarget:
+    """Batches of events -> :class:`Piece` s, handed to ``sink`` in file order (see the
+    module docstring)."""
+
+    def __init__(self, path: Path, columns: frozenset[str], tokenizer: Tokenizer,
+                 sink: Callable[[Piece], None]) -> None:
         self.path = path
-        self.parts = parts
+        self.columns = columns
+        self.sink = sink
         self.scanner = tokenizer is Tokenizer.SCANNER
-        self.decoder = batch_decoder(parts.columns)
+        self.decoder = batch_decoder(columns)
 
     def decode(self, batch: Batch) -> int:
         if self.scanner:
-            scanned = scan_batch(batch.data, self.parts.columns, DROPPED_CATEGORIES)
+            scanned = scan_raw(batch.data, self.columns, DROPPED_CATEGORIES)
             if scanned is not None:  # the compiled scanner read it: a true event boundary
-                self.parts.add_scanned(scanned)
-                return scanned.n_events
+                self.sink(Piece(self.path, scanned=scanned))
+                return scanned["n_events"]
         events = decode_events(self.path, self.decoder, batch)
-        self.parts.add(self.path, events, batch.index)
+        self.sink(Piece(self.path, events=events, index=batch.index))
         return len(events)
 
     def explain(self, batch: Batch) -> NoReturn:

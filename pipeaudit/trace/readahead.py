@@ -1,0 +1,178 @@
+"""Reading one rank's file on a thread while the command is still importing.
+
+Before ``pipeaudit analyze`` builds its first table it imports polars, numpy and the
+analysis (about 0.3-0.4 s of CPU). Reading a trace needs none of them: the byte reader
+(:mod:`~pipeaudit.trace.source`), the document (:mod:`~pipeaudit.trace.document`) and the
+tokenizer (:mod:`~pipeaudit.trace.tokenizer`, whose compiled scanner releases the GIL)
+import only msgspec. So the CLI starts reading the file this process will decode first, on a
+thread, as soon as it knows the files (:func:`maybe_start`), and the imports run meanwhile;
+gzip (isal, zlib) and the scanner run outside the GIL.
+
+The thread does exactly what :func:`pipeaudit.trace.decode.decode_file` does up to the
+tables: it tokenizes every batch into :class:`~pipeaudit.trace.tokenizer.Piece` s, in file
+order, and reads the header's members. ``decode_file`` takes them (:func:`take`) when the
+file and the reading options are the ones it was started with, turns the pieces into
+columns as they come, then goes on as usual; an error the thread met is raised there, after
+the pieces before it, as the file's own read would have raised it. Otherwise (another file,
+other options) the read is dropped and the file read again: the result never depends on it.
+At most one read ahead exists at a time; the library (``pipeaudit.load``) never starts one.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeaudit import timings
+from pipeaudit.trace.document import Document
+from pipeaudit.trace.options import ReadOptions
+from pipeaudit.trace.schema import HEADER_KEYS
+from pipeaudit.trace.source import TraceBytes
+from pipeaudit.trace.tokenizer import ColumnTarget, Piece
+
+_HEADER = frozenset(HEADER_KEYS)
+
+
+class _Cancelled(Exception):
+    """Raised inside the thread when nobody will take its read."""
+
+
+@dataclass
+class ReadDone:
+    """The end of a read: what :class:`~pipeaudit.trace.decode` needs after the pieces."""
+
+    text: TraceBytes
+    members: dict[str, bytes]
+    n_events: int
+
+
+class ReadAhead:
+    """One file read on a thread into pieces (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike[str], options: ReadOptions,
+                 columns: frozenset[str]) -> None:
+        self.path = Path(path)
+        self.options = options
+        self.columns = columns
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._cancelled = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pipeaudit-read-ahead",
+                                        daemon=True)
+        #: set by :meth:`pieces` once the thread has read the whole document
+        self.done: ReadDone | None = None
+
+    def start(self) -> None:
+        timings.mark_once("start")  # the run's first byte is read now
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            text = TraceBytes(self.path)
+            target = ColumnTarget(self.path, self.columns, self.options.effective_tokenizer(),
+                                  self._put)
+            doc = Document(text, target, batch_bytes=self.options.batch_bytes,
+                           max_event_bytes=self.options.max_event_bytes, keep=_HEADER)
+            members = doc.read()
+            self._queue.put(ReadDone(text, members, doc.n_events))
+        except _Cancelled:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - raised again by the taker, in order
+            self._queue.put(exc)
+
+    def _put(self, piece: Piece) -> None:
+        if self._cancelled.is_set():
+            raise _Cancelled
+        self._queue.put(piece)
+
+    def matches(self, path: str | os.PathLike[str], options: ReadOptions,
+                columns: frozenset[str]) -> bool:
+        """True when this read is the read of ``path`` with these options and columns."""
+        return (same_file(self.path, Path(path)) and columns == self.columns
+                and options.reads_like(self.options))
+
+    def pieces(self) -> Iterator[Piece]:
+        """The pieces in file order, as the thread makes them; then :attr:`done` is set, or
+        the thread's error is raised."""
+        while True:
+            item = self._queue.get()
+            if isinstance(item, Piece):
+                yield item
+            elif isinstance(item, ReadDone):
+                self.done = item
+                return
+            else:
+                raise item
+
+    def cancel(self) -> None:
+        """Stop the thread at its next batch (its pieces are dropped)."""
+        self._cancelled.set()
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """True when ``a`` and ``b`` name the same file."""
+    a, b = Path(a), Path(b)
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+_pending: ReadAhead | None = None
+_lock = threading.Lock()
+
+
+def start(path: str | os.PathLike[str], options: ReadOptions,
+          columns: frozenset[str]) -> ReadAhead:
+    """Start reading ``path`` ahead (a read already pending is dropped)."""
+    global _pending
+    ahead = ReadAhead(path, options, columns)
+    with _lock:
+        old, _pending = _pending, ahead
+    if old is not None:
+        old.cancel()
+    ahead.start()
+    return ahead
+
+
+def pending_path() -> Path | None:
+    """The file being read ahead, if any."""
+    ahead = _pending
+    return ahead.path if ahead is not None else None
+
+
+def take(path: str | os.PathLike[str], options: ReadOptions,
+         columns: frozenset[str]) -> ReadAhead | None:
+    """The read ahead of ``path`` if it was made with these options and columns (it is
+    then no longer pending); a read of ``path`` made otherwise is dropped."""
+    global _pending
+    with _lock:
+        ahead = _pending
+        if ahead is None or not same_file(ahead.path, Path(path)):
+            return None
+        _pending = None
+    if ahead.matches(path, options, columns):
+        return ahead
+    ahead.cancel()
+    return None
+
+
+def drop() -> None:
+    """Drop the pending read, if any (the files it was for are not read after all)."""
+    global _pending
+    with _lock:
+        ahead, _pending = _pending, None
+    if ahead is not None:
+        ahead.cancel()
+
+
+def first_of(files: Sequence[tuple[str, int]]) -> str | None:
+    """The file to read ahead among ``(path, JSON bytes)``: the biggest (the decode takes
+    the biggest files first)."""
+    return max(files, key=lambda f: f[1])[0] if files else None

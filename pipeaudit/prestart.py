@@ -1,4 +1,5 @@
-"""How the local worker pool starts, and starting it early, while the CLI is still importing.
+"""What a command starts before its own imports: the local worker pool, and the read of its
+first rank (:func:`start_early`).
 
 The local pool (:mod:`pipeaudit.trace.executor`) needs its workers to import polars, numpy,
 msgspec and pipeaudit (about 0.5-0.7 s). How:
@@ -10,11 +11,12 @@ msgspec and pipeaudit (about 0.5-0.7 s). How:
   in their initializer.
 
 Started at the top of a command (:func:`maybe_prestart`), that import runs on another core
-while the command imports the same modules itself, instead of after it; ``run_pool`` then
-takes the started pool (:func:`take_pool`). This module imports nothing heavy (not even
-``pipeaudit.trace``, whose package imports polars), and starts the pool only when the run
-will use it: :func:`pipeaudit.trace.load.use_pool` decides the same way later, from the same
-sizes.
+while the command imports the same modules itself, instead of after it (the first task,
+which waits for it, is submitted from a thread); ``run_pool`` then takes the started pool
+(:func:`take_pool`). :func:`start_early` also starts reading the rank this process decodes
+first (:mod:`pipeaudit.trace.readahead`). This module imports nothing heavy (not even
+multiprocessing until a pool starts), and starts the pool only when the run will use it:
+:func:`pipeaudit.trace.load.use_pool` decides the same way later, from the same sizes.
 """
 
 from __future__ import annotations

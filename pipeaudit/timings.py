@@ -6,7 +6,9 @@ For "why is analyze slow on my trace" and for the benchmarks: one line at the en
     pipeaudit timings: start 0.62 s · ranks 1.86 s (4 ranks, 2 jobs, read: scanner, 4 MiB batches) · audit 0.30 s · report 0.10 s · total 2.88 s
 
 ``start`` is from the process's start (the interpreter, the imports, finding the files) to
-the first rank's decode; ``ranks`` is the decode and reduction of every rank, the part that
+the first byte of the first rank read (``analyze`` reads it on a thread while it imports
+the rest: :mod:`pipeaudit.trace.readahead`), or, where this process reads none, to the
+ranks being handed out; ``ranks`` is the decode and reduction of every rank, the part that
 ``--jobs`` runs in parallel, with the trace reader's mode
 (:meth:`pipeaudit.trace.options.ReadOptions.describe`); the rest runs once, in this process,
 whatever the jobs.

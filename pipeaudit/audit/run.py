@@ -32,13 +32,18 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
     layout = tl.layout or _one_pipeline(tl)
     present = sorted(rt.rank for rt in tl.ranks)
     pipes: list[PipelineAudit] = []
+    findings: list[Finding] = []
     for d in range(len(layout.replicas)):
         sub = tl.subset(layout.replica_ranks(d), layout)
         positions = {r: p for p, peers in enumerate(layout.replicas[d]) for r in peers}
         pa = audit_pipeline(sub, replica=d, positions=positions, P=layout.pp, schedule=schedule,
                             num_stages=_manifest_stages(tl))
-        if pa is not None:
-            pipes.append(pa)
+        if pa is None:
+            continue
+        pipes.append(pa)
+        findings += _pipeline_findings(pa)
+        if pa.tl is not tl:  # what was derived from the replica's tables is read: let it go
+            pa.tl.forget_derived()  # (16 replicas of 64 stages: about 30 MB held to the end)
     if not pipes:
         return _no_pipeline(tl, notes, layout)
     for pa in pipes:
@@ -49,15 +54,6 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
         notes.append(f"ranks {outside} are in no pipeline of the layout ({layout.describe()}) and "
                      "were not audited")
 
-    findings: list[Finding] = []
-    for pa in pipes:
-        if pa.sched is not None and pa.schedule_source in ("declared", "manifest"):
-            findings += order_violations(pa.tl, pa.sched, pa.representatives, sorted(pa.windows)
-                                         or [s.step for s in pa.steps])
-        findings += completeness_findings(pa.tl, pa.stages, [s.step for s in pa.steps])
-        findings += straggler_findings(pa.tl, pa.steps, pa.S)
-        findings += _memory_findings(pa)
-        findings += _silent_ranks(pa)
     if len(pipes) == 1:
         result = _single(pipes[0], tl, layout, notes)
     else:
@@ -71,6 +67,19 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
     if tl.clock is not None and tl.clock.offsets_ns:
         result.clock = tl.clock.to_dict()
     return result
+
+
+def _pipeline_findings(pa: PipelineAudit) -> list[Finding]:
+    """What one pipeline replica's audit finds in its own timeline."""
+    findings: list[Finding] = []
+    if pa.sched is not None and pa.schedule_source in ("declared", "manifest"):
+        findings += order_violations(pa.tl, pa.sched, pa.representatives, sorted(pa.windows)
+                                     or [s.step for s in pa.steps])
+    findings += completeness_findings(pa.tl, pa.stages, [s.step for s in pa.steps])
+    findings += straggler_findings(pa.tl, pa.steps, pa.S)
+    findings += _memory_findings(pa)
+    findings += _silent_ranks(pa)
+    return findings
 
 
 def _one_pipeline(tl: Timeline) -> Layout:

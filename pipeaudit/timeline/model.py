@@ -65,6 +65,11 @@ class Timeline:
         """Rank -> what the audit reads of its recvs (:mod:`pipeaudit.timeline.recv_facts`)."""
         return self._cached("recv_facts", lambda: recv_facts(self.ranks))
 
+    def forget_derived(self) -> None:
+        """Drop the tables derived from the ranks' (action columns, per-step rows, recv facts):
+        built again if asked for."""
+        self.__dict__.pop("_cache", None)
+
     def _prime(self, name: str, value) -> None:
         """Store ``value`` as what :meth:`_cached` would build for ``name`` now."""
         key = (len(self.ranks), [id(r.actions) for r in self.ranks])

@@ -49,16 +49,21 @@ class Timeline:
 
     def subset(self, ranks: list[int], layout: Layout | None = None) -> "Timeline":
         """The timeline of some of this one's ranks (same run facts; ``layout`` if given):
-        their action columns are taken from this timeline's, not built again."""
+        their action columns and recv facts are taken from this timeline's where it has
+        built them already (else the subset builds its own: building them for the whole job
+        to cut them per replica would hold the job's at once)."""
         keep = set(ranks)
         index = [i for i, rt in enumerate(self.ranks) if rt.rank in keep]
         sub = Timeline(ranks=[self.ranks[i] for i in index], manifest=self.manifest,
                        inputs=self.inputs, warnings=self.warnings, salvage=self.salvage,
                        layout=self.layout if layout is None else layout,
                        step_evidence=self.step_evidence, clock=self.clock)
-        sub._prime("action_arrays", self.action_arrays().subset(index))
-        facts = self.recv_facts()
-        sub._prime("recv_facts", {self.ranks[i].rank: facts[self.ranks[i].rank] for i in index})
+        arrays = self._built("action_arrays")
+        if arrays is not None:
+            sub._prime("action_arrays", arrays.subset(index))
+        facts = self._built("recv_facts")
+        if facts is not None:
+            sub._prime("recv_facts", {self.ranks[i].rank: facts[self.ranks[i].rank] for i in index})
         return sub
 
     def recv_facts(self) -> dict[int, RecvFacts]:
@@ -85,6 +90,13 @@ class Timeline:
         if not frames:
             return pl.DataFrame(schema={c: r for c, r in zip(ACTION_COLUMNS, _ACTION_DTYPES)})
         return pl.concat(frames).sort(["rank", "start"])
+
+    def _built(self, name: str):
+        """What :meth:`_cached` holds for ``name`` if it is current, else None."""
+        hit = self.__dict__.get("_cache", {}).get(name)
+        if hit is not None and hit[0] == (len(self.ranks), [id(r.actions) for r in self.ranks]):
+            return hit[1]
+        return None
 
     def _cached(self, name: str, build):
         """``build()``, kept while the ranks' action tables stay the same objects."""

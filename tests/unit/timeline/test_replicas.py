@@ -192,3 +192,41 @@ def test_replicas_known_answer_whatever_the_run(tmp_path, orders_of, M, latency,
     if slow:
         assert result.job["slowest_pipeline"] == slow[0]
         assert [f for f in result.findings if f.code == "SLOW_PIPELINE_REPLICA"]
+
+
+def test_the_audit_holds_no_job_wide_or_finished_replica_tables(tmp_path, monkeypatch):
+    """The audit of several replicas builds each replica's derived tables from its own ranks
+    (not the whole job's, cut per replica) and drops them once the replica's findings are
+    made; a subset of a timeline that has built them takes them, the same tables."""
+    import numpy as np
+
+    import pipeaudit.audit.run as run_mod
+
+    built = build_replicas(tmp_path, one_f_one_b_orders(4, 8), dp=2, latency=100,
+                           dur_of=lambda d, t: _dur(1.5 if d == 1 else 1.0))
+    run = pipeaudit.load(built.directory)
+    tl = run.timeline
+    audited = []
+    audit_pipeline = run_mod.audit_pipeline
+
+    def spy(sub, **kw):
+        pa = audit_pipeline(sub, **kw)
+        audited.append(pa)
+        return pa
+
+    monkeypatch.setattr(run_mod, "audit_pipeline", spy)
+    result = run_mod.audit(tl)
+    assert len(audited) == 2 and len(result.pipelines) == 2
+    assert tl._built("action_arrays") is None and tl._built("recv_facts") is None
+    assert all(pa.tl._built("action_arrays") is None for pa in audited)  # forgotten
+    monkeypatch.undo()
+    assert run_mod.audit(tl).to_dict() == result.to_dict()
+    # a subset of a timeline whose columns are built takes them: the same as its own
+    ranks = built.replica_groups()[1]
+    alone = tl.subset(ranks).action_arrays()
+    tl.action_arrays()
+    taken = tl.subset(ranks).action_arrays()
+    arrays = {n: v for n, v in vars(alone).items() if isinstance(v, np.ndarray)}
+    assert len(arrays) >= 3
+    for name, value in arrays.items():
+        assert np.array_equal(value, vars(taken)[name]), name

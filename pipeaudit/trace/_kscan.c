@@ -85,7 +85,6 @@ typedef struct {
     Slot *slots;
     size_t mask, count;
     Buf arena;  /* the bytes of every distinct string, in code order */
-    Buf spans;  /* code -> (offset, length) in the arena, as two size_t */
 } Intern;
 
 static uint64_t fnv1a(cptr s, size_t n)
@@ -114,7 +113,6 @@ static void intern_free(Intern *t)
 {
     PyMem_RawFree(t->slots);
     PyMem_RawFree(t->arena.data);
-    PyMem_RawFree(t->spans.data);
 }
 
 static int intern_rehash(Intern *t)
@@ -158,13 +156,13 @@ static int32_t intern(Intern *t, cptr s, size_t n)
     if (t->count >= INT32_MAX || n > UINT32_MAX)
         return NO_MEMORY;
     int32_t code = (int32_t)t->count;
-    size_t span[2] = {t->arena.len, n};
-    if (buf_put(&t->arena, s, n) < 0 || buf_put(&t->spans, span, sizeof span) < 0)
+    size_t off = t->arena.len;
+    if (buf_put(&t->arena, s, n) < 0)
         return NO_MEMORY;
     t->count++;
     Slot *slot = &t->slots[j];
     slot->hash = h;
-    slot->off = span[0];
+    slot->off = off;
     slot->len = (uint32_t)n;
     slot->code = code;
     if (t->count * 2 > t->mask && intern_rehash(t) < 0)
@@ -176,21 +174,23 @@ static int32_t intern(Intern *t, cptr s, size_t n)
  * reference) when one is not valid UTF-8, NULL with an exception on failure. */
 static PyObject *intern_strings(const Intern *t)
 {
-    PyObject *list = PyList_New((Py_ssize_t)t->count);
+    PyObject *list = PyList_New((Py_ssize_t)t->count); /* items NULL until set */
     if (list == NULL)
         return NULL;
-    const size_t *span = (const size_t *)t->spans.data;
-    for (size_t i = 0; i < t->count; i++) {
-        const char *s = t->arena.data ? t->arena.data + span[2 * i] : "";
-        PyObject *str = PyUnicode_DecodeUTF8(s, (Py_ssize_t)span[2 * i + 1], "strict");
+    for (size_t j = 0; j <= t->mask; j++) {
+        const Slot *slot = &t->slots[j];
+        if (slot->code < 0)
+            continue;
+        const char *s = t->arena.data ? t->arena.data + slot->off : "";
+        PyObject *str = PyUnicode_DecodeUTF8(s, (Py_ssize_t)slot->len, "strict");
         if (str == NULL) {
-            Py_DECREF(list);
+            Py_DECREF(list); /* frees the items set so far */
             if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
                 return NULL;
             PyErr_Clear();
             return Py_NewRef(Py_None);
         }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, str);
+        PyList_SET_ITEM(list, slot->code, str);
     }
     return list;
 }

@@ -15,8 +15,8 @@ while the command imports the same modules itself, instead of after it (the firs
 which waits for it, is submitted from a thread); ``run_pool`` then takes the started pool
 (:func:`take_pool`). :func:`start_early` also starts reading the rank this process decodes
 first (:mod:`pipeaudit.trace.readahead`). This module imports nothing heavy (not even
-multiprocessing until a pool starts), and starts the pool only when the run will use it:
-:func:`pipeaudit.trace.load.use_pool` decides the same way later, from the same sizes.
+multiprocessing until a pool starts), and starts the pool only when the run will use it
+(:func:`workers_and_pool`, which :func:`pipeaudit.trace.load.use_pool` asks again later).
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from concurrent.futures import ProcessPoolExecutor
 
-#: Must match :data:`pipeaudit.trace.load.POOL_MIN_JSON_BYTES` and the executor's preload.
+#: With ``jobs=None`` the pool is used only for at least this much JSON: a worker pool
+#: needs 0.5-1 s to start (one forkserver importing polars), about what decoding 64 MB
+#: takes in-process; below 128 MB the saving is too small to be worth it.
 POOL_MIN_JSON_BYTES = 128 * 1024 * 1024
+#: What the pool's workers import before their first task.
 PRELOAD = ["msgspec", "numpy", "polars", "pipeaudit.trace.decode", "pipeaudit.timeline.rank"]
 _SUFFIXES = (".json", ".json.gz", ".json.gzip")
 
@@ -149,11 +152,22 @@ def take_pool(workers: int, polars_threads: int) -> ProcessPoolExecutor | None:
 @dataclass(frozen=True)
 class Plan:
     """How a local run of some files will go, guessed before anything heavy is imported
-    (:func:`pipeaudit.trace.load.use_pool` decides the same way later)."""
+    (:func:`workers_and_pool`, which :func:`pipeaudit.trace.load.use_pool` asks again later)."""
 
     files: list[tuple[str, int]]  # (trace file, JSON bytes)
     workers: int
     pool: bool  # the local pool: else every rank is read in this process
+
+
+def workers_and_pool(n_files: int, jobs: int | None, json_bytes: int,
+                     processes: bool = False) -> tuple[int, bool]:
+    """(workers, whether the local pool is used) for ``n_files`` files holding ``json_bytes``
+    of JSON: ``jobs`` workers (None: the cores), at most one per file; the pool for two
+    workers or more when ``jobs`` is given or the executor is ``processes``, else from
+    :data:`POOL_MIN_JSON_BYTES` of JSON."""
+    workers = min(n_files, jobs if jobs is not None else cores())
+    return workers, workers > 1 and (jobs is not None or processes
+                                     or json_bytes >= POOL_MIN_JSON_BYTES)
 
 
 def plan(paths: Sequence[str], jobs: int | None, executor: str | None) -> Plan | None:
@@ -161,11 +175,9 @@ def plan(paths: Sequence[str], jobs: int | None, executor: str | None) -> Plan |
     if executor not in (None, "local", "processes"):
         return None
     files = _guess(paths)
-    workers = max(1, min(len(files), jobs if jobs is not None else cores()))
-    size = sum(n for _, n in files)
-    pool = workers >= 2 and (jobs is not None or executor == "processes"
-                             or size >= POOL_MIN_JSON_BYTES)
-    return Plan(files, workers, pool)
+    workers, pool = workers_and_pool(len(files), jobs, sum(n for _, n in files),
+                                     processes=executor == "processes")
+    return Plan(files, max(1, workers), pool)
 
 
 def maybe_prestart(paths: Sequence[str], jobs: int | None, executor: str | None) -> bool:

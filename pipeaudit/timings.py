@@ -42,8 +42,8 @@ def mark(phase: str, note: str = "") -> None:
 def mark_once(phase: str, note: str = "") -> None:
     """:func:`mark`, unless ``phase`` has been marked already (e.g. ``start``, which the
     first read marks, whoever starts it)."""
-    if enabled() and all(p != phase for p, _, _ in _marks):
-        _marks.append((phase, time.monotonic(), note))
+    if all(p != phase for p, _, _ in _marks):
+        mark(phase, note)
 
 
 def process_age() -> float | None:

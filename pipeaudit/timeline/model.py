@@ -77,8 +77,7 @@ class Timeline:
 
     def _prime(self, name: str, value) -> None:
         """Store ``value`` as what :meth:`_cached` would build for ``name`` now."""
-        key = (len(self.ranks), [id(r.actions) for r in self.ranks])
-        self.__dict__.setdefault("_cache", {})[name] = (key, value)
+        self.__dict__.setdefault("_cache", {})[name] = (self._cache_key(), value)
 
     @property
     def actions(self) -> pl.DataFrame:
@@ -91,22 +90,24 @@ class Timeline:
             return pl.DataFrame(schema={c: r for c, r in zip(ACTION_COLUMNS, _ACTION_DTYPES)})
         return pl.concat(frames).sort(["rank", "start"])
 
+    def _cache_key(self) -> tuple:
+        """What the cached tables were built from: the ranks' action tables, as objects."""
+        return (len(self.ranks), [id(r.actions) for r in self.ranks])
+
     def _built(self, name: str):
         """What :meth:`_cached` holds for ``name`` if it is current, else None."""
         hit = self.__dict__.get("_cache", {}).get(name)
-        if hit is not None and hit[0] == (len(self.ranks), [id(r.actions) for r in self.ranks]):
+        if hit is not None and hit[0] == self._cache_key():
             return hit[1]
         return None
 
     def _cached(self, name: str, build):
         """``build()``, kept while the ranks' action tables stay the same objects."""
-        key = (len(self.ranks), [id(r.actions) for r in self.ranks])
-        cache = self.__dict__.setdefault("_cache", {})
-        hit = cache.get(name)
-        if hit is not None and hit[0] == key:
-            return hit[1]
+        hit = self._built(name)
+        if hit is not None:
+            return hit
         value = build()
-        cache[name] = (key, value)
+        self._prime(name, value)
         return value
 
     def step_rows(self, columns: tuple[str, ...]) -> list[dict[int, list[tuple]]]:

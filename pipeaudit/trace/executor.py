@@ -91,8 +91,6 @@ def _spawn_works() -> bool:
     return path is None or os.path.isfile(path)
 
 
-
-
 def run_pool(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
              on_done: Callable[[Any], None] | None = None) -> list[Any]:
     """``[fn(x) for x in items]`` on a local pool of ``workers`` processes (order kept):

@@ -37,6 +37,7 @@ from pipeaudit.trace.clock import clock_warnings
 from pipeaudit.trace.cut import align_steps
 from pipeaudit.trace.decode import decode_file
 from pipeaudit.trace.discover import discover
+from pipeaudit.prestart import POOL_MIN_JSON_BYTES, workers_and_pool  # noqa: F401 (API)
 from pipeaudit.trace.executor import Executor, cpu_count, parse_executor, run_tasks
 from pipeaudit.trace import readahead
 from pipeaudit.trace.header import SharedHeaderValues
@@ -47,10 +48,6 @@ from pipeaudit.trace.options import (  # noqa: F401 (the memory helpers: API, te
 from pipeaudit.trace.source import estimated_json_bytes, open_regular
 from pipeaudit.trace.validate import validate_set
 
-#: With ``jobs=None`` the pool is used only for at least this much JSON: a worker pool
-#: needs 0.5-1 s to start (one forkserver importing polars), about what decoding 64 MB
-#: takes in-process; below 128 MB the saving is too small to be worth it.
-POOL_MIN_JSON_BYTES = 128 * 1024 * 1024
 MANIFEST_NAME = "manifest.json"
 #: A manifest bigger than this is not a harness manifest: it is ignored, not read.
 MAX_MANIFEST_BYTES = 16 << 20
@@ -66,20 +63,16 @@ def _estimated_json_bytes(files: Sequence[Path]) -> int:
     return total
 
 
-def use_pool(files: Sequence[Path], jobs: int | None,
-             json_bytes: int | None = None) -> tuple[int, bool]:
-    """(workers, whether a local pool pays) for ``jobs`` as :func:`load_traces` reads it;
-    ``json_bytes``: the files' estimated JSON bytes, when the caller has them already."""
-    n = len(files)
-    if jobs is None:
-        workers = min(n, cpu_count())
-        if json_bytes is None:
-            json_bytes = _estimated_json_bytes(files)
-        return workers, workers > 1 and json_bytes >= POOL_MIN_JSON_BYTES
-    if jobs < 1:
+def use_pool(files: Sequence[Path], jobs: int | None, json_bytes: int | None = None, *,
+             processes: bool = False) -> tuple[int, bool]:
+    """(workers, whether a local pool pays) for ``jobs`` as :func:`load_traces` reads it
+    (:func:`pipeaudit.prestart.workers_and_pool`); ``json_bytes``: the files' estimated JSON
+    bytes, when the caller has them already; ``processes``: the ``processes`` executor."""
+    if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    workers = min(n, jobs)
-    return workers, workers > 1
+    if jobs is None and not processes and json_bytes is None:
+        json_bytes = _estimated_json_bytes(files)
+    return workers_and_pool(len(files), jobs, json_bytes or 0, processes=processes)
 
 
 @dataclass
@@ -109,8 +102,7 @@ def run_rank_task(task: RankTask) -> RankOutcome:
     """Worker entry point (module level, picklable)."""
     options = task.options
     if options is None:  # on a remote worker: a share of that machine's memory
-        options = ReadOptions.for_budget(max(1, default_max_memory() // cpu_count()),
-                                         salvage=task.salvage)
+        options = ReadOptions.for_share(None, cpu_count(), salvage=task.salvage)
     try:
         rt = decode_file(Path(task.path), options, columns=task.columns)
     except PipeauditError as exc:
@@ -191,9 +183,7 @@ def map_ranks(
     if job_for_rank is not None:
         job = job_for_rank(manifest)
     sizes = [_estimated_json_bytes([f]) for f in files]
-    workers, pool = use_pool(files, jobs, sum(sizes))
-    if exe.kind == "processes":
-        pool = workers > 1
+    workers, pool = use_pool(files, jobs, sum(sizes), processes=exe.kind == "processes")
     options: ReadOptions | None
     if exe.kind == "dask" and max_memory is None:  # each worker judges its own machine
         options = None

@@ -1,9 +1,12 @@
-/* _kscan: a compiled scanner from a batch of Kineto trace events to columns.
+/* _kscan: a compiled scanner from batches of Kineto trace events to columns.
  *
- * scan(data, dropped, want) reads `data`, the text of complete traceEvents elements
- * separated by commas (`{...},{...},...{...}`, any whitespace between), and returns the
- * columns that pipeaudit.trace.columns.TableParts builds from msgspec-decoded events: the kept
+ * Scanner(dropped, want).scan(data) reads `data`, the text of complete traceEvents elements
+ * separated by commas (`{...},{...},...{...}`, any whitespace between), onto the columns
+ * that pipeaudit.trace.columns.TableParts builds from msgspec-decoded events: the kept
  * complete events (ph "X", category not in `dropped`) and the "[memory]" instant events.
+ * The batches of a file accumulate on one set of columns (and one table of strings), and
+ * take() hands them over at once: the columns become polars Series once per file, not once
+ * per batch. A batch that is not answered leaves the columns as they were before it.
  * No Python object is made per event: strings are interned (one str per distinct value),
  * numbers go straight into int64 buffers, and ts/dur are converted from their decimal
  * text to integer nanoseconds exactly.
@@ -168,31 +171,6 @@ static int32_t intern(Intern *t, cptr s, size_t n)
     if (t->count * 2 > t->mask && intern_rehash(t) < 0)
         return NO_MEMORY;
     return code;
-}
-
-/* The list of the distinct strings (code -> str), made with the GIL held; Py_None (a new
- * reference) when one is not valid UTF-8, NULL with an exception on failure. */
-static PyObject *intern_strings(const Intern *t)
-{
-    PyObject *list = PyList_New((Py_ssize_t)t->count); /* items NULL until set */
-    if (list == NULL)
-        return NULL;
-    for (size_t j = 0; j <= t->mask; j++) {
-        const Slot *slot = &t->slots[j];
-        if (slot->code < 0)
-            continue;
-        const char *s = t->arena.data ? t->arena.data + slot->off : "";
-        PyObject *str = PyUnicode_DecodeUTF8(s, (Py_ssize_t)slot->len, "strict");
-        if (str == NULL) {
-            Py_DECREF(list); /* frees the items set so far */
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-                return NULL;
-            PyErr_Clear();
-            return Py_NewRef(Py_None);
-        }
-        PyList_SET_ITEM(list, slot->code, str);
-    }
-    return list;
 }
 
 /* ------------------------------------------------------------------ JSON tokens */
@@ -743,62 +721,194 @@ static int emit(Columns *c, const Event *e, const Dropped *dropped, int want)
     return 0;
 }
 
-/* ------------------------------------------------------------------ scan() */
+/* ------------------------------------------------------------------ marks and rollback */
 
-static int set_item(PyObject *dict, const char *key, PyObject *value)
+/* Every buffer of the columns, in a fixed order. */
+#define N_BUFS (10 + 2 * N_KEPT + 6)
+
+static void columns_bufs(Columns *c, Buf **out)
 {
-    if (value == NULL)
+    Buf *fixed[] = {&c->name, &c->cat, &c->tid, &c->pid, &c->ts, &c->ts_missing, &c->dur,
+                    &c->dur_missing, &c->mts, &c->mts_missing};
+    int k = 0;
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        out[k++] = fixed[i];
+    for (int i = 0; i < N_KEPT; i++) {
+        out[k++] = &c->arg[i];
+        out[k++] = &c->arg_valid[i];
+    }
+    for (int i = 0; i < 3; i++) {
+        out[k++] = &c->mem[i];
+        out[k++] = &c->mem_valid[i];
+    }
+}
+
+/* What the columns held before a batch: a batch that is not answered is taken back to it. */
+typedef struct {
+    size_t lens[N_BUFS];
+    Py_ssize_t n_events, n_kept, n_mem, begin_end;
+    size_t n_strings, arena_len;
+} Mark;
+
+static void mark(Columns *c, Mark *m)
+{
+    Buf *bufs[N_BUFS];
+    columns_bufs(c, bufs);
+    for (int i = 0; i < N_BUFS; i++)
+        m->lens[i] = bufs[i]->len;
+    m->n_events = c->n_events;
+    m->n_kept = c->n_kept;
+    m->n_mem = c->n_mem;
+    m->begin_end = c->begin_end;
+    m->n_strings = c->strings.count;
+    m->arena_len = c->strings.arena.len;
+}
+
+/* Drop the strings interned since the mark: the slot table is rebuilt from the older ones
+ * (a rehash may have moved them, so they are not simply cleared). */
+static int intern_truncate(Intern *t, size_t count, size_t arena_len)
+{
+    if (t->count == count)
+        return 0;
+    Slot *slots = PyMem_RawMalloc(sizeof(Slot) * (t->mask + 1));
+    if (slots == NULL)
+        return NO_MEMORY;
+    for (size_t i = 0; i <= t->mask; i++)
+        slots[i].code = -1;
+    for (size_t i = 0; i <= t->mask; i++) {
+        Slot s = t->slots[i];
+        if (s.code < 0 || (size_t)s.code >= count)
+            continue;
+        size_t j = s.hash & t->mask;
+        while (slots[j].code >= 0)
+            j = (j + 1) & t->mask;
+        slots[j] = s;
+    }
+    PyMem_RawFree(t->slots);
+    t->slots = slots;
+    t->count = count;
+    t->arena.len = arena_len;
+    return 0;
+}
+
+static int rollback(Columns *c, const Mark *m)
+{
+    Buf *bufs[N_BUFS];
+    columns_bufs(c, bufs);
+    for (int i = 0; i < N_BUFS; i++)
+        bufs[i]->len = m->lens[i];
+    c->n_events = m->n_events;
+    c->n_kept = m->n_kept;
+    c->n_mem = m->n_mem;
+    c->begin_end = m->begin_end;
+    return intern_truncate(&c->strings, m->n_strings, m->arena_len);
+}
+
+/* Append the `str` of every string interned since `from` to `list` (codes in order):
+ * 0 done, 1 one is not valid UTF-8 (nothing appended), -1 an exception. */
+static int append_strings(const Intern *t, size_t from, PyObject *list)
+{
+    size_t n = t->count - from;
+    if (n == 0)
+        return 0;
+    PyObject **made = PyMem_Calloc(n, sizeof(PyObject *));
+    if (made == NULL) {
+        PyErr_NoMemory();
         return -1;
-    int rc = PyDict_SetItemString(dict, key, value);
-    Py_DECREF(value);
+    }
+    int rc = 0;
+    for (size_t j = 0; j <= t->mask && rc == 0; j++) {
+        const Slot *slot = &t->slots[j];
+        if (slot->code < 0 || (size_t)slot->code < from)
+            continue;
+        const char *s = t->arena.data ? t->arena.data + slot->off : "";
+        PyObject *str = PyUnicode_DecodeUTF8(s, (Py_ssize_t)slot->len, "strict");
+        if (str == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                rc = 1;
+            } else {
+                rc = -1;
+            }
+        }
+        made[(size_t)slot->code - from] = str;
+    }
+    for (size_t k = 0; k < n && rc == 0; k++)
+        if (PyList_Append(list, made[k]) < 0)
+            rc = -1;
+    if (rc == -1) /* undo a partial append */
+        PyList_SetSlice(list, (Py_ssize_t)from, PyList_GET_SIZE(list), NULL);
+    for (size_t k = 0; k < n; k++)
+        Py_XDECREF(made[k]);
+    PyMem_Free(made);
     return rc;
 }
 
-static PyObject *result(Columns *c, int want)
+/* ------------------------------------------------------------------ the Scanner type */
+
+/* One file's columns, batch after batch; the dropped categories are copied out of the
+ * caller's tuple of bytes (the pass runs without the GIL). */
+typedef struct {
+    PyObject_HEAD
+    Columns c;
+    PyObject *strings;  /* list: code -> str, for every string interned so far */
+    Dropped dropped;
+    char *dropped_bytes;
+    int want;
+    int busy;           /* a scan is running (in another thread): refuse a second */
+} ScannerObject;
+
+static void scanner_dealloc(ScannerObject *self)
 {
-    PyObject *strings = intern_strings(&c->strings);
-    if (strings == NULL || strings == Py_None)
-        return strings; /* a string that is not UTF-8: msgspec says what to do */
-    PyObject *d = PyDict_New();
-    if (d == NULL) {
-        Py_DECREF(strings);
+    columns_free(&self->c);
+    Py_XDECREF(self->strings);
+    PyMem_Free(self->dropped.p);
+    PyMem_Free(self->dropped.len);
+    PyMem_Free(self->dropped_bytes);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"dropped", "want", NULL};
+    PyObject *tuple;
+    int want;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!i", kwlist, &PyTuple_Type, &tuple, &want))
         return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyTuple_GET_ITEM(tuple, i);
+        if (!PyBytes_Check(d)) {
+            PyErr_SetString(PyExc_TypeError, "dropped must be a tuple of bytes");
+            return NULL;
+        }
+        total += (size_t)PyBytes_GET_SIZE(d);
     }
-    int bad = set_item(d, "n_events", PyLong_FromSsize_t(c->n_events)) ||
-              set_item(d, "n_kept", PyLong_FromSsize_t(c->n_kept)) ||
-              set_item(d, "n_memory", PyLong_FromSsize_t(c->n_mem)) ||
-              set_item(d, "begin_end", PyLong_FromSsize_t(c->begin_end)) ||
-              set_item(d, "strings", strings) ||
-              set_item(d, "name", buf_bytes(&c->name)) || set_item(d, "cat", buf_bytes(&c->cat)) ||
-              set_item(d, "ts", buf_bytes(&c->ts)) ||
-              set_item(d, "ts_missing", buf_bytes(&c->ts_missing)) ||
-              set_item(d, "dur", buf_bytes(&c->dur)) ||
-              set_item(d, "dur_missing", buf_bytes(&c->dur_missing)) ||
-              set_item(d, "memory_ts", buf_bytes(&c->mts)) ||
-              set_item(d, "memory_ts_missing", buf_bytes(&c->mts_missing));
-    if (!bad && (want & WANT_TID))
-        bad = set_item(d, "tid", buf_bytes(&c->tid));
-    if (!bad && (want & WANT_PID))
-        bad = set_item(d, "pid", buf_bytes(&c->pid));
-    for (int i = 0; i < N_KEPT && !bad; i++) {
-        if (!(want & KEPT_WANT[i]))
-            continue;
-        char key[64];
-        bad = set_item(d, KEPT_NAMES[i], buf_bytes(&c->arg[i]));
-        snprintf(key, sizeof key, "%s_valid", KEPT_NAMES[i]);
-        bad = bad || set_item(d, key, buf_bytes(&c->arg_valid[i]));
-    }
-    for (int i = 0; i < 3 && !bad; i++) {
-        char key[64];
-        bad = set_item(d, MEM_NAMES[i], buf_bytes(&c->mem[i]));
-        snprintf(key, sizeof key, "%s_valid", MEM_NAMES[i]);
-        bad = bad || set_item(d, key, buf_bytes(&c->mem_valid[i]));
-    }
-    if (bad) {
-        Py_DECREF(d);
+    ScannerObject *self = (ScannerObject *)type->tp_alloc(type, 0); /* zeroed */
+    if (self == NULL)
         return NULL;
+    self->want = want;
+    self->dropped.n = n;
+    self->dropped.p = PyMem_Malloc(sizeof(char *) * (size_t)(n ? n : 1));
+    self->dropped.len = PyMem_Malloc(sizeof(size_t) * (size_t)(n ? n : 1));
+    self->dropped_bytes = PyMem_Malloc(total ? total : 1);
+    self->strings = PyList_New(0);
+    if (self->dropped.p == NULL || self->dropped.len == NULL || self->dropped_bytes == NULL ||
+        self->strings == NULL || intern_init(&self->c.strings) < 0) {
+        Py_DECREF(self);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
-    return d;
+    size_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyTuple_GET_ITEM(tuple, i);
+        size_t len = (size_t)PyBytes_GET_SIZE(d);
+        memcpy(self->dropped_bytes + at, PyBytes_AS_STRING(d), len);
+        self->dropped.p[i] = self->dropped_bytes + at;
+        self->dropped.len[i] = len;
+        at += len;
+    }
+    return (PyObject *)self;
 }
 
 /* 0: every event read, NOT_HERE: not answered here, NO_MEMORY. Touches no Python object. */
@@ -828,60 +938,156 @@ static int scan_events(Columns *c, cptr p, cptr end, const Dropped *dropped, int
     }
 }
 
-static PyObject *scan(PyObject *self, PyObject *args)
+static PyObject *scanner_scan(ScannerObject *self, PyObject *arg)
 {
-    (void)self;
     Py_buffer view;
-    PyObject *tuple;
-    int want;
-    if (!PyArg_ParseTuple(args, "y*O!i", &view, &PyTuple_Type, &tuple, &want))
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
-    Dropped dropped = {n, PyMem_Malloc(sizeof(char *) * (size_t)(n ? n : 1)),
-                       PyMem_Malloc(sizeof(size_t) * (size_t)(n ? n : 1))};
-    PyObject *out = NULL;
-    Columns c;
-    memset(&c, 0, sizeof c);
+    if (self->busy) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_RuntimeError, "Scanner.scan is already running in another thread");
+        return NULL;
+    }
+    self->busy = 1;
+    Columns *c = &self->c;
+    Mark m;
+    mark(c, &m);
+    cptr p = (cptr)view.buf;
     int rc;
-    if (dropped.p == NULL || dropped.len == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *d = PyTuple_GET_ITEM(tuple, i); /* the tuple (an argument) keeps it alive */
-        if (!PyBytes_Check(d)) {
-            PyErr_SetString(PyExc_TypeError, "dropped must be a tuple of bytes");
-            goto done;
-        }
-        dropped.p[i] = PyBytes_AS_STRING(d);
-        dropped.len[i] = (size_t)PyBytes_GET_SIZE(d);
-    }
-    rc = intern_init(&c.strings);
-    if (rc == 0) {
-        cptr p = (cptr)view.buf;
-        Py_BEGIN_ALLOW_THREADS
-        rc = scan_events(&c, p, p + view.len, &dropped, want);
-        Py_END_ALLOW_THREADS
-    }
-    if (rc == 0)
-        out = result(&c, want);
-    else if (rc == NOT_HERE)
-        out = Py_NewRef(Py_None);
-    else
-        PyErr_NoMemory();
-done:
-    columns_free(&c); /* all zero when nothing was made */
-    PyMem_Free(dropped.p);
-    PyMem_Free(dropped.len);
+    Py_BEGIN_ALLOW_THREADS
+    rc = scan_events(c, p, p + view.len, &self->dropped, self->want);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
+    PyObject *out = NULL;
+    if (rc == 0) {
+        int s = append_strings(&c->strings, m.n_strings, self->strings);
+        if (s == 0)
+            out = PyLong_FromSsize_t(c->n_events - m.n_events);
+        else if (s == 1)
+            rc = NOT_HERE; /* a string that is not UTF-8: msgspec says what to do */
+        else
+            rc = -2;
+    }
+    if (out == NULL) {
+        if (rollback(c, &m) < 0 && rc != -2) {
+            rc = NO_MEMORY;
+        }
+        if (rc == NOT_HERE)
+            out = Py_NewRef(Py_None);
+        else if (rc == NO_MEMORY)
+            PyErr_NoMemory();
+        /* rc == -2: the exception is set */
+    }
+    self->busy = 0;
     return out;
 }
 
-static PyMethodDef methods[] = {
-    {"scan", scan, METH_VARARGS,
-     "scan(data, dropped, want) -> dict | None: columns of a batch of trace events, or None "
-     "when the batch must be decoded by msgspec."},
+static int set_item(PyObject *dict, const char *key, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int rc = PyDict_SetItemString(dict, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* A buffer as bytes, its memory freed at once (the columns are copied one at a time). */
+static PyObject *take_bytes(Buf *b)
+{
+    PyObject *out = buf_bytes(b);
+    if (out != NULL) {
+        PyMem_RawFree(b->data);
+        b->data = NULL;
+        b->len = b->cap = 0;
+    }
+    return out;
+}
+
+static PyObject *scanner_take(ScannerObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Scanner.take while a scan is running");
+        return NULL;
+    }
+    Columns *c = &self->c;
+    int want = self->want;
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    int bad = set_item(d, "n_events", PyLong_FromSsize_t(c->n_events)) ||
+              set_item(d, "n_kept", PyLong_FromSsize_t(c->n_kept)) ||
+              set_item(d, "n_memory", PyLong_FromSsize_t(c->n_mem)) ||
+              set_item(d, "begin_end", PyLong_FromSsize_t(c->begin_end)) ||
+              set_item(d, "strings", PyList_GetSlice(self->strings, 0, PyList_GET_SIZE(self->strings))) ||
+              set_item(d, "name", take_bytes(&c->name)) || set_item(d, "cat", take_bytes(&c->cat)) ||
+              set_item(d, "ts", take_bytes(&c->ts)) ||
+              set_item(d, "ts_missing", take_bytes(&c->ts_missing)) ||
+              set_item(d, "dur", take_bytes(&c->dur)) ||
+              set_item(d, "dur_missing", take_bytes(&c->dur_missing)) ||
+              set_item(d, "memory_ts", take_bytes(&c->mts)) ||
+              set_item(d, "memory_ts_missing", take_bytes(&c->mts_missing));
+    if (!bad && (want & WANT_TID))
+        bad = set_item(d, "tid", take_bytes(&c->tid));
+    if (!bad && (want & WANT_PID))
+        bad = set_item(d, "pid", take_bytes(&c->pid));
+    for (int i = 0; i < N_KEPT && !bad; i++) {
+        if (!(want & KEPT_WANT[i]))
+            continue;
+        char key[64];
+        bad = set_item(d, KEPT_NAMES[i], take_bytes(&c->arg[i]));
+        snprintf(key, sizeof key, "%s_valid", KEPT_NAMES[i]);
+        bad = bad || set_item(d, key, take_bytes(&c->arg_valid[i]));
+    }
+    for (int i = 0; i < 3 && !bad; i++) {
+        char key[64];
+        bad = set_item(d, MEM_NAMES[i], take_bytes(&c->mem[i]));
+        snprintf(key, sizeof key, "%s_valid", MEM_NAMES[i]);
+        bad = bad || set_item(d, key, take_bytes(&c->mem_valid[i]));
+    }
+    if (bad) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    /* the columns start again empty; the strings (and their codes) are kept */
+    Buf *bufs[N_BUFS];
+    columns_bufs(c, bufs);
+    for (int i = 0; i < N_BUFS; i++)
+        bufs[i]->len = 0;
+    c->n_events = c->n_kept = c->n_mem = c->begin_end = 0;
+    return d;
+}
+
+static PyObject *scanner_pending(ScannerObject *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSsize_t(self->c.n_events);
+}
+
+static PyMethodDef scanner_methods[] = {
+    {"scan", (PyCFunction)scanner_scan, METH_O,
+     "scan(data) -> int | None: read a batch of events (complete events separated by "
+     "commas) onto the columns and return its number of events; None when the batch must "
+     "be decoded by msgspec (the columns are then as they were before the call)."},
+    {"take", (PyCFunction)scanner_take, METH_NOARGS,
+     "take() -> dict: the columns of every batch read since the last take, as buffers; the "
+     "columns start again empty."},
     {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef scanner_getset[] = {
+    {"pending", (getter)scanner_pending, NULL, "events read and not yet taken", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pipeaudit.trace._kscan.Scanner",
+    .tp_doc = "Scanner(dropped, want): batches of Kineto trace events onto one set of columns.",
+    .tp_basicsize = sizeof(ScannerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = scanner_new,
+    .tp_dealloc = (destructor)scanner_dealloc,
+    .tp_methods = scanner_methods,
+    .tp_getset = scanner_getset,
 };
 
 static struct PyModuleDef module = {
@@ -889,11 +1095,19 @@ static struct PyModuleDef module = {
     .m_name = "_kscan",
     .m_doc = "Compiled scanner from Kineto trace events to columns.",
     .m_size = -1,
-    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__kscan(void)
 {
     init_tables();
-    return PyModule_Create(&module);
+    if (PyType_Ready(&ScannerType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -100,10 +100,11 @@ def _read(text: TraceBytes, options: ReadOptions, cols: frozenset[str],
           rank_hint: int | None) -> RankTrace:
     """The pipeline (see the module docstring) over one file's text."""
     parts = TableParts(cols)
-    doc = Document(text, ColumnTarget(text.path, cols, options.effective_tokenizer(), parts.add_piece),
-                   batch_bytes=options.batch_bytes, max_event_bytes=options.max_event_bytes,
-                   keep=_HEADER)
+    target = ColumnTarget(text.path, cols, options.effective_tokenizer(), parts.add_piece)
+    doc = Document(text, target, batch_bytes=options.batch_bytes,
+                   max_event_bytes=options.max_event_bytes, keep=_HEADER)
     members = doc.read()
+    target.finish()
     return _tables(text, members, doc.n_events, parts, rank_hint)
 
 

@@ -9,10 +9,11 @@ thread, as soon as it knows the files (:func:`maybe_start`), and the imports run
 gzip (isal, zlib) and the scanner run outside the GIL.
 
 The thread does exactly what :func:`pipeaudit.trace.decode.decode_file` does up to the
-tables: it tokenizes every batch into :class:`~pipeaudit.trace.tokenizer.Piece` s, in file
-order, and reads the header's members. ``decode_file`` takes them (:func:`take`) when the
-file and the reading options are the ones it was started with, turns the pieces into
-columns as they come, then goes on as usual; an error the thread met is raised there, after
+tables: it tokenizes the batches into :class:`~pipeaudit.trace.tokenizer.Piece` s, in file
+order (the scanner's batches pile up on its buffers and leave as one piece at the end), and
+reads the header's members. ``decode_file`` takes them (:func:`take`) when the file and the
+reading options are the ones it was started with, turns the pieces into columns as they
+come, then goes on as usual; an error the thread met is raised there, after
 the pieces before it, as the file's own read would have raised it. Otherwise (another file,
 other options) the read is dropped and the file read again: the result never depends on it.
 At most one read ahead exists at a time; the library (``pipeaudit.load``) never starts one.
@@ -78,6 +79,7 @@ class ReadAhead:
             doc = Document(text, target, batch_bytes=self.options.batch_bytes,
                            max_event_bytes=self.options.max_event_bytes, keep=_HEADER)
             members = doc.read()
+            target.finish()
             self._queue.put(ReadDone(text, members, doc.n_events))
         except _Cancelled:
             pass

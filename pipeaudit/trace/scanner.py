@@ -19,9 +19,10 @@ key repeated in an event is left to msgspec (the last value counts); nesting dee
 levels too. Memory safety: ``tests/unit/trace/test_scanner_sanitized.py`` runs it under AddressSanitizer
 and UBSan against msgspec.
 
-Two steps: :func:`scan_raw` (the C pass, which releases the GIL; this module imports neither
-polars nor numpy, so a file can be read while they load) and :func:`to_batch` (its buffers
-as polars columns).
+Two steps: :func:`new_scanner`'s ``scan`` of each batch of a file onto one set of column
+buffers (the C pass, which releases the GIL; this module imports neither polars nor numpy, so
+a file can be read while they load), then :func:`to_batch` of what ``take`` hands over (its
+buffers as polars columns, once per file rather than once per batch).
 """
 
 from __future__ import annotations
@@ -72,10 +73,22 @@ def scan_batch(data: bytes | memoryview, columns: frozenset[str], dropped: froze
 
 def scan_raw(data: bytes | memoryview, columns: frozenset[str], dropped: frozenset[str]) -> dict[str, Any] | None:
     """The scanner's buffers for ``data`` (see :func:`scan_batch`), or None."""
+    scanner = new_scanner(columns, dropped)
+    if scanner is None or scanner.scan(data) is None:
+        return None
+    return scanner.take()
+
+
+def new_scanner(columns: frozenset[str], dropped: frozenset[str]) -> Any | None:
+    """A compiled ``Scanner`` for one file's batches, or None when the scanner is not built
+    or turned off. ``scan(batch)`` adds a batch's events to its columns and returns their
+    number (None: not answered, the columns unchanged, decode the batch with msgspec);
+    ``take()`` hands over the columns of the batches since the last take, as buffers for
+    :func:`to_batch`, and ``pending`` counts their events."""
     if not available():
         return None
     want = sum(bit for c, bit in _WANT.items() if c in columns)
-    return _kscan.scan(data, tuple(sorted(c.encode() for c in dropped)), want)
+    return _kscan.Scanner(tuple(sorted(c.encode() for c in dropped)), want)
 
 
 def to_batch(out: dict[str, Any], columns: frozenset[str]) -> ScannedBatch:

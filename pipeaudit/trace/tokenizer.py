@@ -2,9 +2,10 @@
 
 :class:`ColumnTarget` is the :class:`~pipeaudit.trace.document.BatchTarget` of the decode:
 each batch of events the document cuts is read by the compiled scanner
-(:mod:`pipeaudit.trace.scanner`) into column buffers when the options ask for it and it
-answers, else decoded by msgspec (typed Structs, :mod:`pipeaudit.trace.schema`); either way
-the batch leaves as a :class:`Piece` that :meth:`pipeaudit.trace.columns.TableParts.add_piece`
+(:mod:`pipeaudit.trace.scanner`) onto column buffers when the options ask for it and it
+answers, else decoded by msgspec (typed Structs, :mod:`pipeaudit.trace.schema`); the
+scanner's batches leave together (one piece for a file it reads whole), msgspec's one by one,
+as :class:`Piece` s that :meth:`pipeaudit.trace.columns.TableParts.add_piece`
 turns into the same columns. The scanner answers only where its answer is certainly
 msgspec's, so the choice changes the speed, never the result or the message. This module
 imports no polars: a file can be tokenized while polars loads
@@ -28,7 +29,7 @@ from pipeaudit.errors import TraceError, TraceErrorKind as Kind
 from pipeaudit.trace import diagnose
 from pipeaudit.trace.document import ArrayEnds, Batch, Malformed, NotABoundary, TooDeep, Truncated
 from pipeaudit.trace.options import Tokenizer
-from pipeaudit.trace.scanner import scan_raw
+from pipeaudit.trace.scanner import new_scanner
 from pipeaudit.trace.schema import DROPPED_CATEGORIES, batch_decoder
 
 
@@ -90,25 +91,32 @@ class Piece:
 
 class ColumnTarget:
     """Batches of events -> :class:`Piece` s, handed to ``sink`` in file order (see the
-    module docstring)."""
+    module docstring). The batches the compiled scanner reads accumulate on its columns and
+    leave as one piece when a batch needs msgspec and at :meth:`finish`, which the reader
+    calls once the document is read."""
 
     def __init__(self, path: Path, columns: frozenset[str], tokenizer: Tokenizer,
                  sink: Callable[[Piece], None]) -> None:
         self.path = path
         self.columns = columns
         self.sink = sink
-        self.scanner = tokenizer is Tokenizer.SCANNER
+        self.scanner = new_scanner(columns, DROPPED_CATEGORIES) if tokenizer is Tokenizer.SCANNER else None
         self.decoder = batch_decoder(columns)
 
     def decode(self, batch: Batch) -> int:
-        if self.scanner:
-            scanned = scan_raw(batch.data, self.columns, DROPPED_CATEGORIES)
-            if scanned is not None:  # the compiled scanner read it: a true event boundary
-                self.sink(Piece(self.path, scanned=scanned))
-                return scanned["n_events"]
+        if self.scanner is not None:
+            n = self.scanner.scan(batch.data)
+            if n is not None:  # the compiled scanner read it: a true event boundary
+                return n
+            self.finish()  # what it read so far goes first
         events = decode_events(self.path, self.decoder, batch)
         self.sink(Piece(self.path, events=events, index=batch.index))
         return len(events)
+
+    def finish(self) -> None:
+        """Hand over the scanner's columns of the batches read since the last piece."""
+        if self.scanner is not None and self.scanner.pending:
+            self.sink(Piece(self.path, scanned=self.scanner.take()))
 
     def explain(self, batch: Batch) -> NoReturn:
         explain_events(self.path, self.decoder, batch)

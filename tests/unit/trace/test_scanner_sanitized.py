@@ -55,6 +55,19 @@ TOKENS = [b"{", b"}", b"[", b"]", b'"', b",", b":", b"\\", b"\\u00e9", b"\\ud800
           b'"ts": 1, "ts": 2', b'"name": ""', b"[" * 70, b"]" * 70, b'{"a": ' * 70, b" " * 9]
 rng = random.Random(20260521)
 answered = 0
+shared = {c: scanner.new_scanner(c, DROPPED_CATEGORIES) for c in (FULL, LEAN)}  # batches pile up
+alone = {FULL: [], LEAN: []}  # the one-shot columns of the batches it answered
+
+
+def take_and_compare(cols):
+    # what the shared Scanner took is the concatenation of the one-shot columns
+    import polars as pl
+    got = shared[cols].take()
+    if alone[cols]:
+        assert scanner.to_batch(got, cols).complete.equals(pl.concat([b.complete for b in alone[cols]]))
+    alone[cols] = []
+
+
 for n in range(iterations):
     i = rng.randrange(len(cuts) - 1)
     a, b = cuts[i], cuts[min(len(cuts) - 1, i + rng.randint(1, 12))]
@@ -71,7 +84,13 @@ for n in range(iterations):
         else:
             del piece[at:]
     cols = FULL if n % 2 else LEAN
-    scanner.scan_batch(bytes(piece), cols, DROPPED_CATEGORIES)  # any bytes: memory-safe
+    one = scanner.scan_batch(bytes(piece), cols, DROPPED_CATEGORIES)  # any bytes: memory-safe
+    if (shared[cols].scan(bytes(piece)) is not None) != (one is not None):
+        raise AssertionError("a shared Scanner answered differently from a new one")
+    if one is not None:
+        alone[cols].append(one)
+    if n % 50 == 49:
+        take_and_compare(cols)
     # the reader never hands a tokenizer invalid UTF-8 (it repairs it first): compare on that
     answered += _check(bytes(piece).decode("utf-8", "replace").encode(), cols)
 print("batches", iterations, "answered", answered)

@@ -202,6 +202,61 @@ def test_fuzz_answers_plain_events(events: list[str], lean: bool) -> None:
     assert _check(",\n  ".join(events).encode(), LEAN if lean else FULL)
 
 
+def _accumulated(batches: list[bytes], columns: frozenset[str]):
+    """One Scanner over ``batches`` in turn: what it took, and which batches it answered."""
+    state = scanner.new_scanner(columns, DROPPED_CATEGORIES)
+    answered = [state.scan(b) is not None for b in batches]
+    assert state.pending == sum(len(msgspec.json.decode(b"[" + b + b"]", type=list[msgspec.Raw]))
+                                for b, ok in zip(batches, answered) if ok)
+    return (scanner.to_batch(state.take(), columns) if any(answered) else None), answered
+
+
+@needs_scanner
+@SETTINGS
+@given(batches=st.lists(st.tuples(st.lists(_event(), min_size=1, max_size=3), st.booleans()), min_size=1,
+                        max_size=6),
+       lean=st.booleans())
+def test_fuzz_batches_on_one_scanner(batches: list[tuple[list[str], bool]], lean: bool) -> None:
+    """The batches of a file accumulate on one Scanner: a refused batch (interning strings it
+    then takes back, a rehash of the string table on the way) leaves no trace, and what is
+    taken is the answered batches' one-shot columns, concatenated."""
+    import polars as pl
+
+    columns = LEAN if lean else FULL
+    data = [",".join(events).encode() for events, _ in batches]
+    # plain events between them, with many distinct strings (the table rehashes)
+    plain = [",".join(f'{{"ph": "X", "name": "s{i}-{j}", "cat": "cpu_op", "ts": {j}, "dur": 1}}'
+                      for j in range(300)).encode() for i, (_, add) in enumerate(batches) if add]
+    texts = [t for pair in zip(data, plain + [b""] * len(data)) for t in pair if t]
+    got, answered = _accumulated(texts, columns)
+    one_shot = [scan_batch(t, columns, DROPPED_CATEGORIES) for t in texts]
+    assert answered == [b is not None for b in one_shot]
+    kept = [b for b in one_shot if b is not None]
+    if not kept:
+        return
+    assert got.complete.equals(pl.concat([b.complete for b in kept]))
+    assert got.memory.equals(pl.concat([b.memory for b in kept]))
+    assert got.device_types == [v for b in kept for v in b.device_types]
+    assert (got.begin_end, got.n_events) == (sum(b.begin_end for b in kept), sum(b.n_events for b in kept))
+
+
+@needs_scanner
+def test_scanner_refuses_a_batch_without_a_trace_and_takes_again() -> None:
+    """A refused batch interns strings (one not UTF-8) that are dropped with it; after a
+    take the columns start empty and the strings keep their codes."""
+    state = scanner.new_scanner(FULL, DROPPED_CATEGORIES)
+    assert state.scan(b'{"ph": "X", "name": "a", "ts": 1, "dur": 2}') == 1
+    assert state.scan(b'{"ph": "X", "name": "new", "ts": 1}, {"ph": "X", "name": "\xff", "ts": 2}') is None
+    assert state.scan(b'{"ph": "X", "name": "b", "ts": 3, "dur": 4}, {"ph": "X", "name": "a", "ts": 5}') == 2
+    first = scanner.to_batch(state.take(), FULL)
+    assert first.complete["name"].to_list() == ["a", "b", "a"] and state.pending == 0
+    assert state.scan(b'{"ph": "X", "name": "b", "ts": 6, "dur": 1}') == 1
+    second = state.take()
+    assert second["strings"][:2] == ["a", ""] and "new" not in second["strings"]
+    assert scanner.to_batch(second, FULL).complete["name"].to_list() == ["b"]
+    assert state.take()["n_events"] == 0
+
+
 def test_built_where_required() -> None:
     """CI sets PIPEAUDIT_REQUIRE_SCANNER: there the C compiler is present and the scanner
     must have been built by the install (a silent fallback would only be slower)."""

@@ -100,8 +100,12 @@ def pool_shape(jobs: int) -> tuple[int, int]:
 
 def init_worker(polars_threads: int, preload: Sequence[str] = ()) -> None:
     """Pool worker initializer: polars' thread count (effective before polars starts its
-    thread pool, true for a fresh worker), then the imports of a spawned worker."""
+    thread pool, true for a fresh worker), glibc's heap kept
+    (:func:`pipeaudit.allocator.keep_freed_heap`), then the imports of a spawned worker."""
+    from pipeaudit.allocator import keep_freed_heap
+
     os.environ["POLARS_MAX_THREADS"] = str(polars_threads)
+    keep_freed_heap()  # a worker only decodes: its batches reuse the heap
     for name in preload:
         importlib.import_module(name)
 

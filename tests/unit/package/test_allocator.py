@@ -86,3 +86,39 @@ def test_freed_tables_leave_resident_memory() -> None:
     held, left = kept("set")
     assert held > 150
     assert left < held / 4, (held, left, left_default)
+
+
+_HEAP = """
+import os, sys
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+if sys.argv[1] == "worker":
+    from pipeaudit.prestart import init_worker
+    init_worker(1)  # what every pool worker runs first
+base = rss()
+blocks = [b"x" * (6 << 20) for _ in range(3)]  # batch-sized blocks, as a decode frees them
+held = rss() - base
+del blocks
+print(held, rss() - base)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap, read from /proc")
+def test_pool_workers_keep_freed_batches_in_the_heap() -> None:
+    """A pool worker's freed batches stay in its heap for the next ones (no page faults to
+    bring them back); a process that did not ask hands them back at once."""
+    from pipeaudit.allocator import _glibc
+
+    if _glibc() is None:
+        pytest.skip("not glibc")
+    results = {}
+    for mode in ("plain", "worker"):
+        out = run_python(_HEAP, mode)
+        assert out.returncode == 0, out.stderr
+        results[mode] = tuple(map(float, out.stdout.split()))
+    (held, left_plain), (_, left_worker) = results["plain"], results["worker"]
+    assert held > 15
+    assert left_plain < held / 2, results  # glibc's own thresholds: unmapped when freed
+    assert left_worker > held * 0.9, results  # kept (below READ_TRIM_BYTES)

@@ -43,6 +43,10 @@ from pipeaudit.trace.source import READ_BYTES, TraceBytes
 
 #: Cut candidates tried before the batch is made bigger (each failure costs a decode).
 MAX_CUT_TRIES = 4
+#: Text read beyond a batch's size before it is cut: what tells a ``}`` that ends an event
+#: (whitespace, then ``,`` or ``]``). What is read beyond the cut is copied again into the
+#: next batch, so this stays small (the decompressed chunks are 1 MiB: at most that much more).
+CUT_LOOKAHEAD = 64 << 10
 
 _NON_WS = re.compile(rb"[^ \t\r\n]")
 _CUT = re.compile(rb"\}(?=[ \t\r\n]*(?:[,\]]|\Z))")  # \Z: whitespace to the end of what is read
@@ -430,7 +434,7 @@ class Document:
         buf = self.buf
         limit = self.batch_bytes
         while True:
-            buf.fill(limit + READ_BYTES)
+            buf.fill(limit + CUT_LOOKAHEAD)
             p, data = buf.start, buf.data
             hi = min(len(data), p + limit)
             for attempt, cut in enumerate(self._cuts(p, hi)):

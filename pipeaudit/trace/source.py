@@ -54,8 +54,10 @@ UTF8_BOM = b"\xef\xbb\xbf"
 GZIP_RATIO_GUESS = 10
 #: Bytes read from the file per call.
 READ_BYTES = 1 << 20
-#: Most decompressed bytes produced at once.
-OUT_BYTES = 4 << 20
+#: Most decompressed bytes produced at once: the granularity of the document's batches
+#: (a batch is joined from chunks until it is big enough, and what it overshoots is copied
+#: again into the next one; 4 MiB chunks copied the text 1.8 times, 1 MiB ones 1.2 times).
+OUT_BYTES = 1 << 20
 
 _REPLACEMENT = "\ufffd".encode()
 _REPAIR = "pipeaudit.trace.source.repair"

@@ -24,9 +24,15 @@
  * or the exact error.
  */
 #define PY_SSIZE_T_CLEAN
+#ifdef __linux__
+#define _GNU_SOURCE /* mremap */
+#endif
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 typedef const unsigned char *cptr;
 
@@ -36,17 +42,58 @@ typedef const unsigned char *cptr;
 
 /* ------------------------------------------------------------------ buffers */
 
-/* Raw C memory (PyMem_Raw*: callable without the GIL). */
+/* Raw C memory (callable without the GIL). A buffer of MAPPED_MIN bytes or more is its own
+ * memory mapping on Linux, grown by mremap (no copy) and unmapped when freed: a column's
+ * buffer is handed to Python as it is (take(): no copy), and when its table is gone the
+ * memory goes back to the system at once, whatever the C library's heap thresholds are
+ * (glibc's rise with the blocks freed, and the holes of a heap stay resident). */
 typedef struct {
     char *data;
     size_t len, cap;
+    int mapped;
 } Buf;
+
+#define MAPPED_MIN ((size_t)1 << 20)
+
+static void buf_free(Buf *b)
+{
+#ifdef __linux__
+    if (b->mapped)
+        munmap(b->data, b->cap);
+    else
+#endif
+        PyMem_RawFree(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+    b->mapped = 0;
+}
 
 static int buf_grow(Buf *b, size_t extra)
 {
     size_t cap = b->cap ? b->cap : 1024;
     while (cap < b->len + extra)
         cap *= 2;
+#ifdef __linux__
+    if (cap >= MAPPED_MIN) {
+        void *p;
+        if (b->mapped) {
+            p = mremap(b->data, b->cap, cap, MREMAP_MAYMOVE);
+        } else {
+            p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p != MAP_FAILED) {
+                if (b->len)
+                    memcpy(p, b->data, b->len);
+                PyMem_RawFree(b->data);
+            }
+        }
+        if (p == MAP_FAILED)
+            return NO_MEMORY;
+        b->data = p;
+        b->cap = cap;
+        b->mapped = 1;
+        return 0;
+    }
+#endif
     char *p = PyMem_RawRealloc(b->data, cap);
     if (p == NULL)
         return NO_MEMORY;
@@ -69,11 +116,6 @@ static inline int buf_put(Buf *b, const void *src, size_t n)
 static inline int put_i64(Buf *b, int64_t v) { return buf_put(b, &v, sizeof v); }
 static inline int put_i32(Buf *b, int32_t v) { return buf_put(b, &v, sizeof v); }
 static inline int put_u8(Buf *b, uint8_t v) { return buf_put(b, &v, 1); }
-
-static PyObject *buf_bytes(Buf *b)
-{
-    return PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len);
-}
 
 /* ------------------------------------------------------------------ interned strings */
 
@@ -115,7 +157,7 @@ static int intern_init(Intern *t)
 static void intern_free(Intern *t)
 {
     PyMem_RawFree(t->slots);
-    PyMem_RawFree(t->arena.data);
+    buf_free(&t->arena);
 }
 
 static int intern_rehash(Intern *t)
@@ -602,21 +644,16 @@ static const char *const KEPT_NAMES[N_KEPT] = {"correlation", "external_id", "st
 static const int MEM_ARGS[3] = {A_TOTAL_ALLOCATED, A_DEVICE_ID, A_DEVICE_TYPE};
 static const char *const MEM_NAMES[3] = {"total_allocated", "device_id", "device_type"};
 
+static void columns_bufs(Columns *c, Buf **out);
+#define N_BUFS (10 + 2 * N_KEPT + 6)
+
 static void columns_free(Columns *c)
 {
     intern_free(&c->strings);
-    Buf *all[] = {&c->name, &c->cat, &c->tid, &c->pid, &c->ts, &c->ts_missing, &c->dur,
-                  &c->dur_missing, &c->mts, &c->mts_missing};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        PyMem_RawFree(all[i]->data);
-    for (int i = 0; i < N_KEPT; i++) {
-        PyMem_RawFree(c->arg[i].data);
-        PyMem_RawFree(c->arg_valid[i].data);
-    }
-    for (int i = 0; i < 3; i++) {
-        PyMem_RawFree(c->mem[i].data);
-        PyMem_RawFree(c->mem_valid[i].data);
-    }
+    Buf *bufs[N_BUFS];
+    columns_bufs(c, bufs);
+    for (int i = 0; i < N_BUFS; i++)
+        buf_free(bufs[i]);
 }
 
 static const unsigned char EMPTY[1] = {0};
@@ -724,7 +761,6 @@ static int emit(Columns *c, const Event *e, const Dropped *dropped, int want)
 /* ------------------------------------------------------------------ marks and rollback */
 
 /* Every buffer of the columns, in a fixed order. */
-#define N_BUFS (10 + 2 * N_KEPT + 6)
 
 static void columns_bufs(Columns *c, Buf **out)
 {
@@ -991,16 +1027,63 @@ static int set_item(PyObject *dict, const char *key, PyObject *value)
     return rc;
 }
 
-/* A buffer as bytes, its memory freed at once (the columns are copied one at a time). */
-static PyObject *take_bytes(Buf *b)
+/* ------------------------------------------------------------------ the Column type */
+
+/* One column's buffer handed over by take(): it owns the memory (read-only buffer protocol;
+ * numpy and polars use it without a copy) and frees it when the last user is gone. */
+typedef struct {
+    PyObject_HEAD
+    Buf buf;
+} ColumnObject;
+
+static PyTypeObject ColumnType;
+
+static void column_dealloc(ColumnObject *self)
 {
-    PyObject *out = buf_bytes(b);
-    if (out != NULL) {
-        PyMem_RawFree(b->data);
-        b->data = NULL;
-        b->len = b->cap = 0;
-    }
-    return out;
+    buf_free(&self->buf);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int column_getbuffer(ColumnObject *self, Py_buffer *view, int flags)
+{
+    static char empty[1];
+    char *data = self->buf.data ? self->buf.data : empty;
+    return PyBuffer_FillInfo(view, (PyObject *)self, data, (Py_ssize_t)self->buf.len, 1, flags);
+}
+
+static Py_ssize_t column_len(ColumnObject *self)
+{
+    return (Py_ssize_t)self->buf.len;
+}
+
+static PyBufferProcs column_as_buffer = {
+    .bf_getbuffer = (getbufferproc)column_getbuffer,
+};
+
+static PySequenceMethods column_as_sequence = {
+    .sq_length = (lenfunc)column_len,
+};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pipeaudit.trace._kscan.Column",
+    .tp_doc = "A column's buffer, handed over by Scanner.take (read-only buffer protocol).",
+    .tp_basicsize = sizeof(ColumnObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)column_dealloc,
+    .tp_as_buffer = &column_as_buffer,
+    .tp_as_sequence = &column_as_sequence,
+};
+
+/* The buffer moved into a new Column; `b` is left empty. */
+static PyObject *take_column(Buf *b)
+{
+    ColumnObject *col = PyObject_New(ColumnObject, &ColumnType);
+    if (col == NULL)
+        return NULL;
+    col->buf = *b;
+    memset(b, 0, sizeof *b);
+    return (PyObject *)col;
 }
 
 static PyObject *scanner_take(ScannerObject *self, PyObject *Py_UNUSED(ignored))
@@ -1019,30 +1102,30 @@ static PyObject *scanner_take(ScannerObject *self, PyObject *Py_UNUSED(ignored))
               set_item(d, "n_memory", PyLong_FromSsize_t(c->n_mem)) ||
               set_item(d, "begin_end", PyLong_FromSsize_t(c->begin_end)) ||
               set_item(d, "strings", PyList_GetSlice(self->strings, 0, PyList_GET_SIZE(self->strings))) ||
-              set_item(d, "name", take_bytes(&c->name)) || set_item(d, "cat", take_bytes(&c->cat)) ||
-              set_item(d, "ts", take_bytes(&c->ts)) ||
-              set_item(d, "ts_missing", take_bytes(&c->ts_missing)) ||
-              set_item(d, "dur", take_bytes(&c->dur)) ||
-              set_item(d, "dur_missing", take_bytes(&c->dur_missing)) ||
-              set_item(d, "memory_ts", take_bytes(&c->mts)) ||
-              set_item(d, "memory_ts_missing", take_bytes(&c->mts_missing));
+              set_item(d, "name", take_column(&c->name)) || set_item(d, "cat", take_column(&c->cat)) ||
+              set_item(d, "ts", take_column(&c->ts)) ||
+              set_item(d, "ts_missing", take_column(&c->ts_missing)) ||
+              set_item(d, "dur", take_column(&c->dur)) ||
+              set_item(d, "dur_missing", take_column(&c->dur_missing)) ||
+              set_item(d, "memory_ts", take_column(&c->mts)) ||
+              set_item(d, "memory_ts_missing", take_column(&c->mts_missing));
     if (!bad && (want & WANT_TID))
-        bad = set_item(d, "tid", take_bytes(&c->tid));
+        bad = set_item(d, "tid", take_column(&c->tid));
     if (!bad && (want & WANT_PID))
-        bad = set_item(d, "pid", take_bytes(&c->pid));
+        bad = set_item(d, "pid", take_column(&c->pid));
     for (int i = 0; i < N_KEPT && !bad; i++) {
         if (!(want & KEPT_WANT[i]))
             continue;
         char key[64];
-        bad = set_item(d, KEPT_NAMES[i], take_bytes(&c->arg[i]));
+        bad = set_item(d, KEPT_NAMES[i], take_column(&c->arg[i]));
         snprintf(key, sizeof key, "%s_valid", KEPT_NAMES[i]);
-        bad = bad || set_item(d, key, take_bytes(&c->arg_valid[i]));
+        bad = bad || set_item(d, key, take_column(&c->arg_valid[i]));
     }
     for (int i = 0; i < 3 && !bad; i++) {
         char key[64];
-        bad = set_item(d, MEM_NAMES[i], take_bytes(&c->mem[i]));
+        bad = set_item(d, MEM_NAMES[i], take_column(&c->mem[i]));
         snprintf(key, sizeof key, "%s_valid", MEM_NAMES[i]);
-        bad = bad || set_item(d, key, take_bytes(&c->mem_valid[i]));
+        bad = bad || set_item(d, key, take_column(&c->mem_valid[i]));
     }
     if (bad) {
         Py_DECREF(d);
@@ -1100,7 +1183,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__kscan(void)
 {
     init_tables();
-    if (PyType_Ready(&ScannerType) < 0)
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&ColumnType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

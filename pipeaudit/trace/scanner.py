@@ -92,32 +92,37 @@ def new_scanner(columns: frozenset[str], dropped: frozenset[str]) -> Any | None:
 
 
 def to_batch(out: dict[str, Any], columns: frozenset[str]) -> ScannedBatch:
-    """:func:`scan_raw`'s buffers as the columns of a :class:`ScannedBatch`."""
+    """:func:`scan_raw`'s buffers as the columns of a :class:`ScannedBatch`. The buffers are
+    taken out of ``out`` one column at a time, so that each is freed once its column is made
+    (a column made without a copy keeps its buffer)."""
     import numpy as np
     import polars as pl
 
-    strings = pl.Series(out["strings"], dtype=pl.Utf8)
+    strings = pl.Series(out.pop("strings"), dtype=pl.Utf8)
 
     def text(key: str) -> pl.Series:
-        return strings.gather(pl.Series(np.frombuffer(out[key], dtype=np.int32))).alias(key)
+        return strings.gather(pl.Series(np.frombuffer(out.pop(key), dtype=np.int32))).alias(key)
 
-    cols = [
-        text("name"),
-        text("cat"),
-        _nullable("ts", out["ts"], out["ts_missing"], missing=True),
-        _nullable("dur", out["dur"], out["dur_missing"], missing=True),
-    ]
+    def nullable(key: str, mask: str, *, missing: bool = False) -> pl.Series:
+        values = out.pop(key)
+        return _nullable(key, values, out[mask] if missing else out.pop(mask), missing=missing)
+
+    cols = [text("name"), text("cat"), nullable("ts", "ts_missing", missing=True),
+            nullable("dur", "dur_missing", missing=True)]
+    out.pop("dur_missing")
     cols += [text(c) for c in ("pid", "tid") if c in columns]
-    cols += [_nullable(c, out[c], out[c + "_valid"]) for c in _ARG_COLUMNS if c in columns]
-    cols.append(_flags("_ts_missing", out["ts_missing"]))
+    cols += [nullable(c, c + "_valid") for c in _ARG_COLUMNS if c in columns]
+    cols.append(_flags("_ts_missing", out.pop("ts_missing")))
+    complete = pl.DataFrame(cols)
+    del cols
     memory = pl.DataFrame([
-        _nullable("ts", out["memory_ts"], out["memory_ts_missing"], missing=True),
-        _nullable("total_allocated", out["total_allocated"], out["total_allocated_valid"]),
-        _nullable("device_id", out["device_id"], out["device_id_valid"]),
-        _flags("_ts_missing", out["memory_ts_missing"]),
+        _nullable("ts", out.pop("memory_ts"), out["memory_ts_missing"], missing=True),
+        nullable("total_allocated", "total_allocated_valid"),
+        nullable("device_id", "device_id_valid"),
+        _flags("_ts_missing", out.pop("memory_ts_missing")),
     ])
-    device_types = _nullable("device_type", out["device_type"], out["device_type_valid"]).to_list()
-    return ScannedBatch(pl.DataFrame(cols), memory, device_types, out["begin_end"], out["n_events"])
+    device_types = nullable("device_type", "device_type_valid").to_list()
+    return ScannedBatch(complete, memory, device_types, out["begin_end"], out["n_events"])
 
 
 def _flags(name: str, mask: bytes) -> pl.Series:

@@ -160,9 +160,9 @@ static void intern_free(Intern *t)
     buf_free(&t->arena);
 }
 
-static int intern_rehash(Intern *t)
+/* A new slot table of mask + 1 slots holding the strings whose code is below `below`. */
+static int intern_reslot(Intern *t, size_t mask, size_t below)
 {
-    size_t mask = t->mask * 2 + 1;
     Slot *slots = PyMem_RawMalloc(sizeof(Slot) * (mask + 1));
     if (slots == NULL)
         return NO_MEMORY;
@@ -170,7 +170,7 @@ static int intern_rehash(Intern *t)
         slots[i].code = -1;
     for (size_t i = 0; i <= t->mask; i++) {
         Slot s = t->slots[i];
-        if (s.code < 0)
+        if (s.code < 0 || (size_t)s.code >= below)
             continue;
         size_t j = s.hash & mask;
         while (slots[j].code >= 0)
@@ -182,6 +182,8 @@ static int intern_rehash(Intern *t)
     t->mask = mask;
     return 0;
 }
+
+static int intern_rehash(Intern *t) { return intern_reslot(t, t->mask * 2 + 1, t->count); }
 
 /* The code of string `s` (its bytes as they are in the text, without escapes); -1 when out
  * of memory. Whether the bytes are UTF-8 is checked when the strings are made. */
@@ -644,8 +646,25 @@ static const char *const KEPT_NAMES[N_KEPT] = {"correlation", "external_id", "st
 static const int MEM_ARGS[3] = {A_TOTAL_ALLOCATED, A_DEVICE_ID, A_DEVICE_TYPE};
 static const char *const MEM_NAMES[3] = {"total_allocated", "device_id", "device_type"};
 
-static void columns_bufs(Columns *c, Buf **out);
+/* Every buffer of the columns, in a fixed order. */
 #define N_BUFS (10 + 2 * N_KEPT + 6)
+
+static void columns_bufs(Columns *c, Buf **out)
+{
+    Buf *fixed[] = {&c->name, &c->cat, &c->tid, &c->pid, &c->ts, &c->ts_missing, &c->dur,
+                    &c->dur_missing, &c->mts, &c->mts_missing};
+    int k = 0;
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        out[k++] = fixed[i];
+    for (int i = 0; i < N_KEPT; i++) {
+        out[k++] = &c->arg[i];
+        out[k++] = &c->arg_valid[i];
+    }
+    for (int i = 0; i < 3; i++) {
+        out[k++] = &c->mem[i];
+        out[k++] = &c->mem_valid[i];
+    }
+}
 
 static void columns_free(Columns *c)
 {
@@ -760,25 +779,6 @@ static int emit(Columns *c, const Event *e, const Dropped *dropped, int want)
 
 /* ------------------------------------------------------------------ marks and rollback */
 
-/* Every buffer of the columns, in a fixed order. */
-
-static void columns_bufs(Columns *c, Buf **out)
-{
-    Buf *fixed[] = {&c->name, &c->cat, &c->tid, &c->pid, &c->ts, &c->ts_missing, &c->dur,
-                    &c->dur_missing, &c->mts, &c->mts_missing};
-    int k = 0;
-    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
-        out[k++] = fixed[i];
-    for (int i = 0; i < N_KEPT; i++) {
-        out[k++] = &c->arg[i];
-        out[k++] = &c->arg_valid[i];
-    }
-    for (int i = 0; i < 3; i++) {
-        out[k++] = &c->mem[i];
-        out[k++] = &c->mem_valid[i];
-    }
-}
-
 /* What the columns held before a batch: a batch that is not answered is taken back to it. */
 typedef struct {
     size_t lens[N_BUFS];
@@ -806,22 +806,8 @@ static int intern_truncate(Intern *t, size_t count, size_t arena_len)
 {
     if (t->count == count)
         return 0;
-    Slot *slots = PyMem_RawMalloc(sizeof(Slot) * (t->mask + 1));
-    if (slots == NULL)
+    if (intern_reslot(t, t->mask, count) < 0)
         return NO_MEMORY;
-    for (size_t i = 0; i <= t->mask; i++)
-        slots[i].code = -1;
-    for (size_t i = 0; i <= t->mask; i++) {
-        Slot s = t->slots[i];
-        if (s.code < 0 || (size_t)s.code >= count)
-            continue;
-        size_t j = s.hash & t->mask;
-        while (slots[j].code >= 0)
-            j = (j + 1) & t->mask;
-        slots[j] = s;
-    }
-    PyMem_RawFree(t->slots);
-    t->slots = slots;
     t->count = count;
     t->arena.len = arena_len;
     return 0;

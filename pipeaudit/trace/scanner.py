@@ -104,23 +104,24 @@ def to_batch(out: dict[str, Any], columns: frozenset[str]) -> ScannedBatch:
         return strings.gather(pl.Series(np.frombuffer(out.pop(key), dtype=np.int32))).alias(key)
 
     def nullable(key: str, mask: str, *, missing: bool = False) -> pl.Series:
-        values = out.pop(key)
-        return _nullable(key, values, out[mask] if missing else out.pop(mask), missing=missing)
+        return _nullable(key, out.pop(key), out.pop(mask), missing=missing)
 
+    ts_missing = out["ts_missing"]  # also the _ts_missing column
     cols = [text("name"), text("cat"), nullable("ts", "ts_missing", missing=True),
             nullable("dur", "dur_missing", missing=True)]
-    out.pop("dur_missing")
     cols += [text(c) for c in ("pid", "tid") if c in columns]
     cols += [nullable(c, c + "_valid") for c in _ARG_COLUMNS if c in columns]
-    cols.append(_flags("_ts_missing", out.pop("ts_missing")))
+    cols.append(_flags("_ts_missing", ts_missing))
     complete = pl.DataFrame(cols)
-    del cols
+    del cols, ts_missing
+    memory_ts_missing = out["memory_ts_missing"]
     memory = pl.DataFrame([
-        _nullable("ts", out.pop("memory_ts"), out["memory_ts_missing"], missing=True),
+        nullable("memory_ts", "memory_ts_missing", missing=True).alias("ts"),
         nullable("total_allocated", "total_allocated_valid"),
         nullable("device_id", "device_id_valid"),
-        _flags("_ts_missing", out.pop("memory_ts_missing")),
+        _flags("_ts_missing", memory_ts_missing),
     ])
+    del memory_ts_missing
     device_types = nullable("device_type", "device_type_valid").to_list()
     return ScannedBatch(complete, memory, device_types, out["begin_end"], out["n_events"])
 

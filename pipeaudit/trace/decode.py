@@ -37,13 +37,11 @@ from pipeaudit.trace.columns import (  # noqa: F401 (DROPPED_CATEGORIES, ALL_COL
 )
 from pipeaudit.trace.cut import apply_cut
 from pipeaudit.trace.diagnose import utf8_repair_note
-from pipeaudit.trace.document import Document
 from pipeaudit.trace.model import RankTrace
 from pipeaudit.trace.options import ReadOptions
 from pipeaudit.trace.source import TraceBytes, read_text
-from pipeaudit.trace.tokenizer import ColumnTarget
+from pipeaudit.trace.tokenizer import tokenize_document
 
-_HEADER = frozenset(hdr.HEADER_KEYS)
 
 
 def read_trace(
@@ -100,12 +98,8 @@ def _read(text: TraceBytes, options: ReadOptions, cols: frozenset[str],
           rank_hint: int | None) -> RankTrace:
     """The pipeline (see the module docstring) over one file's text."""
     parts = TableParts(cols)
-    target = ColumnTarget(text.path, cols, options.effective_tokenizer(), parts.add_piece)
-    doc = Document(text, target, batch_bytes=options.batch_bytes,
-                   max_event_bytes=options.max_event_bytes, keep=_HEADER)
-    members = doc.read()
-    target.finish()
-    return _tables(text, members, doc.n_events, parts, rank_hint)
+    members, n_events = tokenize_document(text, options, cols, parts.add_piece)
+    return _tables(text, members, n_events, parts, rank_hint)
 
 
 def _read_ahead(ahead: readahead.ReadAhead, cols: frozenset[str], rank_hint: int | None) -> RankTrace:

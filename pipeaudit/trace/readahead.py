@@ -30,13 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeaudit import timings
-from pipeaudit.trace.document import Document
 from pipeaudit.trace.options import ReadOptions
-from pipeaudit.trace.schema import HEADER_KEYS
 from pipeaudit.trace.source import TraceBytes
-from pipeaudit.trace.tokenizer import ColumnTarget, Piece
-
-_HEADER = frozenset(HEADER_KEYS)
+from pipeaudit.trace.tokenizer import Piece, tokenize_document
 
 
 class _Cancelled(Exception):
@@ -74,13 +70,8 @@ class ReadAhead:
     def _run(self) -> None:
         try:
             text = TraceBytes(self.path)
-            target = ColumnTarget(self.path, self.columns, self.options.effective_tokenizer(),
-                                  self._put)
-            doc = Document(text, target, batch_bytes=self.options.batch_bytes,
-                           max_event_bytes=self.options.max_event_bytes, keep=_HEADER)
-            members = doc.read()
-            target.finish()
-            self._queue.put(ReadDone(text, members, doc.n_events))
+            members, n_events = tokenize_document(text, self.options, self.columns, self._put)
+            self._queue.put(ReadDone(text, members, n_events))
         except _Cancelled:
             pass
         except BaseException as exc:  # noqa: BLE001 - raised again by the taker, in order

@@ -27,10 +27,15 @@ import msgspec
 
 from pipeaudit.errors import TraceError, TraceErrorKind as Kind
 from pipeaudit.trace import diagnose
-from pipeaudit.trace.document import ArrayEnds, Batch, Malformed, NotABoundary, TooDeep, Truncated
-from pipeaudit.trace.options import Tokenizer
+from pipeaudit.trace.document import (
+    ArrayEnds, Batch, Document, Malformed, NotABoundary, TooDeep, Truncated,
+)
+from pipeaudit.trace.options import ReadOptions, Tokenizer
 from pipeaudit.trace.scanner import new_scanner
-from pipeaudit.trace.schema import DROPPED_CATEGORIES, batch_decoder
+from pipeaudit.trace.schema import DROPPED_CATEGORIES, HEADER_KEYS, batch_decoder
+from pipeaudit.trace.source import TraceBytes
+
+_HEADER = frozenset(HEADER_KEYS)
 
 
 def decode_events(path: Path, decoder: msgspec.json.Decoder, batch: Batch) -> list[Any]:
@@ -120,3 +125,17 @@ class ColumnTarget:
 
     def explain(self, batch: Batch) -> NoReturn:
         explain_events(self.path, self.decoder, batch)
+
+
+def tokenize_document(text: TraceBytes, options: ReadOptions, columns: frozenset[str],
+                      sink: Callable[[Piece], None]) -> tuple[dict[str, bytes], int]:
+    """Read a whole trace document: its events as :class:`Piece` s handed to ``sink`` in
+    file order (the last included), its header's members (raw JSON by key) and its number
+    of events. The one reading loop of :func:`pipeaudit.trace.decode.decode_file` and of
+    :mod:`pipeaudit.trace.readahead`."""
+    target = ColumnTarget(text.path, columns, options.effective_tokenizer(), sink)
+    doc = Document(text, target, batch_bytes=options.batch_bytes,
+                   max_event_bytes=options.max_event_bytes, keep=_HEADER)
+    members = doc.read()
+    target.finish()
+    return members, doc.n_events

@@ -19,6 +19,14 @@ from pipeaudit.harness.layout import DP_MODES, MeshLayout
 from pipeaudit.harness.plans import SINGLE_PROCESS_SCHEDULES
 
 BACKENDS = ("auto", "gloo", "nccl")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def gpu_shortage(ranks: int, gpus: int) -> str:
+    """The one-line reason a multi-process GPU run cannot start on this host."""
+    return (f"a GPU run needs one CUDA device per rank on this host ({ranks} ranks, {gpus} "
+            "found): NCCL refuses two ranks on one GPU and gloo cannot send CUDA tensors; "
+            "--single-process runs every stage in one process on the GPUs there are")
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class ProfileConfig:
     step_marks: bool = True  #: ProfilerStep#i spans (a profiler schedule and prof.step())
     single_process: bool = False  #: one process runs every stage (no process group)
     backend: str = "auto"
+    device: str = "auto"  #: where the stages compute: auto, cpu or cuda
     timeout: float = 600.0  #: seconds for the whole run
     annotate: bool = True
     profile_memory: bool = False
@@ -139,6 +148,7 @@ class ProfileConfig:
             raise ConfigError(f"--warmup-steps must be >= 0, got {self.warmup_steps}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        self._validate_device()
         if not self.timeout > 0:
             raise ConfigError(f"--timeout must be > 0 seconds, got {self.timeout}")
         for stage, factor in self.imbalance.items():
@@ -194,6 +204,18 @@ class ProfileConfig:
                 "--slow-rank cannot be combined with --tp > 1: a rank that repeats its blocks "
                 "would run more tensor-parallel collectives than its peers and hang them; "
                 "use --imbalance to slow a whole stage"
+            )
+
+    def _validate_device(self) -> None:
+        if self.device not in DEVICES:
+            raise ConfigError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.device == "cpu" and self.backend == "nccl":
+            raise ConfigError("--backend nccl needs --device cuda (or auto): NCCL runs on GPUs")
+        if self.device == "cuda" and self.backend == "gloo" and not self.single_process:
+            raise ConfigError(
+                "--device cuda cannot use --backend gloo: gloo's point-to-point send/recv takes "
+                "CPU tensors only (with CUDA ones it fails with 'writev: Bad address'); use "
+                "--backend nccl (one GPU per rank) or --single-process"
             )
 
     def _validate_single_process(self) -> None:

@@ -33,7 +33,7 @@ import types
 from pathlib import Path
 
 from pipeaudit.errors import ConfigError, PipeauditError
-from pipeaudit.harness.config import ProfileConfig
+from pipeaudit.harness.config import ProfileConfig, gpu_shortage
 from pipeaudit.harness.entry import forked_main
 from pipeaudit.harness.manifest import read_manifest
 from pipeaudit.harness.status import ENV_STATUS_DIR, RankStatus
@@ -145,24 +145,26 @@ def _exit_text(code: int) -> str:
 
 
 def check_backend(config: ProfileConfig) -> None:
-    """``--backend nccl`` needs one CUDA device per rank (per stage with ``--single-process``)
-    here: say so before starting anything.
+    """A GPU run (``--backend nccl``, or ``--device cuda`` over several processes) needs one
+    CUDA device per rank (per stage with ``--single-process --backend nccl``) here; a
+    single-process ``--device cuda`` run needs one. Say so before starting anything.
 
-    Imports torch (only for an explicit nccl request); ``auto`` is resolved by the
+    Imports torch (only for an explicit GPU request); ``auto`` is resolved by the
     workers themselves (nccl when they see enough devices, else gloo).
     """
-    if config.backend != "nccl":
+    if config.backend != "nccl" and config.device != "cuda":
         return
     import torch
 
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    need, per = ((config.stages, "stage") if config.single_process
-                 else (config.world_size, "rank"))
-    if n < need:
-        raise ConfigError(
-            f"--backend nccl needs {need} CUDA devices (one per {per}), found {n}; "
-            "use --backend gloo or auto"
-        )
+    if config.single_process:
+        need = config.stages if config.backend == "nccl" else 1
+        if n < need:
+            raise ConfigError(f"--single-process {'--backend nccl' if need > 1 else '--device cuda'}"
+                              f" needs {need} CUDA device(s), found {n}")
+        return
+    if n < config.world_size:
+        raise ConfigError(gpu_shortage(config.world_size, n))
 
 
 OUR_OUTPUTS = ("manifest.json", "manifest.json.tmp", "rank*.json.gz", "partial-rank*.json.gz",

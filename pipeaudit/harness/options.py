@@ -55,6 +55,10 @@ _OPTIONS = [
                       "e.g. one replica slower than its peers. Repeatable."),
     click.option("--backend", default="auto", show_default=True, metavar="auto|gloo|nccl",
                  help="gloo on CPU; nccl when there are >= P CUDA devices (auto picks)."),
+    click.option("--device", default="auto", show_default=True, metavar="auto|cpu|cuda",
+                 help="Where the stages compute. cuda: one GPU per rank over nccl; with "
+                      "--single-process stage s on cuda:(s mod GPUs), so one GPU can hold every "
+                      "stage. auto: cuda when there is a GPU per rank (per stage), else cpu."),
     click.option("--timeout", type=float, default=600.0, show_default=True,
                  help="Seconds for the whole run; a hung run is killed after it."),
     click.option("--no-annotate", is_flag=True,
@@ -107,6 +111,7 @@ def config_from_options(opts: dict[str, Any], default_stages: int = 2,
         step_marks=not opts["no_step_marks"],
         single_process=opts["single_process"],
         backend=opts["backend"],
+        device=opts.get("device", "auto"),
         timeout=opts["timeout"],
         annotate=not opts["no_annotate"],
         profile_memory=opts["profile_memory"],

@@ -1,7 +1,8 @@
 """``--single-process``: one process runs every stage, the classic teaching setup (imports torch).
 
 The model's P stages go to ``cuda:0 .. cuda:P-1`` (``--backend auto`` with at least P GPUs, or
-``nccl``), else all to the CPU. A hand-written loop runs the schedule's actions (``naive``,
+``nccl``), to ``cuda:(s mod GPUs)`` with ``--device cuda`` (every stage on one GPU when there is
+one), else all to the CPU. A hand-written loop runs the schedule's actions (``naive``,
 ``gpipe`` or ``1f1b``) in the issue order of ``pipeaudit.harness.plans.single_process_order``:
 no process group (torch.distributed.pipelining needs one), activations and gradients cross
 stages with ``.to(device)`` (between GPUs a device-to-device memcpy; on the CPU no copy at all).
@@ -9,8 +10,9 @@ stages with ``.to(device)`` (between GPUs a device-to-device memcpy; on the CPU 
 Each action runs inside ``record_function("PP:<stage><F|B><mb>")`` (unless ``--no-annotate``),
 holding only the stage's compute (the copy of its input happens just before the span); the last
 stage's loss is inside its ``F`` span. On GPUs the host only launches the kernels, so the stages'
-devices compute at the same time; on the CPU the stages run one after another (one thread of
-execution), so the trace shows the schedule's order but no overlap between stages.
+devices compute at the same time; stages that share a device (all of them on the CPU, several
+on one GPU) take turns on it, so the trace shows the schedule's order but no overlap between
+them.
 """
 
 from __future__ import annotations
@@ -34,13 +36,22 @@ from pipeaudit.harness.status import Reporter
 
 
 def stage_devices(config: ProfileConfig) -> list[torch.device]:
-    """``cuda:s`` for stage s when there are P GPUs (and the backend allows), else the CPU."""
+    """The device of each stage: ``cuda:(s mod GPUs)`` for stage s on GPUs, else the CPU.
+
+    ``--device cuda`` (or ``--backend nccl``) puts the stages on the GPUs there are, several
+    stages to a GPU when there are fewer GPUs than stages; ``auto`` does so only with a GPU
+    per stage.
+    """
     p = config.stages
     n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if config.device == "cpu":
+        return [torch.device("cpu")] * p
     if config.backend == "nccl" and n_gpu < p:
         raise ConfigError(f"--single-process --backend nccl needs {p} CUDA devices, found {n_gpu}")
-    if config.backend == "nccl" or (config.backend == "auto" and n_gpu >= p):
-        return [torch.device("cuda", s) for s in range(p)]
+    if config.device == "cuda" and n_gpu == 0:
+        raise ConfigError("--device cuda: torch sees no CUDA device here")
+    if config.device == "cuda" or config.backend == "nccl" or n_gpu >= p:
+        return [torch.device("cuda", s % n_gpu) for s in range(p)]
     return [torch.device("cpu")] * p
 
 
@@ -122,8 +133,9 @@ def run_single(config: ProfileConfig, launcher: str, status_dir: str | None) -> 
     warmup_wall, step_wall = run_steps(config, 0, rep, train_step, use_cuda)
     rep.phase("finish")
     if use_cuda:
-        names = sorted({torch.cuda.get_device_name(d) for d in devices})
-        device_desc = f"cuda x {len(devices)} ({', '.join(names)})"
+        distinct = sorted(set(devices), key=lambda d: d.index)
+        names = sorted({torch.cuda.get_device_name(d) for d in distinct})
+        device_desc = f"cuda x {len(distinct)} ({', '.join(names)})"
     else:
         device_desc = "cpu"
     manifest = build_manifest(
@@ -138,7 +150,7 @@ def run_single(config: ProfileConfig, launcher: str, status_dir: str | None) -> 
         rank_actions={0: [f"{s}{k}{mb}" for s, k, mb in pipe.order]},
         annotation_source="harness" if config.annotate else "none",
         stage_devices=[str(d) for d in devices],
-        stages_concurrent=use_cuda,
+        stages_concurrent=use_cuda and len(set(devices)) == len(devices),
     )
     write_manifest(config.out, manifest)
     rep.phase("done")

@@ -28,18 +28,22 @@ from pipeaudit.harness.status import Reporter
 __all__ = ["INCOMPLETE_STEP_KEY", "PARTIAL_PREFIX", "resolve_backend", "run_rank"]
 
 
-def resolve_backend(requested: str, local_world_size: int) -> tuple[str, str]:
-    """(backend, device type) for ``--backend`` auto|gloo|nccl."""
+def resolve_backend(requested: str, local_world_size: int, device: str = "auto") -> tuple[str, str]:
+    """(backend, device type) for ``--backend`` auto|gloo|nccl and ``--device`` auto|cpu|cuda.
+
+    A rank computes on the GPU only over nccl, one GPU per rank: NCCL refuses two ranks on
+    one GPU ("Duplicate GPU detected") and gloo cannot send CUDA tensors.
+    """
     n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if requested == "gloo":
+    if requested == "gloo" or device == "cpu":
         return "gloo", "cpu"
-    if requested == "nccl" or (requested == "auto" and n_gpu >= local_world_size):
+    wants_cuda = requested == "nccl" or device == "cuda"
+    if wants_cuda or n_gpu >= local_world_size:
         if n_gpu < local_world_size:
             from pipeaudit.errors import ConfigError
+            from pipeaudit.harness.config import gpu_shortage
 
-            raise ConfigError(
-                f"--backend nccl needs {local_world_size} CUDA devices on this host, found {n_gpu}"
-            )
+            raise ConfigError(gpu_shortage(local_world_size, n_gpu))
         return "nccl", "cuda"
     return "gloo", "cpu"
 
@@ -62,7 +66,7 @@ def run_rank(
     rep.phase("init")
     faults = faults_from_env()
     torch.set_num_threads(config.threads)
-    backend, device_type = resolve_backend(config.backend, local_world_size)
+    backend, device_type = resolve_backend(config.backend, local_world_size, config.device)
     if device_type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)

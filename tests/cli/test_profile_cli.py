@@ -66,7 +66,32 @@ def test_cli_nccl_without_gpus_fails_before_start(tmp_path):
 
     result = invoke("profile", "--backend", "nccl", "--out", str(tmp_path / "o"))
     assert result.exit_code == 2
-    assert "--backend nccl needs 2 CUDA devices" in result.stderr
+    assert "needs one CUDA device per rank on this host (2 ranks" in result.stderr
+    assert "--single-process" in result.stderr  # the way to use fewer GPUs
+
+
+@pytest.mark.parametrize("args", [["--device", "cuda"], ["--device", "cuda", "--single-process"]])
+def test_cli_device_cuda_without_gpus_fails_before_start(tmp_path, args):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    result = invoke("profile", "--schedule", "gpipe", *args, "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2
+    assert "CUDA device" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "o" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--device", "cpu", "--backend", "nccl"], "--backend nccl needs --device cuda"),
+    (["--device", "cuda", "--backend", "gloo"], "gloo's point-to-point send/recv takes CPU"),
+    (["--device", "tpu"], "--device must be one of auto, cpu, cuda"),
+])
+def test_cli_device_conflicts_are_config_errors(tmp_path, args, says):
+    result = invoke("profile", *args, "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2
+    assert says in result.stderr
 
 
 def test_invalid_options_do_not_import_torch(tmp_path):

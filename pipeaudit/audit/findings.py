@@ -17,17 +17,27 @@ STRAGGLER_FACTOR = 2.0  # a rank's start delays vs the median rank
 STRAGGLER_MIN_SHARE = 0.03  # ... and at least this share of the step
 
 
-def bubble_above_theory(measured: float, theory: float, formula: str, ideal: float | None) -> Finding | None:
-    """Pipeline bubble above the closed form, with the replay split when known."""
+def _host_gaps(device: str) -> str:
+    """What a shared device's time outside the stages' compute is made of."""
+    return (f"the program's own overhead: {device} waits while the process issues the next "
+            "action (Python, kernel launches, copies between stages; one process has no "
+            "communication)")
+
+
+def bubble_above_theory(measured: float, theory: float, formula: str, ideal: float | None,
+                        shared_device: str | None = None) -> Finding | None:
+    """Pipeline bubble above the closed form, with the replay split when known;
+    ``shared_device``: the one device the stages took turns on (single-process run)."""
     excess = measured - theory
     if excess <= BUBBLE_OVER_THEORY_WARN:
         return None
     severity = "error" if excess > BUBBLE_OVER_THEORY_ERROR else "warning"
     if ideal is not None:
+        rest = (_host_gaps(shared_device) if shared_device is not None
+                else "communication, waits and host overhead")
         why = (f"{ideal - theory:+.3f} of it comes from uneven stages and F/B/W durations "
-               f"(replay ideal {ideal:.3f}) and {measured - ideal:+.3f} from communication, waits "
-               f"and host overhead; `pipeaudit explain` shows the critical path and which stage "
-               f"to speed up.")
+               f"(replay ideal {ideal:.3f}) and {measured - ideal:+.3f} from {rest}; "
+               f"`pipeaudit explain` shows the critical path and which stage to speed up.")
     else:
         why = "`pipeaudit explain` shows the critical path and which stage to speed up."
     return Finding("BUBBLE_ABOVE_THEORY", severity, None, None, measured, theory,
@@ -50,12 +60,21 @@ def stage_imbalance(stage: int, rank: int, per_step_us: float, median_us: float)
                    f"gain).", unit="ratio")
 
 
-def overhead_pipeline(measured: float | None, ideal: float | None, worst_rank: int) -> Finding | None:
-    """Bubble beyond the replay of the observed order: communication, waits, host overhead."""
+def overhead_pipeline(measured: float | None, ideal: float | None, worst_rank: int,
+                      shared_device: str | None = None) -> Finding | None:
+    """Bubble beyond the replay of the observed order: communication, waits, host overhead
+    (HOST_OVERHEAD when the stages took turns on ``shared_device``: there is no communication)."""
     if measured is None or ideal is None or measured - ideal <= OVERHEAD_WARN:
         return None
     gap = measured - ideal
-    return Finding("EXPOSED_COMMUNICATION", "warning" if gap < 0.10 else "error", None, None,
+    severity = "warning" if gap < 0.10 else "error"
+    if shared_device is not None:
+        return Finding("HOST_OVERHEAD", severity, None, None, round(measured, 4), round(ideal, 4),
+                       f"The pipeline idles {gap:.3f} of the step more than its stages' compute "
+                       f"run back to back on {shared_device} in the order issued: "
+                       f"{_host_gaps(shared_device)}. Larger microbatches or fewer, larger "
+                       f"kernels shrink it.", unit="fraction")
+    return Finding("EXPOSED_COMMUNICATION", severity, None, None,
                    round(measured, 4), round(ideal, 4),
                    f"The pipeline idles {gap:.3f} of the step more than a replay of the observed order "
                    f"with measured compute and free communication (worst: rank {worst_rank}): "

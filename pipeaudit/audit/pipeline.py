@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from pipeaudit.actions import Action
 from pipeaudit.audit.breakdown import RankComm, StepShare
 from pipeaudit.audit.replay_ideal import ReplayGroup, replay_ideals
 from pipeaudit.audit.result import BubbleSummary, RankMetrics, StageMetrics, StepMetrics
 from pipeaudit.audit.schedule_fit import choose_schedule, closed_form_theory, published_of
+from pipeaudit.audit.shared_device import serial_replay, shared_device_theory
 from pipeaudit.audit.windows import computes_by_rank, mean, windows_and_bubbles
 from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import peak_inflight_of_orders, replay
@@ -152,6 +152,12 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
 
     th = (closed_form_theory(name, sched, P, M, v, kind_means, notes)
           if name is not None and not sparse else None)
+    if tl.shared_device is not None:  # the stages take turns on one device
+        if complete and contiguous:
+            place = [stage_pos[s] for s in range(S)]
+            replays = {k: serial_replay(rep_tl, k, reps, place) for k in audited_steps}
+        if th is not None:
+            th = shared_device_theory(th, P, tl.shared_device, notes)
 
     index = {r: positions.get(r) for r in (rt.rank for rt in tl.ranks)}
     scope = STEP_WINDOW if complete else OWN_WINDOW

@@ -129,9 +129,10 @@ def _job_findings(result: AuditResult, pipes: list[PipelineAudit]) -> list[Findi
     out: list[Finding] = []
     summary = result.bubble
     complete = all(pa.complete for pa in pipes)
+    shared = pipes[0].tl.shared_device if pipes else None
     if complete and summary.measured is not None and summary.theory is not None:
         f = F.bubble_above_theory(summary.measured, summary.theory, summary.theory_formula or "",
-                                  summary.replay_ideal)
+                                  summary.replay_ideal, shared)
         if f:
             out.append(f)
     per_stage: dict[int, list[float]] = {}
@@ -150,12 +151,15 @@ def _job_findings(result: AuditResult, pipes: list[PipelineAudit]) -> list[Findi
     gaps = {r.rank: r.bubble - r.replay_bubble for r in result.ranks
             if r.bubble is not None and r.replay_bubble is not None}
     if gaps:
-        f = F.overhead_pipeline(summary.measured, summary.replay_ideal, max(gaps, key=gaps.get))
+        f = F.overhead_pipeline(summary.measured, summary.replay_ideal, max(gaps, key=gaps.get),
+                                shared)
         if f:
             out.append(f)
         med = median(gaps.values())
         for rank, gap in gaps.items():
-            if len(gaps) > 2 and gap > F.OUTLIER_FACTOR * max(med, F.OVERHEAD_WARN):
+            # on a shared device a stage's gap is its share of the device's waits, heavier
+            # stages more: no rank of its own to blame
+            if shared is None and len(gaps) > 2 and gap > F.OUTLIER_FACTOR * max(med, F.OVERHEAD_WARN):
                 out.append(F.overhead(rank, gap, med))
     return out
 

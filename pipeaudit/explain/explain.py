@@ -75,6 +75,11 @@ def prepared_graphs(tl: Timeline) -> tuple[list[StepGraph], Calibration, list[st
     cal = calibrate(graphs)
     for g in graphs:
         fill_delays(g, cal)
+    if tl.shared_device is not None:
+        notes.insert(0, f"the stages took turns on {tl.shared_device}: these graphs give each "
+                        "stage a device of its own, so their communication waits and host gaps "
+                        "include each stage's wait for the others' turns, and their replays "
+                        "predict a device per stage")
     return graphs, cal, notes
 
 

@@ -79,9 +79,9 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
         headers = [t.header for t in ts.ranks]
         salvaged = ts.salvaged
     world = next((rt.world_size for rt in values if rt.world_size is not None), None)
-    process_note = None
+    process_note, shared_device = None, None
     if single_process(values, world):
-        values, process_note = split_by_device(values[0])
+        values, process_note, shared_device = split_by_device(values[0])
         n = len(values)
         lay = Layout(n, 1, 1, (tuple((r,) for r in range(n)),), "one process: a rank per device or "
                      "stage", n)
@@ -113,7 +113,8 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
     warnings.extend(decision.notes)
     warnings.extend(clock_notes(clock))
     return Timeline(ranks=list(values), manifest=manifest, inputs=inputs, warnings=warnings,
-                    salvage=salvaged, layout=lay, step_evidence=decision.evidence, clock=clock)
+                    salvage=salvaged, layout=lay, step_evidence=decision.evidence, clock=clock,
+                    shared_device=shared_device)
 
 
 def clock_notes(clock: ClockCorrection) -> list[str]:

@@ -30,6 +30,9 @@ class Timeline:
     step_evidence: str | None = None
     #: host clock offsets applied (a p2p.ClockCorrection), None when none was looked for
     clock: Any = None
+    #: the one device every stage computed on, taking turns ("the CPU", "one GPU": a
+    #: single-process run without a device per stage), None when each rank has its own
+    shared_device: str | None = None
 
     def replica(self, index: int) -> "Timeline":
         """The timeline of pipeline replica ``index`` alone: its ranks, and a layout of that
@@ -45,7 +48,8 @@ class Timeline:
                         inputs=[i for rt, i in zip(self.ranks, self.inputs) if rt.rank in members]
                         if len(self.inputs) == len(self.ranks) else self.inputs,
                         warnings=self.warnings, salvage=self.salvage, layout=sub,
-                        step_evidence=self.step_evidence, clock=self.clock)
+                        step_evidence=self.step_evidence, clock=self.clock,
+                        shared_device=self.shared_device)
 
     def subset(self, ranks: list[int], layout: Layout | None = None) -> "Timeline":
         """The timeline of some of this one's ranks (same run facts; ``layout`` if given):
@@ -57,7 +61,8 @@ class Timeline:
         sub = Timeline(ranks=[self.ranks[i] for i in index], manifest=self.manifest,
                        inputs=self.inputs, warnings=self.warnings, salvage=self.salvage,
                        layout=self.layout if layout is None else layout,
-                       step_evidence=self.step_evidence, clock=self.clock)
+                       step_evidence=self.step_evidence, clock=self.clock,
+                       shared_device=self.shared_device)
         arrays = self._built("action_arrays")
         if arrays is not None:
             sub._prime("action_arrays", arrays.subset(index))

@@ -7,9 +7,10 @@ device (device ``k`` in device order becomes rank ``k`` of the report): each act
 is split by the device its kernels ran on (an action whose kernels ran on two devices
 counts on both), and a device's idle time is its own GPU activity's.
 
-Without GPU kernels (a single-process run on the CPU) the stages come from the annotations'
-stage ids, one rank per stage; its stages run one after another on the host, so its bubble
-is at least (P-1)/P of each step whatever the schedule, and the report says so.
+Without GPU kernels (a single-process run on the CPU), or with every kernel on one GPU, the
+stages come from the annotations' stage ids, one rank per stage; its stages take turns on the
+one device, so its bubble is at least (P-1)/P of each step whatever the schedule, and the
+report says so.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ CPU_NOTE = ("single-process run on the CPU: its stages run one after another on 
             "each stage idles while the others compute (bubble at least (P-1)/P of a step, "
             "whatever the schedule); on GPUs the stages overlap")
 
+ONE_GPU_NOTE = ("single-process run with its stages on one GPU: they take turns on it, so each "
+                "stage idles while the others compute (bubble at least (P-1)/P of a step, "
+                "whatever the schedule), and each stage's peak memory is the GPU's, all stages "
+                "together; a GPU per stage lets them overlap")
+
 
 def single_process(ranks: list[RankTimeline], world_size: int | None) -> bool:
     """One rank's trace whose actions run on several devices, or name several stages."""
@@ -38,16 +44,20 @@ def single_process(ranks: list[RankTimeline], world_size: int | None) -> bool:
     return not rt.stage_from_rank and rt.actions["stage"].n_unique() > 1
 
 
-def split_by_device(rt: RankTimeline) -> tuple[list[RankTimeline], str]:
-    """One device rank per device (GPU) or per stage (CPU), and a note saying which."""
+def split_by_device(rt: RankTimeline) -> tuple[list[RankTimeline], str, str | None]:
+    """One device rank per device (GPU) or per stage (one device), a note saying which, and
+    the device the stages shared ("the CPU", "one GPU"; None when each has its own)."""
     if rt.device_compute is not None and rt.device_compute["device"].n_unique() > 1:
         devices = sorted(int(d) for d in rt.device_compute["device"].unique().drop_nulls().to_list())
         parts = [_device_part(rt, i, d, len(devices)) for i, d in enumerate(devices)]
         names = ", ".join(f"device {d} -> rank {i}" for i, d in enumerate(devices))
         return parts, (f"single-process pipeline over {len(devices)} devices: each device is a "
-                       f"stage rank of this report ({names})")
+                       f"stage rank of this report ({names})"), None
     stages = sorted(int(s) for s in rt.actions["stage"].unique().to_list())
-    return [_stage_part(rt, i, s, len(stages)) for i, s in enumerate(stages)], CPU_NOTE
+    parts = [_stage_part(rt, i, s, len(stages)) for i, s in enumerate(stages)]
+    if rt.on_gpu:
+        return parts, ONE_GPU_NOTE, "one GPU"
+    return parts, CPU_NOTE, "the CPU"
 
 
 def _device_part(rt: RankTimeline, index: int, device: int, count: int) -> RankTimeline:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -651,3 +652,62 @@ def build_single_process_run(tmp: Path, orders, *, dur=None, latency=0, steps=2,
     path = directory / "trace.json"
     path.write_bytes(json.dumps(doc).encode())
     return BuiltRun(directory, [path], compute, [list(o) for o in orders], list(range(P)))
+
+
+def build_one_device_run(tmp: Path, issue_order, *, dur, host_us, steps=2, gpu=True,
+                         shuffle_seed: int | None = None, name="one_device") -> BuiltRun:
+    """One process whose P stages take turns on one device: the host issues ``issue_order``
+    (``(stage, kind, mb)`` in program order), spending ``host_us(i)`` before the i-th action.
+
+    On the GPU (``gpu``) each action is one kernel on device 0, stream 7, launched at the end
+    of its ``PP:`` span and started when both the launch and the previous kernel are done: a
+    host slower than the kernels leaves the device idle. On the CPU the action's op runs on
+    the host thread itself. ``compute`` is keyed by stage (each stage is a rank of the report);
+    ``shuffle_seed`` writes the events in a shuffled order (same content)."""
+    ev: list[dict] = []
+    compute: dict[int, dict[int, list[tuple[int, int]]]] = {}
+    ids = iter(range(5000, 10**9))
+    stages = sorted({s for s, _, _ in issue_order})
+    t0 = 1000
+    for step in range(steps):
+        host, device_free = t0, t0
+        compute[step] = {s: [] for s in stages}
+        first = None
+        for i, (s, k, m) in enumerate(issue_order):
+            host += host_us(i)
+            d = dur(s, k, m)
+            if gpu:
+                ev.append(x(f"PP:{s}{k}{m}", host, 6, cat="user_annotation", pid=1, tid=1,
+                            external_id=next(ids)))
+                corr = next(ids)
+                ev.append(x("aten::mm", host + 1, 4, pid=1, tid=1))
+                ev.append(x("cudaLaunchKernel", host + 2, 2, cat="cuda_runtime", pid=1, tid=1,
+                            correlation=corr))
+                start = max(device_free, host + 4)
+                ev.append({"ph": "X", "cat": "kernel", "name": "sm90_gemm", "pid": 0, "tid": 7,
+                           "ts": start, "dur": d, "args": {"correlation": corr, "device": 0,
+                                                           "stream": 7}})
+                host += 6
+            else:
+                start = host
+                ev.append(x(f"PP:{s}{k}{m}", start, d, cat="user_annotation", pid=1, tid=1))
+                ev.append(x("aten::mm", start, d, pid=1, tid=1))
+                host += d
+            device_free = start + d
+            first = start if first is None else first
+            compute[step][s].append((start, start + d))
+        end = max(device_free, host)
+        ev.append(x(f"ProfilerStep#{step}", t0 - 5, end - t0 + 10, cat="user_annotation",
+                    pid=1, tid=1))
+        t0 = end + 500
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(ev)
+    doc: dict = {"schemaVersion": 1, "baseTimeNanoseconds": BASE_NS, "traceEvents": ev}
+    if gpu:
+        doc["deviceProperties"] = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
+    directory = tmp / name
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "rank0.json"
+    path.write_bytes(json.dumps(doc).encode())
+    orders = [[a for a in issue_order if a[0] == s] for s in stages]
+    return BuiltRun(directory, [path], compute, orders, list(range(len(stages))))

@@ -44,3 +44,12 @@ run 1f1b_p4_m8_noannot_nosteps  --schedule 1f1b          -P 4 -M 8 --layers 4 --
 run gpipe_p4_m8_noannot_nosteps --schedule gpipe         -P 4 -M 8 --layers 4 --no-annotate --no-step-marks
 # One process runs both stages (on the CPU: one after another)
 run single_gpipe_p2_m4       --schedule gpipe            -P 2 -M 4 --layers 2 --single-process
+# One process, every stage on one GPU (stages take turns on it). Needs a CUDA device: made on
+# an H100 with torch 2.11.0+cu130; on a machine without one these lines are skipped.
+if python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+run single_cuda_gpipe_p2_m4        --schedule gpipe -P 2 -M 4 --layers 2 --single-process --device cuda
+run single_cuda_1f1b_p4_m8         --schedule 1f1b  -P 4 -M 8 --layers 4 --single-process --device cuda
+run single_cuda_naive_p2_m4        --schedule naive -P 2 -M 4 --layers 2 --single-process --device cuda
+run single_cuda_1f1b_p2_m4_memory  --schedule 1f1b  -P 2 -M 4 --layers 2 --single-process --device cuda --profile-memory
+run single_cuda_gpipe_p2_m4_big    --schedule gpipe -P 2 -M 4 --layers 2 --single-process --device cuda --hidden 2048 --seq-len 1024
+fi

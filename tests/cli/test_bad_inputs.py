@@ -183,7 +183,7 @@ COMMANDS = {
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("name", [n for n in HOSTILE if EXPECTED[n]["path"] in (
     "fifo_run", "devzero_run/rank2.json", "spaces.json.gz", "big_name.json.gz", "without_dur",
-    "two_event_arrays.json", "deep_args.json")], ids=lambda n: n.replace(" ", "_"))
+    "two_event_arrays.json", "deep_args.json.gz")], ids=lambda n: n.replace(" ", "_"))
 def test_hostile_input_in_other_commands(corpus, tmp_path, name, command):
     """The commands that read a run meet the same reader: exit 0 or 2 (1 for a diff that
     differs, 3 never), and a failure is one line naming the file."""

@@ -17,7 +17,11 @@ from tests.support.paths import SAMPLES
 RUNS = sorted(p for p in SAMPLES.iterdir() if (p / "manifest.json").exists())
 
 
-P2 = [p for p in RUNS if "_p2_" in p.name]
+#: the single-GPU samples of the tiny model: kernels of microseconds launched slower than they
+#: run, so the host's gaps, not compute, make up much of each step's chain
+LAUNCH_BOUND = {p for p in RUNS if p.name.startswith("single_cuda_") and not p.name.endswith("_big")}
+#: their gaps vary from step to step more than the typical-value model's 10%
+P2 = [p for p in RUNS if "_p2_" in p.name and p not in LAUNCH_BOUND]
 
 
 @lru_cache(maxsize=None)
@@ -44,7 +48,10 @@ def test_path_tiles_the_step_and_replay_reproduces_it(run_dir):
         for a, b in zip(p.items, p.items[1:]):
             assert b.start_us == pytest.approx(a.end_us, abs=1e-3)
         assert p.compute_share + p.comm_share + p.other_share == pytest.approx(1.0)
-        assert p.compute_share > 0.5  # the chain is mostly compute on these runs
+        if run_dir in LAUNCH_BOUND:
+            assert p.compute_share < 0.8 and p.other_share > 0.05  # the host shows on the chain
+        else:
+            assert p.compute_share > 0.5  # the chain is mostly compute on these runs
         assert all(x.slack_us >= 0 for x in p.slack)
         assert len(p.slack) == sum(len(o) for o in run.timeline.orders(p.step).values())
         crit = {(i.rank, i.label) for i in p.items if i.what == COMPUTE}

@@ -117,6 +117,27 @@ def test_single_process_two_gpus(tmp_path):  # pragma: no cover - no GPU on the 
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_single_process_every_stage_on_one_gpu(tmp_path):  # pragma: no cover - no GPU on CI
+    """--device cuda with fewer GPUs than stages: stage s on cuda:(s mod GPUs); audited as
+    stages taking turns on the GPU when they all share one."""
+    import pipeaudit
+
+    n = torch.cuda.device_count()
+    out, man = _profile(tmp_path, "--schedule", "1f1b", "--stages", "3", "--microbatches", "3",
+                        "--layers", "3", "--device", "cuda")
+    assert man["stage_devices"] == [f"cuda:{s % n}" for s in range(3)]
+    assert man["stages_concurrent"] is (n >= 3)
+    ev = load(out / "rank0.json.gz")["traceEvents"]
+    assert any(e.get("cat") == "kernel" for e in ev)
+    result = pipeaudit.load(out).audit()
+    assert result.num_stages == 3 and result.schedule == "1f1b"
+    if n == 1:
+        assert result.bubble.theory == pytest.approx(2 / 3)
+        assert any("taking turns on one GPU" in note for note in result.notes)
+
+
+@pytest.mark.slow
 def test_single_process_under_torchrun(tmp_path):
     import os
     import subprocess

@@ -50,7 +50,8 @@ def stage_devices(config: ProfileConfig) -> list[torch.device]:
         raise ConfigError(f"--single-process --backend nccl needs {p} CUDA devices, found {n_gpu}")
     if config.device == "cuda" and n_gpu == 0:
         raise ConfigError("--device cuda: torch sees no CUDA device here")
-    if config.device == "cuda" or config.backend == "nccl" or n_gpu >= p:
+    if config.device == "cuda" or config.backend == "nccl" or (config.backend == "auto"
+                                                                and n_gpu >= p):
         return [torch.device("cuda", s % n_gpu) for s in range(p)]
     return [torch.device("cpu")] * p
 

@@ -4,9 +4,9 @@
 - Bubble of a rank in step k: 1 - |C(rank, k) ∩ W_k| / |W_k|, where C is the union
   of the compute intervals of the rank's actions in step k.
 
-The compute sets of every rank and step are merged in one pass over all the ranks' compute
-intervals (:func:`pipeaudit.timeline.intervals.merge_grouped`), not rank by rank and step
-by step.
+The compute sets of every rank and step are merged a batch of ranks at a time, each batch in
+one pass over its compute intervals (:func:`pipeaudit.timeline.intervals.merge_grouped`), not
+rank by rank and step by step.
 """
 
 from __future__ import annotations
@@ -17,15 +17,25 @@ from pipeaudit.timeline import intervals as iv
 from pipeaudit.timeline.rank import RankTimeline
 
 
+#: Compute intervals merged in one pass (:func:`computes_by_rank`): a pass's temporaries are
+#: about ten times its intervals' 24 bytes, so a replica of 64 ranks at once (200,000
+#: intervals) held 30 MB more at its peak; ranks are taken in batches of about this many.
+MERGE_BATCH_ROWS = 32768
+
+
 def computes_by_rank(ranks: list[RankTimeline], steps: list[int]) -> dict[int, dict[int, iv.Intervals]]:
     """Rank -> step -> the rank's compute set in that step (empty where it computed nothing),
-    for every step in ``steps``: all ranks and steps merged at once."""
+    for every step in ``steps``: ranks merged a batch at a time (:data:`MERGE_BATCH_ROWS`),
+    every step of a batch's ranks at once."""
     out: dict[int, dict[int, iv.Intervals]] = {rt.rank: {k: iv.empty() for k in steps}
                                                for rt in ranks}
     if not steps:
         return out
     step_list = np.asarray(sorted(set(steps)), dtype=np.int64)
-    groups, starts, ends = [], [], []
+    groups: list[np.ndarray] = []
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    rows = 0
     for i, rt in enumerate(ranks):
         compute = rt.compute  # unpacked: read once
         if compute.height == 0 or rt.actions.height == 0:
@@ -37,18 +47,28 @@ def computes_by_rank(ranks: list[RankTimeline], steps: list[int]) -> dict[int, d
         groups.append(i * step_list.size + pos_c[known])
         starts.append(compute["start"].to_numpy()[known])
         ends.append(compute["end"].to_numpy()[known])
-    if not groups:
-        return out
+        rows += int(known.sum())
+        if rows >= MERGE_BATCH_ROWS:
+            _merge_into(out, ranks, step_list, groups, starts, ends)
+            groups, starts, ends, rows = [], [], [], 0
+    if groups:
+        _merge_into(out, ranks, step_list, groups, starts, ends)
+    return out
+
+
+def _merge_into(out: dict[int, dict[int, iv.Intervals]], ranks: list[RankTimeline],
+                step_list: np.ndarray, groups: list[np.ndarray], starts: list[np.ndarray],
+                ends: list[np.ndarray]) -> None:
+    """Merge one batch's intervals per (rank, step) group and put each group's set in ``out``."""
     g, s, e = iv.merge_grouped(np.concatenate(groups), np.concatenate(starts), np.concatenate(ends))
     if g.size == 0:
-        return out
+        return
     cut = np.flatnonzero(np.diff(g)) + 1
     lo = np.concatenate([[0], cut])
     hi = np.concatenate([cut, [g.size]])
     for key, a, b in zip(g[lo].tolist(), lo.tolist(), hi.tolist()):
         rank_i, step_i = divmod(key, step_list.size)
         out[ranks[rank_i].rank][int(step_list[step_i])] = (s[a:b], e[a:b])
-    return out
 
 
 def step_window(computes: list[iv.Intervals]) -> tuple[int, int] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from tests.support.builders import gpipe_orders, one_f_one_b_orders
@@ -143,3 +144,25 @@ def test_actions_and_peak_in_flight_per_stage(orders, kind, dur):
         assert st.actions["F"] == st.actions["B"] == M * steps
         assert st.peak_inflight == (M if kind == "gpipe" else min(M, P - st.stage))
         assert st.expected_peak_inflight == st.peak_inflight
+
+
+def test_compute_sets_merged_in_batches_are_the_same(tmp_path, monkeypatch):
+    """Ranks merged a few at a time (a batch ends inside a rank's run of steps) give the
+    compute sets, windows and bubbles of all ranks merged at once."""
+    import pipeaudit
+    from pipeaudit.audit import windows
+    from tests.support.builders import build_replicas, one_f_one_b_orders
+
+    built = build_replicas(tmp_path, one_f_one_b_orders(4, 8), dp=2, latency=150, steps=3)
+    run = pipeaudit.load(built.directory)
+    ranks, steps = run.timeline.ranks, run.timeline.steps
+    whole = windows.computes_by_rank(ranks, steps)
+    at_once = run.audit().to_dict()
+    monkeypatch.setattr(windows, "MERGE_BATCH_ROWS", 7)
+    batched = windows.computes_by_rank(ranks, steps)
+    assert whole.keys() == batched.keys()
+    for r in whole:
+        for k in steps:
+            assert all(np.array_equal(a, b) for a, b in zip(whole[r][k], batched[r][k]))
+        assert any(whole[r][k][0].size for k in steps)
+    assert pipeaudit.load(built.directory).audit().to_dict() == at_once

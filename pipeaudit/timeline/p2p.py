@@ -72,7 +72,7 @@ def job_tags(ranks: list[RankTimeline]) -> pl.DataFrame:
 #: The job's transfers are matched this many ranks at a time (whole pipeline replicas): a
 #: recv's send is in its own replica, and the tables of a 1,024-rank job's transfers, made at
 #: once, left about 80 MB more in the process than made in chunks of this size.
-CHUNK_RANKS = 128
+CHUNK_RANKS = 64
 
 
 def settle_transfers(ranks: list[RankTimeline], layout: Layout, positions: dict[int, int]
@@ -87,17 +87,20 @@ def settle_transfers(ranks: list[RankTimeline], layout: Layout, positions: dict[
         for chunk in replica_chunks(ranks, layout):
             _split_and_release(chunk, *_matched(chunk, layout, positions))
         return ClockCorrection(None)
-    chunks = [(chunk, *_matched(chunk, layout, positions))
+    # the clocks need every pair of the job; each chunk's table of tags is made again after
+    # (on the shifted ranks) rather than held: the job's pairs are a third of its tags
+    chunks = [(chunk, _matched(chunk, layout, positions)[1])
               for chunk in replica_chunks(ranks, layout)]
-    pairs = [p for _, _, p in chunks]
+    pairs = [p for _, p in chunks]
     clock = correct_clocks(ranks, pl.concat(pairs) if len(pairs) > 1 else pairs[0])
+    del pairs
     delta = _clock_deltas(ranks, clock) if clock.offsets_ns else None
-    for chunk, tags, pairs in chunks:  # a shift keeps every channel's order: the same pairs
-        if delta is not None:
-            tags = tags.join(delta, on="_rank", how="left", maintain_order="left").with_columns(
-                start=pl.col("start") + pl.col("_d"), end=pl.col("end") + pl.col("_d")).drop("_d")
-            pairs = shift_pairs(pairs, delta)
-        _split_and_release(chunk, tags, pairs)
+    for i, (chunk, chunk_pairs) in enumerate(chunks):
+        chunks[i] = None  # type: ignore[call-overload]  # released as it is split
+        tags = resolve_peers(job_tags(chunk), chunk, layout, positions)
+        if delta is not None:  # a shift keeps every channel's order: the same pairs
+            chunk_pairs = shift_pairs(chunk_pairs, delta)
+        _split_and_release(chunk, tags, chunk_pairs)
     return clock
 
 

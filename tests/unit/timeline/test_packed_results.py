@@ -4,6 +4,8 @@ job's transfers settled a chunk of whole replicas at a time."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import polars as pl
 import pytest
@@ -72,4 +74,27 @@ def test_transfers_settled_by_chunks_are_the_transfers_settled_at_once(tmp_path,
     for a, b in zip(whole.timeline.ranks, chunked.timeline.ranks):
         assert a.rank == b.rank and a.recvs.height > 0 and a.recvs.equals(b.recvs)
         assert b.recvs["matched"].any()
+    assert whole.audit().to_dict() == chunked.audit().to_dict()
+
+
+def test_transfers_of_several_hosts_settled_by_chunks_are_the_same(tmp_path, monkeypatch):
+    """Several hosts: the clocks take every pair of the job, then each chunk's tags are made
+    again on the corrected clocks; the chunk size changes nothing."""
+    built = build_replicas(tmp_path, one_f_one_b_orders(4, 8), dp=4, latency=150)
+    for f in built.files:  # stages 0-1 on one host, 2-3 on another whose clock is 40 µs ahead
+        doc = json.loads(f.read_text())
+        stage = doc["distributedInfo"]["rank"] // 4  # rank = stage x dp + replica
+        doc["host_name"] = "node-a" if stage < 2 else "node-b"
+        if stage >= 2:
+            for e in doc["traceEvents"]:
+                if "ts" in e:
+                    e["ts"] += 40
+        f.write_text(json.dumps(doc))
+    whole = pipeaudit.load(built.directory)
+    monkeypatch.setattr(p2p, "CHUNK_RANKS", 4)  # one replica per chunk
+    chunked = pipeaudit.load(built.directory)
+    assert whole.timeline.clock.offsets_ns and "node-b" in chunked.timeline.clock.offsets_ns
+    assert whole.timeline.clock.to_dict() == chunked.timeline.clock.to_dict()
+    for a, b in zip(whole.timeline.ranks, chunked.timeline.ranks):
+        assert a.rank == b.rank and a.recvs.height > 0 and a.recvs.equals(b.recvs)
     assert whole.audit().to_dict() == chunked.audit().to_dict()

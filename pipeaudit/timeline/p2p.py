@@ -29,6 +29,7 @@ import polars as pl
 from pipeaudit.timeline.layout import Layout
 from pipeaudit.timeline.p2p_tags import MATCH_COLUMNS, TAG_SCHEMA
 from pipeaudit.timeline.rank import RankTimeline
+from pipeaudit.timeline.recv_facts import RecvFacts, shifted, summarize
 
 RECV_SCHEMA = {"start": pl.Int64, "end": pl.Int64, "stage": pl.Int64, "kind": pl.Utf8,
                "peer_rank": pl.Int64, "matched": pl.Boolean, "waiting": pl.Int64,
@@ -82,7 +83,7 @@ def settle_transfers(ranks: list[RankTimeline], layout: Layout, positions: dict[
     the hosts' clocks (:func:`correct_clocks`, from every pair of the job) and split each
     recv into waiting and transfer (:func:`split_recvs`). The tables hold whole pipeline
     replicas, :data:`CHUNK_RANKS` ranks or so at a time (:func:`replica_chunks`). Each rank's
-    ``p2p_tags`` are emptied: its ``recvs`` hold what the audit reads."""
+    ``p2p_tags`` are emptied: its ``recv_summary`` holds what the audit reads of its recvs."""
     if not _on_several_hosts(ranks):  # no clock to align: each chunk is settled and dropped
         for chunk in replica_chunks(ranks, layout):
             _split_and_release(chunk, *_matched(chunk, layout, positions))
@@ -280,12 +281,13 @@ def shift_pairs(pairs: pl.DataFrame, delta: pl.DataFrame) -> pl.DataFrame:
 
 
 def split_recvs(tags: pl.DataFrame, pairs: pl.DataFrame, ranks: list[RankTimeline]) -> None:
-    """Each rank's recvs (``RankTimeline.recvs``): matched or not, waiting and transfer, from
-    the job's table of tags (:func:`job_tags`) and its :func:`transfer_pairs`, both on the
-    ranks' current clocks."""
+    """Each rank's recvs, matched or not, split into waiting and transfer from the chunk's
+    table of tags (:func:`job_tags`) and its :func:`transfer_pairs`, both on the ranks'
+    current clocks; what the audit reads of them is kept (``RankTimeline.recv_summary``,
+    :func:`pipeaudit.timeline.recv_facts.summarize`), the table is not."""
     if tags.height == 0:
         for rt in ranks:
-            rt.recvs = pl.DataFrame(schema=RECV_SCHEMA)
+            rt.recv_summary = RecvFacts()
         return
     p = pairs.select(_rank="r_rank", _row="r_row", _s0="s_start")
     t = tags.join(p, on=["_rank", "_row"], how="left", maintain_order="left")
@@ -301,10 +303,9 @@ def split_recvs(tags: pl.DataFrame, pairs: pl.DataFrame, ranks: list[RankTimelin
     seen = np.concatenate([[0], np.cumsum(is_recv, dtype=np.int64)])
     counts = seen[bounds[1:]] - seen[bounds[:-1]]
     recv = t.filter(pl.col("_recv")).select(list(RECV_SCHEMA))
-    offset = 0
-    for rt, n in zip(ranks, counts.tolist()):
-        rt.recvs = recv.slice(offset, n)
-        offset += n
+    facts = summarize(recv, [(rt.rank, n) for rt, n in zip(ranks, counts.tolist()) if n])
+    for rt in ranks:
+        rt.recv_summary = facts.get(rt.rank, RecvFacts())
 
 
 def shift_rank(rt: RankTimeline, delta: int) -> None:
@@ -318,7 +319,9 @@ def shift_rank(rt: RankTimeline, delta: int) -> None:
     rt.steps = rt.steps.with_columns(pl.col("start") + delta, pl.col("end") + delta)
     rt.memory = rt.memory.with_columns(pl.col("ts") + delta)
     rt.split_marks = [t + delta for t in rt.split_marks]
-    for name in ("collectives", "p2p", "p2p_tags", "recvs"):
+    for name in ("collectives", "p2p", "p2p_tags"):
         df = getattr(rt, name)
         if df is not None and df.height:
             setattr(rt, name, df.with_columns(pl.col("start") + delta, pl.col("end") + delta))
+    if rt.recv_summary is not None:
+        rt.recv_summary = shifted(rt.recv_summary, delta)

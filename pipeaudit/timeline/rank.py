@@ -15,6 +15,7 @@ import polars as pl
 
 from pipeaudit.timeline import intervals as iv
 from pipeaudit.timeline.attribute import COMPUTE_SCHEMA, attribute, pair_gpu_copies
+from pipeaudit.timeline.recv_facts import RecvFacts
 from pipeaudit.timeline.infer import SPLIT_OP, infer_actions, pipeline_thread
 from pipeaudit.timeline.ops import classify
 from pipeaudit.timeline.packed import PackedIntervals
@@ -106,8 +107,10 @@ class RankTimeline:
     #: the recvs keep what the audit reads
     p2p_tags: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
         schema={c: TAG_SCHEMA[c] for c in MATCH_COLUMNS}))
-    #: the rank's recvs split into waiting and transfer (p2p.RECV_SCHEMA; set across ranks)
-    recvs: pl.DataFrame | None = None
+    #: what the audit reads of the rank's recvs, each split into waiting for the sender and
+    #: transfer (:class:`~pipeaudit.timeline.recv_facts.RecvFacts`; set across ranks by
+    #: :func:`pipeaudit.timeline.p2p.split_recvs`, None before)
+    recv_summary: RecvFacts | None = None
     #: the trace's host name (clocks of different hosts are aligned across ranks)
     host: str | None = None
     #: GPU traces whose kernels run on several devices (a single-process pipeline): compute

@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 
 from pipeaudit.timeline.layout import Layout
-from pipeaudit.timeline.p2p_tags import MATCH_COLUMNS, TAG_SCHEMA
+from pipeaudit.timeline.p2p_tags import MATCH_COLUMNS, TAG_SCHEMA, match_form
 from pipeaudit.timeline.rank import RankTimeline
 from pipeaudit.timeline.recv_facts import RecvFacts, shifted, summarize
 
@@ -62,7 +62,7 @@ def job_tags(ranks: list[RankTimeline]) -> pl.DataFrame:
     if heights.sum() == 0:
         return pl.DataFrame(schema={**{c: TAG_SCHEMA[c] for c in MATCH_COLUMNS},
                                     "_rank": pl.Int64, "_row": pl.Int64})
-    tags = pl.concat([f for f in frames if f.height], how="vertical").select(MATCH_COLUMNS)
+    tags = match_form(pl.concat([f for f in frames if f.height], how="vertical").select(MATCH_COLUMNS))
     offsets = np.repeat(np.cumsum(heights) - heights, heights)
     return tags.with_columns(
         _rank=pl.Series(np.repeat([rt.rank for rt in ranks], heights), dtype=pl.Int64),

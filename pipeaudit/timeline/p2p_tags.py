@@ -39,6 +39,26 @@ TAG_SCHEMA = {
 MATCH_COLUMNS = ["dir", "peer_rank", "stage", "peer_stage", "kind", "start", "end"]
 #: ``peer_stage`` is ``stage`` + this: where F data comes from / goes to, and B data.
 PEER_DELTA = {("recv", "F"): -1, ("send", "F"): 1, ("recv", "B"): 1, ("send", "B"): -1}
+#: How a reduced rank keeps its tags until the job's transfers are settled: the
+#: :data:`MATCH_COLUMNS` with the two words as enums and the stages and ranks as 32-bit
+#: integers (each is an int64 or a string in :data:`TAG_SCHEMA`). A 1,024-rank job held
+#: 22 MB of them; the matching reads them back in :data:`TAG_SCHEMA` (:func:`match_form`).
+KEPT_SCHEMA = {
+    "dir": pl.Enum(["send", "recv"]), "peer_rank": pl.Int32, "stage": pl.Int32,
+    "peer_stage": pl.Int32, "kind": pl.Enum(["F", "B"]), "start": pl.Int64, "end": pl.Int64,
+}
+
+
+def kept_form(tags: pl.DataFrame) -> pl.DataFrame:
+    """``tags`` (:data:`TAG_SCHEMA`) as a rank keeps them (:data:`KEPT_SCHEMA`)."""
+    return tags.select(MATCH_COLUMNS).cast(KEPT_SCHEMA)  # type: ignore[arg-type]
+
+
+def match_form(tags: pl.DataFrame) -> pl.DataFrame:
+    """Kept tags in the matching's types (:data:`TAG_SCHEMA`, other columns as they are)."""
+    return tags.cast({c: TAG_SCHEMA[c] for c in MATCH_COLUMNS})  # type: ignore[arg-type]
+
+
 #: A runtime span this far (ns) before a transfer no longer holds it: stop looking back.
 _LOOK_BACK_NS = 60_000_000_000
 _NONE = np.iinfo(np.int64).min  #: no value (peer stages may be -1)

@@ -19,7 +19,7 @@ from pipeaudit.timeline.recv_facts import RecvFacts
 from pipeaudit.timeline.infer import SPLIT_OP, infer_actions, pipeline_thread
 from pipeaudit.timeline.ops import classify
 from pipeaudit.timeline.packed import PackedIntervals
-from pipeaudit.timeline.p2p_tags import MATCH_COLUMNS, TAG_SCHEMA, tag_p2p
+from pipeaudit.timeline.p2p_tags import KEPT_SCHEMA, kept_form, tag_p2p
 from pipeaudit.timeline.recognise import (
     SPAN_SCHEMA,
     gpipe_spans,
@@ -102,11 +102,10 @@ class RankTimeline:
     #: point-to-point instances: name, start, end
     p2p: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
         schema={"name": pl.Utf8, "start": pl.Int64, "end": pl.Int64}))
-    #: what each point-to-point instance carries (p2p_tags.MATCH_COLUMNS of TAG_SCHEMA); emptied
+    #: what each point-to-point instance carries (p2p_tags.KEPT_SCHEMA); emptied
     #: once the job's transfers are matched (:func:`pipeaudit.timeline.build.build_timeline`):
     #: the recvs keep what the audit reads
-    p2p_tags: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
-        schema={c: TAG_SCHEMA[c] for c in MATCH_COLUMNS}))
+    p2p_tags: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=KEPT_SCHEMA))
     #: what the audit reads of the rank's recvs, each split into waiting for the sender and
     #: transfer (:class:`~pipeaudit.timeline.recv_facts.RecvFacts`; set across ranks by
     #: :func:`pipeaudit.timeline.p2p.split_recvs`, None before)
@@ -231,7 +230,7 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
         memory=memory, source=source, outside_steps=outside, warnings=warnings,
         step_evidence=step_evidence, split_marks=_split_marks(ops, actions),
         stage_from_rank=stage_from_rank, coverage=coverage,
-        collectives=ops.collectives, p2p=ops.p2p, p2p_tags=tag_p2p(ops, actions).select(MATCH_COLUMNS),
+        collectives=ops.collectives, p2p=ops.p2p, p2p_tags=kept_form(tag_p2p(ops, actions)),
         host=getattr(trace, "host", None), device_compute=device_compute,
         device_activity=ops.device_activity if multi_device else None,
     )

@@ -69,7 +69,7 @@ class RankComm:
 
     @cached_property
     def p2p(self) -> iv.Intervals:
-        return iv.merge(self._rt.p2p["start"].to_numpy(), self._rt.p2p["end"].to_numpy())
+        return self._rt.p2p
 
 
     def dp_in(self, lo: int, hi: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -131,7 +131,7 @@ def step_share(rt: RankTimeline, compute: iv.Intervals, window: tuple[int, int],
     end = max(hi, int(dp_set[1][-1])) if dp_set[1].size else hi
     comp = iv.clip(compute, lo, end)
     dp_exposed = iv.subtract(iv.clip(dp_set, lo, end), comp)
-    p2p = iv.merge(rt.p2p["start"].to_numpy(), rt.p2p["end"].to_numpy())
+    p2p = rt.p2p
     p2p = iv.subtract(iv.clip(p2p, lo, end), iv.union(comp, dp_exposed))
     if p2p_waiting is not None:
         p2p = iv.subtract(p2p, p2p_waiting)

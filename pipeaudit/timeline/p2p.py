@@ -319,7 +319,8 @@ def shift_rank(rt: RankTimeline, delta: int) -> None:
     rt.steps = rt.steps.with_columns(pl.col("start") + delta, pl.col("end") + delta)
     rt.memory = rt.memory.with_columns(pl.col("ts") + delta)
     rt.split_marks = [t + delta for t in rt.split_marks]
-    for name in ("collectives", "p2p", "p2p_tags"):
+    rt.p2p = (rt.p2p[0] + delta, rt.p2p[1] + delta)
+    for name in ("collectives", "p2p_tags"):
         df = getattr(rt, name)
         if df is not None and df.height:
             setattr(rt, name, df.with_columns(pl.col("start") + delta, pl.col("end") + delta))

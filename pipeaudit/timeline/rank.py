@@ -99,9 +99,9 @@ class RankTimeline:
     #: name, start, end
     collectives: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
         schema={"name": pl.Utf8, "start": pl.Int64, "end": pl.Int64}))
-    #: point-to-point instances: name, start, end
-    p2p: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
-        schema={"name": pl.Utf8, "start": pl.Int64, "end": pl.Int64}))
+    #: point-to-point instances, merged (the audit reads only the time they cover; the
+    #: instances themselves are :attr:`p2p_tags` until the transfers are settled)
+    p2p: iv.Intervals = field(default_factory=iv.empty)
     #: what each point-to-point instance carries (p2p_tags.KEPT_SCHEMA); emptied
     #: once the job's transfers are matched (:func:`pipeaudit.timeline.build.build_timeline`):
     #: the recvs keep what the audit reads
@@ -230,13 +230,15 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
         memory=memory, source=source, outside_steps=outside, warnings=warnings,
         step_evidence=step_evidence, split_marks=_split_marks(ops, actions),
         stage_from_rank=stage_from_rank, coverage=coverage,
-        collectives=ops.collectives, p2p=ops.p2p, p2p_tags=kept_form(tag_p2p(ops, actions)),
+        collectives=ops.collectives,
+        p2p=iv.merge(ops.p2p["start"].to_numpy(), ops.p2p["end"].to_numpy()),
+        p2p_tags=kept_form(tag_p2p(ops, actions)),
         host=getattr(trace, "host", None), device_compute=device_compute,
         device_activity=ops.device_activity if multi_device else None,
     )
     rt.totals_cache = RankTotals.of(rt)  # here, in the rank's worker
     rt.activity = activity_bounds(rt.activity)  # the parent keeps every rank: keep it small
-    for name in ("actions", "collectives", "p2p", "p2p_tags"):
+    for name in ("actions", "collectives", "p2p_tags"):
         setattr(rt, name, own_strings(getattr(rt, name)))
     return rt
 

@@ -104,7 +104,7 @@ def _part(rt: RankTimeline, index: int, count: int, actions: pl.DataFrame, compu
     return dataclasses.replace(
         rt, rank=index, world_size=count, actions=actions, compute=compute, activity=activity,
         comm=iv.empty(), other_compute=iv.empty(), memory=memory, memory_peak=peaks,
-        collectives=empty, p2p=rt.p2p.clear(), p2p_tags=rt.p2p_tags.clear(), recv_summary=None,
+        collectives=empty, p2p=iv.empty(), p2p_tags=rt.p2p_tags.clear(), recv_summary=None,
         device_compute=None, device_activity=None, stage_from_rank=False, split_marks=[],
         totals_cache=None,
     )

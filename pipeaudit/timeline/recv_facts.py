@@ -1,4 +1,4 @@
-"""What the audit reads of each rank's point-to-point receives, for all ranks at once.
+"""What the audit reads of each rank's point-to-point receives, made a chunk of ranks at a time.
 
 :func:`pipeaudit.timeline.p2p.split_recvs` splits every recv of a chunk of ranks into waiting
 and transfer (null where the recv was not matched with its send) and keeps, per rank, only

@@ -20,7 +20,6 @@ the action (tensor-parallel all-reduces), not to the data-parallel sync.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import polars as pl
@@ -64,13 +63,8 @@ class RankComm:
             np.ones(start.size, dtype=bool)
         order = np.argsort(start[keep], kind="stable")
         self.dp_start, self.dp_end = start[keep][order], end[keep][order]
-        self._rt = rt
+        self.p2p = rt.p2p  # merged point-to-point instances
         self.waiting = waiting
-
-    @cached_property
-    def p2p(self) -> iv.Intervals:
-        return self._rt.p2p
-
 
     def dp_in(self, lo: int, hi: int | None) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of the collectives that start in [lo, hi) (hi None: no end)."""
@@ -131,8 +125,7 @@ def step_share(rt: RankTimeline, compute: iv.Intervals, window: tuple[int, int],
     end = max(hi, int(dp_set[1][-1])) if dp_set[1].size else hi
     comp = iv.clip(compute, lo, end)
     dp_exposed = iv.subtract(iv.clip(dp_set, lo, end), comp)
-    p2p = rt.p2p
-    p2p = iv.subtract(iv.clip(p2p, lo, end), iv.union(comp, dp_exposed))
+    p2p = iv.subtract(iv.clip(rt.p2p, lo, end), iv.union(comp, dp_exposed))
     if p2p_waiting is not None:
         p2p = iv.subtract(p2p, p2p_waiting)
     span = end - lo

@@ -53,9 +53,9 @@ class Timeline:
 
     def subset(self, ranks: list[int], layout: Layout | None = None) -> "Timeline":
         """The timeline of some of this one's ranks (same run facts; ``layout`` if given):
-        their action columns and recv facts are taken from this timeline's where it has
-        built them already (else the subset builds its own: building them for the whole job
-        to cut them per replica would hold the job's at once)."""
+        their action columns are taken from this timeline's where it has built them already
+        (else the subset builds its own: building them for the whole job to cut them per
+        replica would hold the job's at once)."""
         keep = set(ranks)
         index = [i for i, rt in enumerate(self.ranks) if rt.rank in keep]
         sub = Timeline(ranks=[self.ranks[i] for i in index], manifest=self.manifest,
@@ -66,18 +66,16 @@ class Timeline:
         arrays = self._built("action_arrays")
         if arrays is not None:
             sub._prime("action_arrays", arrays.subset(index))
-        facts = self._built("recv_facts")
-        if facts is not None:
-            sub._prime("recv_facts", {self.ranks[i].rank: facts[self.ranks[i].rank] for i in index})
         return sub
 
     def recv_facts(self) -> dict[int, RecvFacts]:
-        """Rank -> what the audit reads of its recvs (:mod:`pipeaudit.timeline.recv_facts`)."""
-        return self._cached("recv_facts", lambda: recv_facts(self.ranks))
+        """Rank -> what the audit reads of its recvs (:mod:`pipeaudit.timeline.recv_facts`;
+        each rank holds its own since the transfers were settled)."""
+        return recv_facts(self.ranks)
 
     def forget_derived(self) -> None:
-        """Drop the tables derived from the ranks' (action columns, per-step rows, recv facts):
-        built again if asked for."""
+        """Drop the tables derived from the ranks' (action columns, per-step rows): built
+        again if asked for."""
         self.__dict__.pop("_cache", None)
 
     def _prime(self, name: str, value) -> None:

@@ -31,10 +31,6 @@ from pipeaudit.timeline.p2p_tags import MATCH_COLUMNS, TAG_SCHEMA, match_form
 from pipeaudit.timeline.rank import RankTimeline
 from pipeaudit.timeline.recv_facts import RecvFacts, shifted, summarize
 
-RECV_SCHEMA = {"start": pl.Int64, "end": pl.Int64, "stage": pl.Int64, "kind": pl.Utf8,
-               "peer_rank": pl.Int64, "matched": pl.Boolean, "waiting": pl.Int64,
-               "transfer": pl.Int64}
-
 
 @dataclass
 class ClockCorrection:
@@ -302,8 +298,7 @@ def split_recvs(tags: pl.DataFrame, pairs: pl.DataFrame, ranks: list[RankTimelin
     bounds = np.concatenate([[0], np.cumsum(heights)])
     seen = np.concatenate([[0], np.cumsum(is_recv, dtype=np.int64)])
     counts = seen[bounds[1:]] - seen[bounds[:-1]]
-    recv = t.filter(pl.col("_recv")).select(list(RECV_SCHEMA))
-    facts = summarize(recv, [(rt.rank, n) for rt, n in zip(ranks, counts.tolist()) if n])
+    facts = summarize(t.filter(pl.col("_recv")), [(rt.rank, n) for rt, n in zip(ranks, counts.tolist()) if n])
     for rt in ranks:
         rt.recv_summary = facts.get(rt.rank, RecvFacts())
 

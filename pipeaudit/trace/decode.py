@@ -43,7 +43,6 @@ from pipeaudit.trace.source import TraceBytes, read_text
 from pipeaudit.trace.tokenizer import tokenize_document
 
 
-
 def read_trace(
     path: str | PathLike[str],
     *,

@@ -7,32 +7,66 @@ order in the schedule, not with the first rank's.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from pipeaudit.audit import findings as F
 from pipeaudit.audit.result import Finding
 from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, replay, theory
+from pipeaudit.schedules.catalogue import build_uncached
 from pipeaudit.timeline.model import Timeline
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """What detection compares of a catalogue schedule: its placement and a hash of each
+    rank's order. A 64-stage schedule of 64 microbatches holds 8,000-25,000 actions; a
+    1,024-rank job's detection kept every candidate's (about 11 MB) for the rest of the
+    audit, where these take a few KB."""
+
+    placement: tuple[int, ...]
+    order_hashes: tuple[int, ...]
+
+
+@lru_cache(maxsize=256)
+def _signature(name: str, P: int, M: int, v: int) -> _Signature | None:
+    """The :class:`_Signature` of catalogue schedule ``name`` (None where it cannot run),
+    built without keeping the schedule (:func:`pipeaudit.schedules.catalogue.build_uncached`)."""
+    try:
+        sched = build_uncached(name, P, M, v if v > 1 else None)
+    except ScheduleError:
+        return None
+    return _Signature(sched.placement, tuple(hash(o) for o in sched.orders))
 
 
 def detect_on_positions(orders: dict[int, list], stage_pos: dict[int, int], P: int, M: int,
                         v: int) -> list[str]:
     """Catalogue schedules whose placement and per-position orders equal the observed ones at
-    every position present (``orders``: position -> its actions in execution order)."""
+    every position present (``orders``: position -> its actions in execution order). Each
+    candidate is screened by its :class:`_Signature`; one that passes is compared in full."""
     if not orders or P < 1:
         return []
     found = []
+    observed = {p: tuple(o) for p, o in orders.items()}
     for name in SCHEDULE_NAMES:
-        try:
-            sched = build_schedule(name, P, M, v if v > 1 else None)
-        except ScheduleError:
+        sig = _signature(name, P, M, v)
+        if sig is None or not _fits(sig.placement, sig.order_hashes, stage_pos,
+                                    {p: hash(o) for p, o in observed.items()}):
             continue
-        if any(s >= sched.num_stages or sched.placement[s] != p for s, p in stage_pos.items()):
-            continue
-        if all(tuple(o) == sched.orders[p] for p, o in orders.items() if p < len(sched.orders)):
+        sched = build_schedule(name, P, M, v if v > 1 else None)
+        if _fits(sched.placement, sched.orders, stage_pos, observed):
             found.append(name)
     return found
+
+
+def _fits(placement: tuple[int, ...], per_rank: tuple, stage_pos: dict[int, int],
+          observed: dict[int, object]) -> bool:
+    """Whether every observed stage sits at its schedule position and every observed
+    position's order (or its hash) equals the schedule's."""
+    if any(s >= len(placement) or placement[s] != p for s, p in stage_pos.items()):
+        return False
+    return all(o == per_rank[p] for p, o in observed.items() if p < len(per_rank))
 
 
 def choose_schedule(tl: Timeline, declared, P, M, v, representatives, stage_pos, notes, step):

@@ -188,7 +188,7 @@ def named_block(name: str, num_ranks: int, chunks: int | None = None) -> Buildin
     return builder(num_ranks, chunks or defaults.get(name, 1))
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=2)  # a schedule's ranks ask in turn; the catalogue caches the schedule
 def _built(name: str, P: int, M: int, v: int):
     from pipeaudit.schedules.blocks import build_from_block
 

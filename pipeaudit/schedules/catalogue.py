@@ -304,6 +304,17 @@ def build_schedule(
     return _build(canon, num_ranks, num_microbatches, v)
 
 
+def build_uncached(
+    name: str, num_ranks: int, num_microbatches: int, chunks: int | None = None
+) -> Schedule:
+    """:func:`build_schedule`, without keeping the result in its cache (a 64-rank schedule
+    holds up to a few MB of actions): for a caller that reads it once."""
+    canon = canonical_name(name)
+    v = default_chunks(canon) if chunks is None else chunks
+    check_config(canon, num_ranks, num_microbatches, v)
+    return _build.__wrapped__(canon, num_ranks, num_microbatches, v)
+
+
 @lru_cache(maxsize=512)
 def _build(canon: str, P: int, M: int, v: int) -> Schedule:
     entry = CATALOGUE[canon]

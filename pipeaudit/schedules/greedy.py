@@ -75,7 +75,7 @@ def greedy_zb_orders(num_ranks: int, num_microbatches: int, limits: tuple[int, .
     return tuple(tuple(o) for o in orders)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=2)  # a schedule's ranks ask in turn; the catalogue caches the schedule
 def zb_h2_orders(num_ranks: int, num_microbatches: int) -> tuple[tuple[Action, ...], ...]:
     """ZB-H2: up to 2(P-s)-1 microbatches in flight on stage s."""
     limits = tuple(2 * (num_ranks - s) - 1 for s in range(num_ranks))

@@ -166,3 +166,39 @@ def test_compute_sets_merged_in_batches_are_the_same(tmp_path, monkeypatch):
             assert all(np.array_equal(a, b) for a, b in zip(whole[r][k], batched[r][k]))
         assert any(whole[r][k][0].size for k in steps)
     assert pipeaudit.load(built.directory).audit().to_dict() == at_once
+
+
+@pytest.mark.parametrize("P,M,v", [(4, 8, 1), (4, 3, 1), (4, 8, 2)])
+def test_schedule_detection_finds_each_catalogue_order_and_keeps_only_what_it_found(P, M, v):
+    """Every catalogue schedule's own order is detected as itself (and as any schedule whose
+    order is the same), an order with two actions swapped as none, and detection leaves in
+    the catalogue's cache only the schedules it found, not every candidate it screened."""
+    from pipeaudit.audit.schedule_fit import detect_on_positions
+    from pipeaudit.errors import ScheduleError
+    from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule
+    from pipeaudit.schedules import catalogue
+
+    checked = 0
+    for name in SCHEDULE_NAMES:
+        try:  # detection asks for v > 1 only (v = 1: each schedule's default chunks)
+            sched = build_schedule(name, P, M, v if v > 1 else None)
+        except ScheduleError:
+            continue
+        if sched.chunks != v:
+            continue
+        orders = {p: list(o) for p, o in enumerate(sched.orders)}
+        stage_pos = dict(enumerate(sched.placement))
+        catalogue._build.cache_clear()
+        found = detect_on_positions(orders, stage_pos, P, M, v)
+        assert name in found
+        assert all(build_schedule(n, P, M, v if v > 1 else None).orders == sched.orders
+                   for n in found)
+        assert catalogue._build.cache_info().currsize == len(found)
+        swapped = dict(orders)
+        o = list(orders[P - 1])
+        i = next(i for i in range(len(o) - 1) if o[i] != o[i + 1])
+        o[i], o[i + 1] = o[i + 1], o[i]
+        swapped[P - 1] = o
+        assert name not in detect_on_positions(swapped, stage_pos, P, M, v)
+        checked += 1
+    assert checked >= 3

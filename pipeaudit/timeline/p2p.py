@@ -28,7 +28,7 @@ import polars as pl
 
 from pipeaudit.timeline.layout import Layout
 from pipeaudit.timeline.p2p_tags import MATCH_COLUMNS, TAG_SCHEMA, match_form
-from pipeaudit.timeline.rank import RankTimeline
+from pipeaudit.timeline.rank import RankTimeline, no_tags
 from pipeaudit.timeline.recv_facts import RecvFacts, shifted, summarize
 
 
@@ -53,12 +53,13 @@ class ClockCorrection:
 def job_tags(ranks: list[RankTimeline]) -> pl.DataFrame:
     """Every rank's ``p2p_tags`` (its :data:`MATCH_COLUMNS`) in one table (ranks in list
     order, rows in rank order), with ``_rank`` and ``_row`` (the row in the rank's own table)."""
-    frames = [rt.p2p_tags for rt in ranks]
-    heights = np.array([f.height for f in frames], dtype=np.int64)
+    frames = [rt.p2p_tags if rt.p2p_tags_packed.rows else None for rt in ranks]
+    heights = np.array([rt.p2p_tags_packed.rows for rt in ranks], dtype=np.int64)
     if heights.sum() == 0:
         return pl.DataFrame(schema={**{c: TAG_SCHEMA[c] for c in MATCH_COLUMNS},
                                     "_rank": pl.Int64, "_row": pl.Int64})
-    tags = match_form(pl.concat([f for f in frames if f.height], how="vertical").select(MATCH_COLUMNS))
+    tags = match_form(pl.concat([f for f in frames if f is not None], how="vertical")
+                      .select(MATCH_COLUMNS))
     offsets = np.repeat(np.cumsum(heights) - heights, heights)
     return tags.with_columns(
         _rank=pl.Series(np.repeat([rt.rank for rt in ranks], heights), dtype=pl.Int64),
@@ -112,7 +113,7 @@ def _split_and_release(chunk: list[RankTimeline], tags: pl.DataFrame, pairs: pl.
     """Split the chunk's recvs (:func:`split_recvs`) and empty its ranks' ``p2p_tags``."""
     split_recvs(tags, pairs, chunk)
     for rt in chunk:
-        rt.p2p_tags = rt.p2p_tags.clear()
+        rt.p2p_tags_packed = no_tags()
 
 
 def replica_chunks(ranks: list[RankTimeline], layout: Layout,
@@ -151,7 +152,7 @@ def resolve_peers(tags: pl.DataFrame, ranks: list[RankTimeline], layout: Layout,
             continue
         for s in rt.actions["stage"].unique().to_list():
             stage_rank.setdefault((where[0], where[2], int(s)), rt.rank)
-    heights = [rt.p2p_tags.height for rt in ranks]
+    heights = [rt.p2p_tags_packed.rows for rt in ranks]
     where = [layout.position(rt.rank) for rt in ranks]
     placed = [rt.stage_from_rank and rt.rank in positions for rt in ranks]
     cols = tags.columns
@@ -294,7 +295,7 @@ def split_recvs(tags: pl.DataFrame, pairs: pl.DataFrame, ranks: list[RankTimelin
         waiting=pl.when(pl.col("_s0").is_not_null()).then(wait),
     ).with_columns(transfer=dur - pl.col("waiting"))
     is_recv = t["_recv"].to_numpy()
-    heights = np.array([rt.p2p_tags.height for rt in ranks], dtype=np.int64)
+    heights = np.array([rt.p2p_tags_packed.rows for rt in ranks], dtype=np.int64)
     bounds = np.concatenate([[0], np.cumsum(heights)])
     seen = np.concatenate([[0], np.cumsum(is_recv, dtype=np.int64)])
     counts = seen[bounds[1:]] - seen[bounds[:-1]]
@@ -315,7 +316,7 @@ def shift_rank(rt: RankTimeline, delta: int) -> None:
     rt.memory = rt.memory.with_columns(pl.col("ts") + delta)
     rt.split_marks = [t + delta for t in rt.split_marks]
     rt.p2p = (rt.p2p[0] + delta, rt.p2p[1] + delta)
-    for name in ("collectives", "p2p_tags"):
+    for name in ("collectives", "p2p_tags") if rt.p2p_tags_packed.rows else ("collectives",):
         df = getattr(rt, name)
         if df is not None and df.height:
             setattr(rt, name, df.with_columns(pl.col("start") + delta, pl.col("end") + delta))

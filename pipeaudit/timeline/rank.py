@@ -9,6 +9,7 @@ peaks) is small whatever the size of the trace.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 import polars as pl
@@ -18,7 +19,7 @@ from pipeaudit.timeline.attribute import COMPUTE_SCHEMA, attribute, pair_gpu_cop
 from pipeaudit.timeline.recv_facts import RecvFacts
 from pipeaudit.timeline.infer import SPLIT_OP, infer_actions, pipeline_thread
 from pipeaudit.timeline.ops import classify
-from pipeaudit.timeline.packed import PackedIntervals
+from pipeaudit.timeline.packed import PackedFrame, PackedIntervals
 from pipeaudit.timeline.p2p_tags import KEPT_SCHEMA, kept_form, tag_p2p
 from pipeaudit.timeline.recognise import (
     SPAN_SCHEMA,
@@ -104,7 +105,9 @@ class RankTimeline:
     p2p: iv.Intervals = field(default_factory=iv.empty)
     #: what each point-to-point instance carries (p2p_tags.KEPT_SCHEMA); emptied
     #: once the job's transfers are matched (:func:`pipeaudit.timeline.build.build_timeline`):
-    #: the recvs keep what the audit reads
+    #: the recvs keep what the audit reads. Held packed
+    #: (:class:`~pipeaudit.timeline.packed.PackedFrame`, in :attr:`p2p_tags_packed`; its
+    #: ``rows`` is the height): reading it unpacks a new frame, assigning a frame packs it
     p2p_tags: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=KEPT_SCHEMA))
     #: what the audit reads of the rank's recvs, each split into waiting for the sender and
     #: transfer (:class:`~pipeaudit.timeline.recv_facts.RecvFacts`; set across ranks by
@@ -139,9 +142,25 @@ def _set_compute(self: RankTimeline, table: pl.DataFrame) -> None:
     self.compute_packed = PackedIntervals.of(table)
 
 
-# ``compute`` is a dataclass field (the constructor, ``dataclasses.replace`` and ``==`` take
-# it as a frame) stored packed: a parent process holds one per rank until the audit
+@cache
+def no_tags() -> PackedFrame:
+    """The packed empty table of tags (shared by every rank whose tags are settled)."""
+    return PackedFrame.of(pl.DataFrame(schema=KEPT_SCHEMA))
+
+
+def _get_p2p_tags(self: RankTimeline) -> pl.DataFrame:
+    return self.p2p_tags_packed.frame()
+
+
+def _set_p2p_tags(self: RankTimeline, table: pl.DataFrame) -> None:
+    self.p2p_tags_packed = PackedFrame.of(table)
+
+
+# ``compute`` and ``p2p_tags`` are dataclass fields (the constructor, ``dataclasses.replace``
+# and ``==`` take them as frames) stored packed: a parent process holds one of each per rank
+# until the settling of the transfers (tags) or the audit (compute)
 RankTimeline.compute = property(_get_compute, _set_compute)  # type: ignore[assignment]
+RankTimeline.p2p_tags = property(_get_p2p_tags, _set_p2p_tags)  # type: ignore[assignment]
 
 
 def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = None) -> RankTimeline:
@@ -238,7 +257,7 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
     )
     rt.totals_cache = RankTotals.of(rt)  # here, in the rank's worker
     rt.activity = activity_bounds(rt.activity)  # the parent keeps every rank: keep it small
-    for name in ("actions", "collectives", "p2p_tags"):
+    for name in ("actions", "collectives"):  # the tags are packed: no views left to own
         setattr(rt, name, own_strings(getattr(rt, name)))
     return rt
 

@@ -32,6 +32,24 @@ def test_packed_intervals_give_back_the_same_table(seed):
     assert moved.equals(table.with_columns(pl.col("start") - 100_000, pl.col("end") - 100_000))
 
 
+@pytest.mark.parametrize("gap", [10_000, 5_000_000_000])  # a step's gap over 2**31 ns or not
+def test_packed_intervals_of_a_trace_are_narrow_where_they_fit(gap):
+    """Differences that fit in 32 bits are packed in 32 bits, column by column; intervals
+    out of order (negative differences) and a clock far from zero change nothing."""
+    rng = np.random.default_rng(7)
+    n = 2000
+    start = 1_795_473_546_126_695_865 + np.cumsum(rng.integers(0, 50_000, n))
+    start[n // 2:] += gap
+    rng.shuffle(start[:100])
+    table = pl.DataFrame({"action": np.repeat(np.arange(100), 20), "start": start,
+                          "end": start + rng.integers(0, 3_000_000, n)})
+    packed = PackedIntervals.of(table)
+    assert packed.widths == ((4, 4, 4) if gap < 2**31 else (4, 8, 4))
+    assert packed.frame().equals(table)
+    assert packed.shifted(-5).frame().equals(table.with_columns(pl.col("start") - 5,
+                                                                pl.col("end") - 5))
+
+
 def test_packed_intervals_of_nothing():
     empty = pl.DataFrame(schema={"action": pl.Int64, "start": pl.Int64, "end": pl.Int64})
     assert PackedIntervals.of(empty).frame().equals(empty)

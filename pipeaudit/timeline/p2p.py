@@ -308,14 +308,11 @@ def shift_rank(rt: RankTimeline, delta: int) -> None:
     """Move every time of one rank by ``delta`` ns (in place)."""
     times = ("start", "end", "compute_start", "compute_end", "host_start", "host_end")
     rt.actions = rt.actions.with_columns([pl.col(c) + delta for c in times if c in rt.actions.columns])
-    rt.shift_compute(delta)
-    rt.comm = (rt.comm[0] + delta, rt.comm[1] + delta)
+    rt.shift_packed(delta)  # compute, comm, other_compute, p2p
     rt.activity = (rt.activity[0] + delta, rt.activity[1] + delta)
-    rt.other_compute = (rt.other_compute[0] + delta, rt.other_compute[1] + delta)
     rt.steps = rt.steps.with_columns(pl.col("start") + delta, pl.col("end") + delta)
     rt.memory = rt.memory.with_columns(pl.col("ts") + delta)
     rt.split_marks = [t + delta for t in rt.split_marks]
-    rt.p2p = (rt.p2p[0] + delta, rt.p2p[1] + delta)
     for name in ("collectives", "p2p_tags") if rt.p2p_tags_packed.rows else ("collectives",):
         df = getattr(rt, name)
         if df is not None and df.height:

@@ -19,7 +19,7 @@ from pipeaudit.timeline.attribute import COMPUTE_SCHEMA, attribute, pair_gpu_cop
 from pipeaudit.timeline.recv_facts import RecvFacts
 from pipeaudit.timeline.infer import SPLIT_OP, infer_actions, pipeline_thread
 from pipeaudit.timeline.ops import classify
-from pipeaudit.timeline.packed import PackedFrame, PackedIntervals
+from pipeaudit.timeline.packed import PackedFrame, PackedIntervals, PackedSpans
 from pipeaudit.timeline.p2p_tags import KEPT_SCHEMA, kept_form, tag_p2p
 from pipeaudit.timeline.recognise import (
     SPAN_SCHEMA,
@@ -122,9 +122,13 @@ class RankTimeline:
     #: whole-trace figures (:class:`RankTotals`), set by :func:`reduce_rank`; None: not yet
     totals_cache: RankTotals | None = None
 
-    def shift_compute(self, delta_ns: int) -> None:
-        """Move the compute intervals ``delta_ns`` later, without unpacking them."""
+    def shift_packed(self, delta_ns: int) -> None:
+        """Move the packed times, the compute intervals and the interval sets
+        (:data:`PACKED_SPANS`), ``delta_ns`` later without unpacking them."""
         self.compute_packed = self.compute_packed.shifted(delta_ns)
+        for name in PACKED_SPANS:
+            packed = f"{name}_packed"
+            setattr(self, packed, getattr(self, packed).shifted(delta_ns))
 
     @property
     def totals(self) -> RankTotals:
@@ -142,6 +146,10 @@ def _set_compute(self: RankTimeline, table: pl.DataFrame) -> None:
     self.compute_packed = PackedIntervals.of(table)
 
 
+#: The interval sets a rank holds packed (:class:`PackedSpans`, in ``<name>_packed``).
+PACKED_SPANS = ("comm", "other_compute", "p2p")
+
+
 @cache
 def no_tags() -> PackedFrame:
     """The packed empty table of tags (shared by every rank whose tags are settled)."""
@@ -156,11 +164,27 @@ def _set_p2p_tags(self: RankTimeline, table: pl.DataFrame) -> None:
     self.p2p_tags_packed = PackedFrame.of(table)
 
 
-# ``compute`` and ``p2p_tags`` are dataclass fields (the constructor, ``dataclasses.replace``
-# and ``==`` take them as frames) stored packed: a parent process holds one of each per rank
-# until the settling of the transfers (tags) or the audit (compute)
+def _packed_spans(name: str) -> property:
+    """A field ``name`` (an interval set) held as a :class:`PackedSpans` in ``name_packed``."""
+    packed = f"{name}_packed"
+
+    def get(self: RankTimeline) -> iv.Intervals:
+        return getattr(self, packed).spans()
+
+    def set_(self: RankTimeline, spans: iv.Intervals) -> None:
+        setattr(self, packed, PackedSpans.of(spans))
+
+    return property(get, set_, doc=f"``{name}``, unpacked from ``{packed}`` at each read")
+
+
+# ``compute``, ``p2p_tags`` and the interval sets below are dataclass fields (the
+# constructor, ``dataclasses.replace`` and ``==`` take them as frames and arrays) stored
+# packed: a parent process holds one of each per rank until the settling of the transfers
+# (tags) or the audit (the rest)
 RankTimeline.compute = property(_get_compute, _set_compute)  # type: ignore[assignment]
 RankTimeline.p2p_tags = property(_get_p2p_tags, _set_p2p_tags)  # type: ignore[assignment]
+for _name in PACKED_SPANS:
+    setattr(RankTimeline, _name, _packed_spans(_name))
 
 
 def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = None) -> RankTimeline:

@@ -12,7 +12,8 @@ import pytest
 
 import pipeaudit
 from pipeaudit.timeline import p2p
-from pipeaudit.timeline.packed import PackedIntervals
+from pipeaudit.timeline.packed import PackedIntervals, PackedSpans
+from pipeaudit.timeline.rank import PACKED_SPANS
 from pipeaudit.trace.header import SharedHeaderValues
 from tests.support.builders import build_replicas, one_f_one_b_orders
 from tests.support.timelines import timeline
@@ -55,14 +56,32 @@ def test_packed_intervals_of_nothing():
     assert PackedIntervals.of(empty).frame().equals(empty)
 
 
-def test_a_rank_timeline_reads_and_writes_its_compute_as_a_frame():
+def test_a_rank_timeline_reads_and_writes_its_packed_fields_as_frames_and_arrays():
     rt = timeline(one_f_one_b_orders(2, 4)).ranks[0]
-    before = rt.compute
+    before, comm = rt.compute, rt.comm
     assert isinstance(rt.compute_packed, PackedIntervals) and "compute" not in vars(rt)
-    rt.shift_compute(1_000)
+    assert all(isinstance(getattr(rt, f"{n}_packed"), PackedSpans) and n not in vars(rt)
+               for n in PACKED_SPANS)
+    rt.shift_packed(1_000)
     assert rt.compute.equals(before.with_columns(pl.col("start") + 1_000, pl.col("end") + 1_000))
+    assert all(np.array_equal(a + 1_000, b) for a, b in zip(comm, rt.comm))
     rt.compute = before.head(1)
     assert rt.compute.equals(before.head(1))
+    rt.comm = (comm[0][:1], comm[1][:1])
+    assert [a.tolist() for a in rt.comm] == [comm[0][:1].tolist(), comm[1][:1].tolist()]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_packed_spans_give_back_the_same_set(seed):
+    rng = np.random.default_rng(seed)
+    for n, spread in ((0, 1), (1, 1), (500, 1 << 20), (500, 1 << 40)):
+        start = np.sort(rng.integers(1 << 60, (1 << 60) + spread * max(n, 1), n))
+        spans = (start, start + rng.integers(1, 1 << 36, n))
+        packed = PackedSpans.of(spans)
+        assert all(np.array_equal(a, b) and b.dtype == np.int64
+                   for a, b in zip(spans, packed.spans()))
+        moved = packed.shifted(-7).spans()
+        assert all(np.array_equal(a - 7, b) for a, b in zip(spans, moved))
 
 
 def test_header_values_every_rank_repeats_are_shared():

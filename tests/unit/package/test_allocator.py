@@ -31,6 +31,11 @@ if sys.argv[1] == "inherited":
     os.environ[{env!r}] = "dirty_decay_ms:500,muzzy_decay_ms:1000"  # written by a parent's polars
 if sys.argv[1] == "late":
     import polars
+if sys.argv[1] == "one-core":
+    os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})
+    from pipeaudit.allocator import CONF
+    print(CONF.split(",")[-1])
+    raise SystemExit
 from pipeaudit.allocator import CONF, prefer_prompt_release
 answer = prefer_prompt_release()
 value = os.environ.get({env!r})
@@ -64,6 +69,7 @@ print(held, rss() - base)
     ("user", "False not ours"),  # the user's own configuration is kept
     ("late", "False not ours"),  # polars loaded: too late (polars set its own), nothing changed
     ("cli", CONF),  # the console entry point sets it before any command runs
+    ("one-core", "narenas:1"),  # an arena per core this process may run on
 ])
 def test_set_only_before_polars_and_never_over_the_users(case: str, expected: str) -> None:
     out = run_python(_CHILD, case)

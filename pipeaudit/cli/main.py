@@ -74,6 +74,10 @@ class LazyGroup(click.Group):
         entry = COMMANDS.get(cmd_name)
         if entry is None or not _module_exists(entry[0]):
             return None
+        if cmd_name in SHOWS_RANK_PROGRESS:
+            from pipeaudit.blas import one_blas_thread
+
+            one_blas_thread()  # before the command's imports (numpy's)
         module = importlib.import_module(f"pipeaudit.cli.{entry[0]}")
         if cmd_name in SHOWS_RANK_PROGRESS and ctx is not None and not ctx.resilient_parsing:
             from pipeaudit.cli.progress_bar import rank_bar

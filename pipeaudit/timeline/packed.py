@@ -17,7 +17,7 @@ correction shifts them without unpacking.
 
 The transfer tags (:data:`pipeaudit.timeline.p2p_tags.KEPT_SCHEMA`: enums, nulls) wait only
 for the settling of the job's transfers, which reads each rank's once or twice; they are held
-as an Arrow IPC stream compressed with zstd (:class:`PackedFrame`): 6.1 MB for the 1,024
+as an Arrow IPC stream compressed with zstd (:class:`PackedFrame`): 6.4 MB for the 1,024
 ranks of that job, where the tables held 15.5 MB of columns and about 5 MB more of
 per-table overhead (about 0.07 ms to pack and 0.06 ms to unpack a rank's).
 """

@@ -43,8 +43,8 @@ def _cores() -> int:
 #: do (measured: 376 MB with the decay alone, 339 MB with the thread, on ``job_p64_r16``).
 #: One arena per core (jemalloc's default is four): the threads that free a table and the
 #: ones that build the next share arenas, so freed pages are reused before the purge. On 2
-#: cores, the largest process of ``analyze`` on 4 x 100 MB: 258-264 -> 232-236 MiB; the
-#: parent on ``job_p64_r16``: 216-224 -> 215-218 MiB (docs/performance.md, run O); no slower.
+#: cores, the largest process of ``analyze`` on 4 x 100 MB: 264-270 -> 237-242 MB; the
+#: parent on ``job_p64_r16``: 221-229 -> 221-223 MB (docs/performance.md, run O); no slower.
 CONF = f"background_thread:true,dirty_decay_ms:50,muzzy_decay_ms:0,narenas:{_cores()}"
 
 

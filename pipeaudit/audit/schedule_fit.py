@@ -49,10 +49,10 @@ def detect_on_positions(orders: dict[int, list], stage_pos: dict[int, int], P: i
         return []
     found = []
     observed = {p: tuple(o) for p, o in orders.items()}
+    hashes = {p: hash(o) for p, o in observed.items()}  # equal orders hash equal
     for name in SCHEDULE_NAMES:
         sig = _signature(name, P, M, v)
-        if sig is None or not _fits(sig.placement, sig.order_hashes, stage_pos,
-                                    {p: hash(o) for p, o in observed.items()}):
+        if sig is None or not _fits(sig.placement, sig.order_hashes, stage_pos, hashes):
             continue
         sched = build_schedule(name, P, M, v if v > 1 else None)
         if _fits(sched.placement, sched.orders, stage_pos, observed):

@@ -106,16 +106,18 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
     cats = x.get_column("cat")
     on_gpu = bool(cats.is_in(list(GPU_ACTIVITY_CATS)).any())
 
-    cpu = x.filter(pl.col("cat").is_in(list(CPU_OP_CATS)))
+    # each table selects its columns before it filters: a filter copies every column it carries
+    cpu = x.select("tid", "start", "end", "name", "cat").filter(pl.col("cat").is_in(list(CPU_OP_CATS)))
     top = _top_level(cpu.select("tid", "start", "end", "name")).with_columns(
         comm=pl.col("name").str.contains(COMM_OP_RE),
         backward=pl.col("name").str.starts_with(BACKWARD_OP_PREFIX),
         send=pl.col("name").str.contains(SEND_OP_RE),
         p2p=pl.col("name").str.contains(P2P_OP_RE),
     )
-    lifetimes = x.filter(pl.col("cat").is_in(list(ANNOTATION_CATS)) & pl.col("_lifetime"))
-    spans = x.filter(pl.col("cat").is_in(list(HOST_SPAN_CATS)) & ~pl.col("_lifetime")).select(
-        "name", "tid", "start", "end", "cat", "external_id")
+    lifetimes = x.select("name", "start", "end", "cat", "_lifetime").filter(
+        pl.col("cat").is_in(list(ANNOTATION_CATS)) & pl.col("_lifetime"))
+    spans = x.select("name", "tid", "start", "end", "cat", "external_id", "_lifetime").filter(
+        pl.col("cat").is_in(list(HOST_SPAN_CATS)) & ~pl.col("_lifetime")).drop("_lifetime")
     gpu_spans = x.filter((pl.col("cat") == GPU_SPAN_CAT) & ~pl.col("_lifetime")).select(
         "name", stream=_stream(x), device=_device(x), start="start", end="end",
         external_id="external_id")

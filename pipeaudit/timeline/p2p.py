@@ -313,9 +313,9 @@ def shift_rank(rt: RankTimeline, delta: int) -> None:
     rt.steps = rt.steps.with_columns(pl.col("start") + delta, pl.col("end") + delta)
     rt.memory = rt.memory.with_columns(pl.col("ts") + delta)
     rt.split_marks = [t + delta for t in rt.split_marks]
-    for name in ("collectives", "p2p_tags") if rt.p2p_tags_packed.rows else ("collectives",):
-        df = getattr(rt, name)
-        if df is not None and df.height:
-            setattr(rt, name, df.with_columns(pl.col("start") + delta, pl.col("end") + delta))
+    if rt.collectives is not None and rt.collectives.height:
+        rt.collectives = rt.collectives.with_columns(pl.col("start") + delta, pl.col("end") + delta)
+    if rt.p2p_tags_packed.rows:  # tags not settled yet (settled ones are empty)
+        rt.p2p_tags = rt.p2p_tags.with_columns(pl.col("start") + delta, pl.col("end") + delta)
     if rt.recv_summary is not None:
         rt.recv_summary = shifted(rt.recv_summary, delta)

@@ -30,8 +30,11 @@ from typing import Any
 ENV = "_RJEM_MALLOC_CONF"
 #: What polars' ``__init__`` writes when the variable is unset (read in polars 2.1).
 POLARS_DEFAULT = "dirty_decay_ms:500,muzzy_decay_ms:1000"
+
+
 def _cores() -> int:
-    """Cores this process may run on."""
+    """Cores this process may run on (:func:`pipeaudit.prestart.cores`, which imports this
+    module: not imported from there)."""
     try:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # pragma: no cover - not Linux

@@ -53,13 +53,12 @@ class ClockCorrection:
 def job_tags(ranks: list[RankTimeline]) -> pl.DataFrame:
     """Every rank's ``p2p_tags`` (its :data:`MATCH_COLUMNS`) in one table (ranks in list
     order, rows in rank order), with ``_rank`` and ``_row`` (the row in the rank's own table)."""
-    frames = [rt.p2p_tags if rt.p2p_tags_packed.rows else None for rt in ranks]
     heights = np.array([rt.p2p_tags_packed.rows for rt in ranks], dtype=np.int64)
     if heights.sum() == 0:
         return pl.DataFrame(schema={**{c: TAG_SCHEMA[c] for c in MATCH_COLUMNS},
                                     "_rank": pl.Int64, "_row": pl.Int64})
-    tags = match_form(pl.concat([f for f in frames if f is not None], how="vertical")
-                      .select(MATCH_COLUMNS))
+    frames = [rt.p2p_tags for rt in ranks if rt.p2p_tags_packed.rows]  # each unpacked once
+    tags = match_form(pl.concat(frames, how="vertical").select(MATCH_COLUMNS))
     offsets = np.repeat(np.cumsum(heights) - heights, heights)
     return tags.with_columns(
         _rank=pl.Series(np.repeat([rt.rank for rt in ranks], heights), dtype=pl.Int64),

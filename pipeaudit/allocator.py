@@ -32,9 +32,9 @@ ENV = "_RJEM_MALLOC_CONF"
 POLARS_DEFAULT = "dirty_decay_ms:500,muzzy_decay_ms:1000"
 
 
-def _cores() -> int:
-    """Cores this process may run on (:func:`pipeaudit.prestart.cores`, which imports this
-    module: not imported from there)."""
+def cores() -> int:
+    """Cores this process may run on (also :func:`pipeaudit.prestart.cores`: defined here,
+    the first module the CLI imports, which imports nothing of pipeaudit)."""
     try:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # pragma: no cover - not Linux
@@ -48,7 +48,7 @@ def _cores() -> int:
 #: ones that build the next share arenas, so freed pages are reused before the purge. On 2
 #: cores, the largest process of ``analyze`` on 4 x 100 MB: 264-270 -> 237-242 MB; the
 #: parent on ``job_p64_r16``: 221-229 -> 221-223 MB (docs/performance.md, run O); no slower.
-CONF = f"background_thread:true,dirty_decay_ms:50,muzzy_decay_ms:0,narenas:{_cores()}"
+CONF = f"background_thread:true,dirty_decay_ms:50,muzzy_decay_ms:0,narenas:{cores()}"
 
 
 def prefer_prompt_release() -> bool:

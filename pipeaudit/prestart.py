@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pipeaudit.allocator import cores, keep_freed_heap
+
 if TYPE_CHECKING:  # pragma: no cover
     from concurrent.futures import ProcessPoolExecutor
 
@@ -84,14 +86,6 @@ def _json_bytes(path: str) -> int | None:
     return n
 
 
-def cores() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def pool_shape(jobs: int) -> tuple[int, int]:
     """(pool workers, polars threads per worker) for ``jobs`` jobs: a worker per job (this
     process only helps while they start), sharing the cores."""
@@ -102,8 +96,6 @@ def init_worker(polars_threads: int, preload: Sequence[str] = ()) -> None:
     """Pool worker initializer: polars' thread count (effective before polars starts its
     thread pool, true for a fresh worker), glibc's heap kept
     (:func:`pipeaudit.allocator.keep_freed_heap`), then the imports of a spawned worker."""
-    from pipeaudit.allocator import keep_freed_heap
-
     os.environ["POLARS_MAX_THREADS"] = str(polars_threads)
     keep_freed_heap()  # a worker only decodes: its batches reuse the heap
     for name in preload:

@@ -25,7 +25,7 @@ per-table overhead (about 0.07 ms to pack and 0.06 ms to unpack a rank's).
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -75,7 +75,7 @@ class PackedIntervals:
 
     def shifted(self, delta_ns: int) -> "PackedIntervals":
         """The same intervals ``delta_ns`` later (earlier when negative)."""
-        return PackedIntervals(self.rows, self.data, self.shift_ns + int(delta_ns), self.widths)
+        return replace(self, shift_ns=self.shift_ns + int(delta_ns))
 
     @property
     def nbytes(self) -> int:
@@ -113,7 +113,7 @@ class PackedSpans:
 
     def shifted(self, delta_ns: int) -> "PackedSpans":
         """The same intervals ``delta_ns`` later (earlier when negative)."""
-        return PackedSpans(self.rows, self.data, self.shift_ns + int(delta_ns), self.widths)
+        return replace(self, shift_ns=self.shift_ns + int(delta_ns))
 
 
 def _pack(columns: tuple[np.ndarray, ...]) -> tuple[bytes, tuple[int, ...]]:

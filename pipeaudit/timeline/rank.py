@@ -8,8 +8,10 @@ peaks) is small whatever the size of the trace.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -138,14 +140,6 @@ class RankTimeline:
         return self.totals_cache
 
 
-def _get_compute(self: RankTimeline) -> pl.DataFrame:
-    return self.compute_packed.frame()
-
-
-def _set_compute(self: RankTimeline, table: pl.DataFrame) -> None:
-    self.compute_packed = PackedIntervals.of(table)
-
-
 #: The interval sets a rank holds packed (:class:`PackedSpans`, in ``<name>_packed``).
 PACKED_SPANS = ("comm", "other_compute", "p2p")
 
@@ -156,35 +150,28 @@ def no_tags() -> PackedFrame:
     return PackedFrame.of(pl.DataFrame(schema=KEPT_SCHEMA))
 
 
-def _get_p2p_tags(self: RankTimeline) -> pl.DataFrame:
-    return self.p2p_tags_packed.frame()
-
-
-def _set_p2p_tags(self: RankTimeline, table: pl.DataFrame) -> None:
-    self.p2p_tags_packed = PackedFrame.of(table)
-
-
-def _packed_spans(name: str) -> property:
-    """A field ``name`` (an interval set) held as a :class:`PackedSpans` in ``name_packed``."""
+def _stored_packed(name: str, pack: Callable[[Any], Any], unpack: Callable[[Any], Any]) -> property:
+    """Field ``name`` held as ``pack(value)`` in ``<name>_packed``; each read is
+    ``unpack(packed)``, a new value."""
     packed = f"{name}_packed"
 
-    def get(self: RankTimeline) -> iv.Intervals:
-        return getattr(self, packed).spans()
+    def get(self: RankTimeline) -> Any:
+        return unpack(getattr(self, packed))
 
-    def set_(self: RankTimeline, spans: iv.Intervals) -> None:
-        setattr(self, packed, PackedSpans.of(spans))
+    def set_(self: RankTimeline, value: Any) -> None:
+        setattr(self, packed, pack(value))
 
     return property(get, set_, doc=f"``{name}``, unpacked from ``{packed}`` at each read")
 
 
-# ``compute``, ``p2p_tags`` and the interval sets below are dataclass fields (the
-# constructor, ``dataclasses.replace`` and ``==`` take them as frames and arrays) stored
-# packed: a parent process holds one of each per rank until the settling of the transfers
-# (tags) or the audit (the rest)
-RankTimeline.compute = property(_get_compute, _set_compute)  # type: ignore[assignment]
-RankTimeline.p2p_tags = property(_get_p2p_tags, _set_p2p_tags)  # type: ignore[assignment]
+# ``compute``, ``p2p_tags`` and the interval sets are dataclass fields (the constructor,
+# ``dataclasses.replace`` and ``==`` take them as frames and arrays) stored packed: a parent
+# process holds one of each per rank until the settling of the transfers (tags) or the audit
+# (the rest)
+RankTimeline.compute = _stored_packed("compute", PackedIntervals.of, PackedIntervals.frame)  # type: ignore[assignment]
+RankTimeline.p2p_tags = _stored_packed("p2p_tags", PackedFrame.of, PackedFrame.frame)  # type: ignore[assignment]
 for _name in PACKED_SPANS:
-    setattr(RankTimeline, _name, _packed_spans(_name))
+    setattr(RankTimeline, _name, _stored_packed(_name, PackedSpans.of, PackedSpans.spans))
 
 
 def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = None) -> RankTimeline:

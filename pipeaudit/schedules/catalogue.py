@@ -97,6 +97,9 @@ class ScheduleDef:
     harness_class: str | None = None  #: what the harness instantiates (torch's, or "naive")
     torch_annotates: bool = False  #: torch wraps each action in record_function("PP:...")
     checks: tuple[Check, ...] = ()
+    #: constraints of torch's class alone, checked for the harness (``HARNESS`` terms) only: the
+    #: schedule itself is defined beyond them (DeepSpeed and Megatron-core run 1F1B with M < P)
+    torch_checks: tuple[Check, ...] = ()
     published: Callable[[cf.Inputs, cf.Theory], "pub.Published | None"] | None = None
     summary: str = ""  #: the harness's one-line help text
     block: str | None = None  #: the named building block it is built from, if any
@@ -142,7 +145,7 @@ _ENTRIES: tuple[ScheduleDef, ...] = (
          summary="warm-up forwards, then one forward one backward, then cool-down",
          orders=od.one_f_one_b, theory=cf.one_f_one_b, published=pub.one_f_one_b,
          kinds=("F", "B"), torch_class="Schedule1F1B", harness_class="Schedule1F1B",
-         checks=(_m_at_least_p,)),
+         torch_checks=(_m_at_least_p,)),
     _def(name="eager-1f1b", placement="loop", fixed_chunks=1, default_chunks=1,
          description="1F1B with 2(P-s)-1 warm-up forwards (room to overlap P2P)",
          orders=od.eager_1f1b, theory=cf.eager_1f1b, kinds=("F", "B")),
@@ -277,7 +280,8 @@ def config_problem(name: str, num_ranks: int, num_microbatches: int, chunks: int
         return (f"schedule {name} needs exactly {entry.fixed_chunks} stages per rank "
                 f"({entry.placement.upper()} placement): {terms.v} must be "
                 f"{entry.fixed_chunks}, got {v}")
-    for check in entry.checks:
+    checks = entry.checks + (entry.torch_checks if terms is HARNESS else ())
+    for check in checks:
         problem = check(name, num_ranks, num_microbatches, v, terms)
         if problem:
             return problem

@@ -99,12 +99,12 @@ def test_sweep_mode_with_skipped_rows():
     assert res.exit_code == 0
     out = res.output
     assert_plain(out)
-    assert out.count("skipped: schedule 1f1b needs at least as many microbatches") == 2
-    assert "42.86%" in out and "8.57%" in out
-    doc = json.loads(run("--compare", "gpipe,1f1b", "-P", "4", "--sweep-microbatches", "2,8",
-                         "--format", "json").output)
+    assert "skipped" not in out  # 1F1B runs any M (torch's class alone needs M >= P)
+    assert "75.00%" in out and "42.86%" in out and "8.57%" in out
+    doc = json.loads(run("--compare", "gpipe,1f1b,dualpipev", "-P", "4", "--sweep-microbatches",
+                         "2,8", "--format", "json").output)
     rows = {(r["schedule"], r["M"]): r for r in doc["sweep"]}
-    assert "skipped" in rows[("1f1b", 2)]
+    assert "skipped" in rows[("dualpipev", 2)] and "skipped" not in rows[("1f1b", 2)]
     assert rows[("gpipe", 8)]["bubble"]["theory"] == pytest.approx(3 / 11)
     assert rows[("gpipe", 8)]["peak_inflight"]["simulated_max"] == 8
     assert rows[("1f1b", 8)]["peak_inflight"]["theory_max"] == 4
@@ -169,7 +169,7 @@ def test_bad_schedule_file_is_one_line_exit_2(tmp_path):
 
 @pytest.mark.parametrize("args,fragment", [
     (["--schedule", "chimera", "-P", "4", "-M", "8"], "unknown schedule 'chimera'"),
-    (["--schedule", "1f1b", "-P", "4", "-M", "2"], "M >= P"),
+    (["--schedule", "dualpipev", "-P", "4", "-M", "2"], "M >= 2P"),
     (["-M", "8"], "-P/--ranks is required"),
     (["-P", "4"], "-M/--microbatches is required"),
     (["-P", "4", "-M", "8", "--tw", "3"], "cannot exceed --tb"),

@@ -33,8 +33,8 @@ def test_bubble_theory_and_replay_ideal(orders, name, slow):
     for r in res.ranks:
         assert r.bubble == pytest.approx(truth[r.rank], abs=1e-9)
     assert res.schedule_source == "detected"
-    # with M < P torch's 1F1B does not run (M >= P): the order is the catalogue's eager 1F1B
-    assert res.schedule == (name if len(orders[0]) // 2 >= len(orders) else "eager-1f1b")
+    # with M < P 1F1B is still 1F1B (DeepSpeed and Megatron-core run it; torch's class does not)
+    assert res.schedule == name
     # free communication and the placement's own durations: the replay is the measurement
     assert res.bubble.replay_ideal == pytest.approx(res.bubble.measured, abs=1e-9)
     assert res.bubble.overhead_part == pytest.approx(0.0, abs=1e-9)

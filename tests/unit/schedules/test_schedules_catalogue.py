@@ -14,6 +14,7 @@ from pipeaudit.schedules import (
     canonical_name,
     detect_schedule,
     loop_placement,
+    theory,
     order_differences,
     v_placement,
 )
@@ -141,7 +142,6 @@ def test_aliases(alias, canon):
 
 @pytest.mark.parametrize("args,fragment", [
     (("pipedream-2bw", 4, 8), "unknown schedule 'pipedream-2bw'"),
-    (("1f1b", 4, 3), "M >= P"),
     (("1f1b", 4, 8, 2), "one stage per rank"),
     (("zbv", 4, 8, 3), "exactly 2 stages per rank"),
     (("dualpipev", 4, 7), "M >= 2P = 8"),
@@ -153,6 +153,20 @@ def test_aliases(alias, canon):
 def test_constraints_have_clear_messages(args, fragment):
     with pytest.raises(ScheduleError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         build_schedule(*args)
+
+
+def test_1f1b_with_fewer_microbatches_than_ranks():
+    """torch's Schedule1F1B refuses M < P (the harness says so); DeepSpeed and Megatron-core run
+    it, and the analysis reads it: GPipe's order but on the last stage, which alternates."""
+    from pipeaudit.schedules.catalogue import HARNESS, config_problem
+
+    assert "M >= P" in config_problem("1f1b", 4, 3, 1, HARNESS)
+    assert "--microbatches 3" in config_problem("1f1b", 4, 3, 1, HARNESS)
+    s = build_schedule("1f1b", 4, 2)
+    g = build_schedule("gpipe", 4, 2)
+    assert s.orders[:3] == g.orders[:3]
+    assert [(a.kind, a.microbatch) for a in s.orders[3]] == [("F", 0), ("B", 0), ("F", 1), ("B", 1)]
+    assert theory("1f1b", 4, 2).bubble == pytest.approx(3 / 5)
 
 
 def test_defaults_for_chunks():

@@ -107,8 +107,8 @@ def test_measured_split_durations_via_t_i():
 
 
 def test_theory_checks_the_configuration():
-    with pytest.raises(ScheduleError, match="M >= P"):
-        theory("1f1b", 4, 2)
+    with pytest.raises(ScheduleError, match="M >= 2P"):
+        theory("dualpipev", 4, 7)
     with pytest.raises(ScheduleError, match="unknown schedule"):
         theory("chimera", 4, 8)
     with pytest.raises(ScheduleError, match="t_w <= t_b"):

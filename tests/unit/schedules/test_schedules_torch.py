@@ -15,7 +15,8 @@ import contextlib
 import pytest
 
 from pipeaudit.errors import ScheduleError
-from pipeaudit.schedules import build_schedule, compare_names_to_catalogue, v_placement
+from pipeaudit.schedules import build_schedule, canonical_name, compare_names_to_catalogue, v_placement
+from pipeaudit.schedules.catalogue import HARNESS, config_problem
 
 S = pytest.importorskip("torch.distributed.pipelining.schedules")
 
@@ -154,6 +155,9 @@ def test_catalogue_equals_what_torch_executes(recorded, name, cls, chunk_options
                 names = run_torch(cls, P, M, stages_of_rank, recorded)
                 try:
                     build_schedule(name, P, M, v)
+                    problem = config_problem(canonical_name(name), P, M, v, HARNESS)
+                    if problem:  # a constraint of torch's class alone (1F1B's M >= P)
+                        raise ScheduleError(problem)
                 except ScheduleError:
                     # we refuse exactly what torch refuses
                     assert names is None, f"{name} P={P} M={M} v={v}: torch runs it, we refuse"

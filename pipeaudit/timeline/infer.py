@@ -113,7 +113,7 @@ def infer_actions(ops: RankOps, stage: int) -> Inferred:
     if len(backward) > max(int((p2p & send).sum()), int((p2p & ~send).sum())):
         backward = backward_blocks
     forward_blocks = [b for b in blocks if cls[b[0]] == _COMPUTE]
-    forward, how = _forwards(forward_blocks, len(backward), codes, busy)
+    forward, how = _forwards(forward_blocks, backward, codes, busy)
 
     rows = []
     for kind, found in (("F", forward), ("B", backward)):
@@ -248,14 +248,16 @@ def _occurrences(unit: tuple, blocks: list[tuple[int, int]], codes: np.ndarray) 
     return out
 
 
-def _forwards(blocks: list[tuple[int, int]], wanted: int, codes: np.ndarray,
+def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], codes: np.ndarray,
               busy: np.ndarray) -> tuple[list[tuple[int, int]], str]:
     """``wanted`` forwards among the non-backward blocks (see the module docstring).
 
     The candidates for the forward's op sequence are the primitive roots of the largest
     blocks and the units of their longest repeated stretches (a block of several forwards
     with nothing between them is one sequence repeated, with maybe other ops around it); the
-    one that occurs exactly ``wanted`` times and does the most work is the forward."""
+    one that occurs exactly ``wanted`` times and does the most work is the forward. Failing
+    that, the family of like blocks with one member per backward (:func:`_similar_blocks`)."""
+    wanted = len(backward)
     if wanted == 0 or not blocks:
         return [], "none"
 
@@ -281,4 +283,55 @@ def _forwards(blocks: list[tuple[int, int]], wanted: int, codes: np.ndarray,
         found = _occurrences(unit, blocks, codes)
         if len(found) > wanted:
             return sorted(sorted(found, key=lambda b: (-work(b), b[0]))[:wanted]), "forward signature"
+    similar = _similar_blocks(blocks, backward, codes, work)
+    if similar is not None:
+        return similar, "forward ops"
     return sorted(largest), "largest blocks"
+
+
+#: Blocks whose ops, as multisets, share at least this share (Jaccard) are the same work: one
+#: forward may hold an op the others do not (the first microbatch's loss accumulator, a buffer
+#: allocated once); a forward and the optimizer's or gradient norm's block share few.
+SIMILAR_MIN = 0.6
+
+
+def _similar_blocks(blocks: list[tuple[int, int]], backward: list[tuple[int, int]],
+                    codes: np.ndarray, work) -> list[tuple[int, int]] | None:
+    """The forwards as the family of like blocks with one member per backward, or None.
+
+    Blocks are grouped by their multiset of ops (Jaccard >= :data:`SIMILAR_MIN` to a family's
+    first, heaviest member). A forward family has exactly one block per backward, and the i-th
+    forward starts before the i-th backward (every schedule of the 1F1B and GPipe families, and
+    naive); the optimizer's block, once per step, is a family too, but it comes after its
+    step's backwards. Of the families that qualify, the one doing the most work."""
+    wanted = len(backward)
+    by_bag: dict[frozenset, list[tuple[int, int]]] = {}
+    for blk in blocks:
+        by_bag.setdefault(frozenset(Counter(codes[blk[0]:blk[1] + 1].tolist()).items()), []).append(blk)
+    families: list[tuple[Counter, list[tuple[int, int]]]] = []
+    for key, members in sorted(by_bag.items(), key=lambda kv: -sum(work(b) for b in kv[1])):
+        bag = Counter(dict(key))
+        for ref, fam in families:
+            if _jaccard(bag, ref) >= SIMILAR_MIN:
+                fam.extend(members)
+                break
+        else:
+            families.append((bag, list(members)))
+    b_starts = sorted(b[0] for b in backward)
+    best: tuple[int, list[tuple[int, int]]] | None = None
+    for _, fam in families:
+        if len(fam) != wanted:
+            continue
+        fam = sorted(fam)
+        if any(f[0] > b for f, b in zip(fam, b_starts)):
+            continue
+        total = sum(work(b) for b in fam)
+        if best is None or total > best[0]:
+            best = (total, fam)
+    return best[1] if best else None
+
+
+def _jaccard(a: Counter, b: Counter) -> float:
+    """Multiset Jaccard similarity of two op bags."""
+    inter = sum((a & b).values())
+    return inter / (sum(a.values()) + sum(b.values()) - inter)

@@ -20,6 +20,8 @@ from pipeaudit.harness.plans import SINGLE_PROCESS_SCHEDULES
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
+#: Whose pipeline engine runs the stages: torch.distributed.pipelining or DeepSpeed's PipelineEngine.
+FRAMEWORKS = ("torch", "deepspeed")
 
 
 def gpu_shortage(ranks: int, gpus: int) -> str:
@@ -54,6 +56,7 @@ class ProfileConfig:
 
     out: str
     schedule: str = "1f1b"
+    framework: str = "torch"  #: torch (torch.distributed.pipelining) or deepspeed (PipelineEngine)
     stages: int = 2  #: P, the number of ranks of one pipeline (stages per device with single_process)
     microbatches: int = 4  #: M
     chunks: int | None = None  #: v, stages per rank; None: the schedule's default
@@ -125,7 +128,11 @@ class ProfileConfig:
     def validate(self, check_out: bool = True) -> "ProfileConfig":
         """Raise ConfigError on the first problem; return self when valid."""
         spec = get_spec(self.schedule)
-        check_schedule(spec.name, self.stages, self.microbatches, self.num_chunks)
+        if self.framework == "torch":
+            check_schedule(spec.name, self.stages, self.microbatches, self.num_chunks)
+        elif self.stages < 2 or self.microbatches < 1:  # DeepSpeed's TrainSchedule takes any M
+            raise ConfigError(f"--framework {self.framework} needs --ranks >= 2 and "
+                              f"--microbatches >= 1, got {self.stages} and {self.microbatches}")
         m = self.model
         for name, value in (("--layers", m.layers), ("--hidden", m.hidden),
                             ("--ffn-mult", m.ffn_mult), ("--seq-len", m.seq_len),
@@ -162,6 +169,7 @@ class ProfileConfig:
                 )
         self._validate_layout()
         self._validate_single_process()
+        self._validate_framework()
         if check_out:
             check_out_dir(self.out, self.force)
         return self
@@ -231,6 +239,21 @@ class ProfileConfig:
         if self.slow_ranks:
             raise ConfigError("--single-process has one rank: use --imbalance STAGE=FACTOR "
                               "instead of --slow-rank")
+
+    def _validate_framework(self) -> None:
+        if self.framework not in FRAMEWORKS:
+            raise ConfigError(f"--framework must be one of {', '.join(FRAMEWORKS)}, "
+                              f"got {self.framework!r}")
+        if self.framework == "torch":
+            return
+        if self.schedule != "1f1b":
+            raise ConfigError(f"--framework {self.framework} runs its own TrainSchedule, which is "
+                              f"1F1B's order: use --schedule 1f1b, not {self.schedule}")
+        if self.single_process or self.tp != 1:
+            raise ConfigError(f"--framework {self.framework} runs one process per stage and "
+                              "replica: no --single-process, no --tp")
+        if self.chunks not in (None, 1):
+            raise ConfigError(f"--framework {self.framework} holds one stage per rank: no --chunks")
 
     # ------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:

@@ -17,6 +17,10 @@ from pipeaudit.harness.config import ModelConfig, ProfileConfig, parse_imbalance
 _OPTIONS = [
     click.option("--schedule", default="1f1b", show_default=True, metavar="NAME",
                  help=f"Pipeline schedule: {', '.join(SCHEDULE_NAMES)}."),
+    click.option("--framework", default="torch", show_default=True, metavar="torch|deepspeed",
+                 help="Whose pipeline engine runs it: torch.distributed.pipelining, or DeepSpeed's "
+                      "PipelineEngine (its TrainSchedule, 1F1B's order; M = "
+                      "gradient_accumulation_steps; pip install 'pipeaudit[deepspeed]')."),
     click.option("--ranks", "-P", "stages", type=int, default=None,
                  help="Pipeline ranks P: the stage positions of one pipeline (one process "
                       "each). [default: 2; under torchrun WORLD_SIZE / (dp x tp)]"),
@@ -94,6 +98,7 @@ def config_from_options(opts: dict[str, Any], default_stages: int = 2,
     return ProfileConfig(
         out=opts["out"],
         schedule=opts["schedule"],
+        framework=opts.get("framework", "torch"),
         stages=stages,
         microbatches=opts["microbatches"],
         chunks=opts["chunks"],

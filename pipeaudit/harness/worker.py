@@ -62,6 +62,11 @@ def run_rank(
         from pipeaudit.harness.single import run_single
 
         return run_single(config, launcher, status_dir)
+    if config.framework == "deepspeed":
+        from pipeaudit.harness.deepspeed_worker import run_deepspeed_rank
+
+        return run_deepspeed_rank(config, rank, world_size, local_rank, local_world_size, launcher,
+                                  status_dir)
     rep = Reporter(status_dir, rank)
     rep.phase("init")
     faults = faults_from_env()

@@ -1,0 +1,215 @@
+"""One rank of a DeepSpeed PipelineEngine run under torch.profiler (imports torch and deepspeed).
+
+``pipeaudit profile --framework deepspeed`` trains the harness's model (the same blocks, the same
+``--imbalance``) as a ``deepspeed.pipe.PipelineModule`` with ``engine.train_batch()``: DeepSpeed's
+own ``TrainSchedule`` (1F1B's order), its own blocking point-to-point and its own gradient
+all-reduce, loss broadcast and gradient-norm collectives. M is ``gradient_accumulation_steps``.
+On CPU it runs with ``DS_ACCELERATOR=cpu`` over gloo (no source patch); with one GPU per rank,
+over NCCL.
+
+DeepSpeed writes no ``record_function`` of its own. With ``--annotate`` (the default) the harness
+wraps the engine's ``ForwardPass`` and ``BackwardPass`` instructions in ``PP:<stage>F<mb>`` /
+``PP:<stage>B<mb>`` spans on this engine only (an instance-level copy of its instruction map;
+nothing global is patched), so a test can read one real run with and without its annotations.
+DeepSpeed's grid puts the pipe dimension outermost: rank ``s * D + d`` is stage ``s`` of
+replica ``d``, as the harness's own layout (:mod:`pipeaudit.harness.layout` with T = 1).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.profiler import record_function
+
+from pipeaudit.harness.config import ProfileConfig
+from pipeaudit.harness.faults import faults_from_env, maybe_inject
+from pipeaudit.harness.manifest import build_manifest, write_manifest
+from pipeaudit.harness.model import Block, loss_fn, make_batch
+from pipeaudit.harness.plans import single_stage_rank_actions
+from pipeaudit.harness.profiling import run_steps
+from pipeaudit.harness.status import Reporter
+
+
+class RepeatedBlock(nn.Module):
+    """A harness block applied ``repeat`` times (a DeepSpeed layer: built only on its stage)."""
+
+    def __init__(self, hidden: int, ffn_mult: int, repeat: int, seed: int) -> None:
+        super().__init__()
+        gen_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        try:
+            self.block = Block(hidden, ffn_mult)
+        finally:
+            torch.random.set_rng_state(gen_state)
+        self.repeat = repeat
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.repeat):
+            x = self.block(x)
+        return x
+
+
+def layer_specs(config: ProfileConfig, rank: int) -> list:
+    """The model as DeepSpeed LayerSpecs, each block repeated by its stage's imbalance factor.
+
+    DeepSpeed partitions ``uniform`` by layer count (``partition_uniform``); the factors follow
+    the stage each layer lands on, so ``--imbalance 1=3`` makes DeepSpeed's stage 1 3x heavier.
+    """
+    from deepspeed.pipe import LayerSpec
+    from deepspeed.runtime.utils import partition_uniform
+
+    n = config.model.layers
+    bounds = partition_uniform(n, config.stages)
+    specs = []
+    for stage in range(config.stages):
+        for layer in range(bounds[stage], bounds[stage + 1]):
+            repeat = config.imbalance.get(stage, 1) * config.slow_ranks.get(rank, 1)
+            specs.append(LayerSpec(RepeatedBlock, config.model.hidden, config.model.ffn_mult,
+                                   repeat, config.seed * 100_003 + layer))
+    return specs
+
+
+def ds_config(config: ProfileConfig) -> dict:
+    """DeepSpeed's config: M = gradient_accumulation_steps, fp32, no ZeRO, quiet."""
+    micro = config.batch_size // config.microbatches
+    return {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": config.microbatches,
+        "train_batch_size": micro * config.microbatches * config.dp,
+        "steps_per_print": 1 << 30,
+        "zero_optimization": {"stage": 0},
+        "wall_clock_breakdown": False,
+    }
+
+
+def annotate_engine(engine, stage: int) -> list[int]:
+    """``PP:`` spans around this engine's forward and backward actions; returns the counters
+    (forwards, backwards in this step) that the caller resets before every step.
+
+    As torch's runtime spans do, an action's span holds the delivery of its input: an F span
+    opens at the first ``LoadMicroBatch`` or ``RecvActivation`` after the previous forward
+    (the received buffer's copy is the action's work, its wait no compute) and closes when
+    ``ForwardPass`` returns; a B span opens at ``RecvGrad`` (or at ``BackwardPass`` on the
+    last stage) and closes when ``BackwardPass`` returns. A ``SendActivation`` that DeepSpeed
+    orders between (odd stages receive before they send) is communication inside the span."""
+    from deepspeed.runtime.pipe import schedule as ds_schedule
+
+    counts = [0, 0]
+    open_spans: list = [None, None]
+    table = dict(engine._INSTRUCTION_MAP)
+
+    def opener(fn, slot: int, kind: str):
+        def run(self, *args, **kwargs):
+            if open_spans[slot] is None:
+                span = record_function(f"PP:{stage}{kind}{counts[slot]}")
+                span.__enter__()
+                open_spans[slot] = span
+            return fn(self, *args, **kwargs)
+        return run
+
+    def closer(fn, slot: int, kind: str):
+        run_open = opener(fn, slot, kind)
+
+        def run(self, *args, **kwargs):
+            out = run_open(self, *args, **kwargs)
+            open_spans[slot].__exit__(None, None, None)
+            open_spans[slot] = None
+            counts[slot] += 1
+            return out
+        return run
+
+    for instr in (ds_schedule.LoadMicroBatch, ds_schedule.RecvActivation):
+        table[instr] = opener(table[instr], 0, "F")
+    table[ds_schedule.RecvGrad] = opener(table[ds_schedule.RecvGrad], 1, "B")
+    table[ds_schedule.ForwardPass] = closer(table[ds_schedule.ForwardPass], 0, "F")
+    table[ds_schedule.BackwardPass] = closer(table[ds_schedule.BackwardPass], 1, "B")
+    engine._INSTRUCTION_MAP = table  # the engine looks it up through self: this engine only
+    return counts
+
+
+def run_deepspeed_rank(config: ProfileConfig, rank: int, world_size: int, local_rank: int,
+                       local_world_size: int, launcher: str, status_dir: str | None = None) -> dict | None:
+    """Run one DeepSpeed rank to completion; rank 0 writes and returns the manifest."""
+    rep = Reporter(status_dir, rank)
+    rep.phase("init")
+    faults = faults_from_env()
+    torch.set_num_threads(config.threads)
+    use_cuda = config.device == "cuda" or (
+        config.device == "auto" and config.backend != "gloo"
+        and torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size)
+    if not use_cuda:
+        os.environ["DS_ACCELERATOR"] = "cpu"
+    import deepspeed
+    from deepspeed.pipe import PipelineModule
+
+    backend = "nccl" if use_cuda else "gloo"
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        device_desc = f"cuda ({torch.cuda.get_device_name(device)})"
+    else:
+        device = torch.device("cpu")
+        device_desc = "cpu"
+    Path(config.out).mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("LOCAL_RANK", str(local_rank))
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+                               timeout=_timeout(config))
+    rep.phase("build")
+    model = PipelineModule(layers=layer_specs(config, rank), num_stages=config.stages,
+                           loss_fn=loss_fn, partition_method="uniform")
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                           config=ds_config(config))
+    stage, replica = engine.stage_id, engine.grid.data_parallel_id
+    expected = config.layout.coords(rank)
+    if (stage, replica) != (expected["pp"], expected["dp"]):  # pragma: no cover - DeepSpeed changed
+        raise RuntimeError(f"rank {rank}: DeepSpeed puts it at stage {stage}, replica {replica}; "
+                           f"expected {expected['pp']}, {expected['dp']}")
+    counts = annotate_engine(engine, stage) if config.annotate else None
+    x, y = make_batch(config, device, replica=replica)
+    xs, ys = x.chunk(config.microbatches), y.chunk(config.microbatches)
+
+    def train_step(step: int) -> float:
+        maybe_inject(faults, rank, step, note=rep.note)
+        if counts is not None:
+            counts[0] = counts[1] = 0
+        t0 = time.perf_counter()
+        engine.train_batch(iter(list(zip(xs, ys))))
+        if use_cuda:
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
+
+    warmup_wall, step_wall = run_steps(config, rank, rep, train_step, use_cuda)
+
+    rep.phase("finish")
+    dist.barrier()
+    manifest = None
+    if rank == 0:
+        plan = single_stage_rank_actions("1f1b", config.stages, config.microbatches)
+        layout = config.layout
+        manifest = build_manifest(
+            config, torch_version=torch.__version__, backend=backend, device=device_desc,
+            host=socket.gethostname(), launcher=launcher, step_wall_s=step_wall,
+            warmup_step_wall_s=warmup_wall,
+            rank_actions={r: plan[layout.coords(r)["pp"]] for r in range(config.world_size)},
+            annotation_source="harness" if config.annotate else "none",
+        )
+        manifest["framework"] = {"name": "deepspeed", "version": deepspeed.__version__,
+                                 "schedule": "TrainSchedule"}
+        write_manifest(config.out, manifest)
+    dist.barrier()
+    dist.destroy_process_group()
+    rep.phase("done")
+    return manifest
+
+
+def _timeout(config: ProfileConfig):
+    from datetime import timedelta
+
+    return timedelta(seconds=config.timeout)

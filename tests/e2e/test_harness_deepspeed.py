@@ -1,0 +1,52 @@
+"""``pipeaudit profile --framework deepspeed``: a real DeepSpeed PipelineEngine run (CPU, gloo,
+``DS_ACCELERATOR=cpu``), read with its annotations and without them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import pipeaudit
+from pipeaudit.errors import ConfigError
+from pipeaudit.harness import ProfileConfig
+from tests.support.cli import invoke
+from tests.support.strip import strip_run
+
+
+@pytest.mark.parametrize("changes,fragment", [
+    ({"schedule": "gpipe"}, "runs its own TrainSchedule"),
+    ({"single_process": True}, "one process per stage"),
+    ({"tp": 2}, "no --tp"),
+    ({"chunks": 2}, "no --chunks"),
+    ({"framework": "megatron"}, "--framework must be one of"),
+])
+def test_deepspeed_options_checked_before_start(changes, fragment, tmp_path):
+    cfg = ProfileConfig(out=str(tmp_path / "o"), framework="deepspeed", stages=2, microbatches=4)
+    with pytest.raises(ConfigError, match=fragment):
+        cfg.replace(**changes).validate()
+
+
+def test_deepspeed_runs_m_below_p(tmp_path):
+    """DeepSpeed's TrainSchedule takes any M, torch's Schedule1F1B needs M >= P."""
+    ProfileConfig(out=str(tmp_path / "o"), framework="deepspeed", stages=4, microbatches=2).validate()
+    with pytest.raises(ConfigError, match="M >= P"):
+        ProfileConfig(out=str(tmp_path / "o"), stages=4, microbatches=2).validate()
+
+
+@pytest.mark.slow
+def test_real_deepspeed_run(tmp_path):
+    pytest.importorskip("deepspeed")
+    out = tmp_path / "ds"
+    res = invoke("profile", "--framework", "deepspeed", "-P", "2", "-M", "3", "--hidden", "64",
+                 "--seq-len", "8", "--steps", "2", "--out", out)
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["framework"]["name"] == "deepspeed" and manifest["annotation_source"] == "harness"
+    annotated = pipeaudit.load(out).audit()
+    assert (annotated.schedule, annotated.num_microbatches, annotated.num_steps) == ("1f1b", 3, 2)
+    bare = pipeaudit.load(strip_run(out, tmp_path / "bare")).audit()
+    assert bare.actions_inferred and bare.schedule == "1f1b" and bare.num_microbatches == 3
+    truth = {r.rank: r.bubble for r in annotated.ranks}
+    for r in bare.ranks:
+        assert r.bubble == pytest.approx(truth[r.rank], abs=0.005)

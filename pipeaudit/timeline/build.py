@@ -19,6 +19,7 @@ from pipeaudit.timeline import REDUCE_COLUMNS
 from pipeaudit.timeline.layout import Layout, detect_layout
 from pipeaudit.timeline.model import Timeline
 from pipeaudit.timeline.p2p import ClockCorrection, settle_transfers
+from pipeaudit.timeline.peers import pipelines_from_peers
 from pipeaudit.timeline.rank import RankTimeline, reduce_rank
 from pipeaudit.timeline.single_process import single_process, split_by_device
 from pipeaudit.timeline.stepping import settle_steps
@@ -90,8 +91,10 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
             headers=headers, ranks=[rt.rank for rt in values], world_size=world, manifest=manifest,
             rank_stages={rt.rank: frozenset(int(s) for s in rt.actions["stage"].unique().to_list())
                          for rt in values if not rt.stage_from_rank and rt.actions.height},
-            spec=o.layout,
+            spec=o.layout, peers=pipelines_from_peers(values),
         )
+    for rt in values:
+        rt.send_op_starts = None  # read by the layout's who-sends-to-whom only
     positions = {}
     for rt in values:
         where = lay.position(rt.rank)

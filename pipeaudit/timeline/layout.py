@@ -11,9 +11,13 @@ P, D and T come from the job, never from how many files were given. Evidence, in
    ``PIPELINE_MODEL_PARALLEL_GROUP``), each listing its ranks in stage order; pipeline groups
    whose first ranks share a tensor-parallel group (``mesh_tp``) are one replica's TP peers;
 3. the harness manifest (``layout``, ``pipelines``);
-4. the stage ids in the annotations: ranks that run the same stages are replicas of each
+4. who sends to whom (:mod:`pipeaudit.timeline.peers`), when no rank's annotations name its
+   stages: each pipeline in stage order from the timing of its point-to-point transfers,
+   whatever the rank order (DeepSpeed's groups carry no names and put the pipe dimension
+   outermost);
+5. the stage ids in the annotations: ranks that run the same stages are replicas of each
    other (the k-th lowest rank of each stage belongs to replica k);
-5. the world size: one pipeline of every rank, in rank order.
+6. the world size: one pipeline of every rank, in rank order.
 
 Inconsistent evidence (a rank in two pipeline groups, groups of different sizes, a layout
 that does not multiply to the world size) is a :class:`~pipeaudit.errors.ConfigError` naming
@@ -256,10 +260,24 @@ def layout_from_stages(rank_stages: Mapping[int, frozenset[int]], world_size: in
                          "they are tensor-parallel peers",))
 
 
+def layout_from_peers(peers: Sequence[tuple[int, ...]] | None, ranks: Sequence[int],
+                      world_size: int | None) -> Layout | None:
+    """Pipeline replicas from who sends to whom (each pipeline's ranks in stage order), or
+    None when they do not cover every rank of the job."""
+    if not peers:
+        return None
+    members = sorted(r for chain in peers for r in chain)
+    if members != sorted(set(ranks)) or (world_size is not None and len(members) != world_size):
+        return None
+    replicas = tuple(tuple((r,) for r in chain) for chain in peers)
+    return Layout(len(peers[0]), len(peers), 1, replicas, "point-to-point peers", world_size)
+
+
 def detect_layout(*, headers: Sequence[Mapping[str, Any]], ranks: Sequence[int],
                   world_size: int | None, manifest: Mapping[str, Any] | None = None,
                   rank_stages: Mapping[int, frozenset[int]] | None = None,
-                  spec: str | None = None) -> Layout:
+                  spec: str | None = None,
+                  peers: Sequence[tuple[int, ...]] | None = None) -> Layout:
     """The layout from the evidence named in the module docstring."""
     groups = process_groups(headers)
     from_groups = layout_from_groups(groups, world_size)
@@ -275,6 +293,11 @@ def detect_layout(*, headers: Sequence[Mapping[str, Any]], ranks: Sequence[int],
     from_manifest = layout_from_manifest(manifest, world_size)
     if from_manifest is not None:
         return from_manifest
+    # who sends to whom places ranks whose stage the trace does not name; stage ids, where
+    # the annotations give them, place every rank already (and tell a V's two ends apart)
+    from_peers = None if any((rank_stages or {}).values()) else layout_from_peers(peers, ranks, world_size)
+    if from_peers is not None:
+        return from_peers
     from_stages = layout_from_stages(rank_stages or {}, world_size)
     if from_stages is not None:
         return from_stages

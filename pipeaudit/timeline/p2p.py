@@ -163,9 +163,13 @@ def resolve_peers(tags: pl.DataFrame, ranks: list[RankTimeline], layout: Layout,
         _rep=pl.Series(np.repeat([w[0] if w else -1 for w in where], heights), dtype=pl.Int64),
         _tp=pl.Series(np.repeat([w[2] if w else -1 for w in where], heights), dtype=pl.Int64),
     )
-    # a stage guessed from the rank moves to the rank's position (its peer stage keeps its value)
-    tags = tags.with_columns(stage=pl.when(~pl.col("_placed")).then(pl.col("stage"))
-                             .when(pl.col("stage").is_not_null()).then(pl.col("_pos")))
+    # a stage guessed from the rank moves to the rank's position, its peer stage with it (the
+    # peer is as many stages away as the guess said: one up or down)
+    moved = pl.col("_placed") & pl.col("stage").is_not_null()
+    tags = tags.with_columns(
+        stage=pl.when(moved).then(pl.col("_pos")).otherwise(pl.col("stage")),
+        peer_stage=pl.when(moved).then(pl.col("_pos") + pl.col("peer_stage") - pl.col("stage"))
+        .otherwise(pl.col("peer_stage")))
     lookup = pl.DataFrame(
         [(d, t, s, r) for (d, t, s), r in stage_rank.items()],
         schema={"_rep": pl.Int64, "_tp": pl.Int64, "peer_stage": pl.Int64, "_peer": pl.Int64},

@@ -30,6 +30,7 @@ from pipeaudit.timeline.recognise import (
     torch_runtime_spans,
 )
 from pipeaudit.timeline.steps import assign_steps, number_by_order, step_windows
+from pipeaudit.timeline.span_families import family_of_spans
 
 #: ``start``/``end``: where the action ran (CPU traces: its span; GPU traces: on the device,
 #: its kernels and GPU copy); ``host_start``/``host_end``: its span on the host (on GPU
@@ -123,6 +124,11 @@ class RankTimeline:
     device_activity: dict[int, iv.Intervals] | None = None
     #: whole-trace figures (:class:`RankTotals`), set by :func:`reduce_rank`; None: not yet
     totals_cache: RankTotals | None = None
+    #: CPU traces: the starts of the rank's ``c10d::send``/``isend`` ops, sorted. gloo's
+    #: lifetime span of a send (the send's instance) can start milliseconds after its op did,
+    #: when the data was already on its way; who-sends-to-whom (:mod:`pipeaudit.timeline.peers`)
+    #: needs the op's start. Dropped once the layout is known
+    send_op_starts: np.ndarray | None = None
 
     def shift_packed(self, delta_ns: int) -> None:
         """Move the packed times, the compute intervals and the interval sets
@@ -181,6 +187,7 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
     steps, step_evidence = step_windows(ops.spans)
 
     spans, source, stage_from_rank, coverage = pl.DataFrame(schema=SPAN_SCHEMA), "none", False, None
+    detected_note = None
     if pattern:
         spans, source = pattern_spans(ops, pattern, default_stage), "pattern"
         stage_from_rank = "(?P<stage>" not in pattern
@@ -189,8 +196,16 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
     if spans.height == 0:
         spans, source, stage_from_rank = gpipe_spans(ops, default_stage), "annotation", True
     if spans.height == 0:
+        family = family_of_spans(ops.spans)
+        if family is not None:
+            spans, source = pattern_spans(ops, family.pattern, default_stage), "pattern"
+            stage_from_rank = "(?P<stage>" not in family.pattern
+            detected_note = (f"rank {trace.rank}: actions from spans named like {family.shown} "
+                             "(detected; --action-pattern overrides)")
+    if spans.height == 0:
         inferred = infer_actions(ops, default_stage)
         spans, source, coverage = inferred.spans, "inferred", inferred.coverage
+        stage_from_rank = stage_hint is None  # the layout places the rank
     if spans.height == 0:
         source, stage_from_rank = "none", False
     spans = spans.sort("start")
@@ -250,6 +265,8 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
             pl.col("total_allocated").max()).iter_rows() if v is not None}  # no usable sample: no peak
 
     warnings: list[str] = []  # the trace's own warnings travel in TraceSet.warnings
+    if detected_note and spans.height:
+        warnings.append(detected_note)
     if outside:
         warnings.append(f"rank {trace.rank}: {outside} actions outside every step window "
                         f"({step_evidence}) were ignored")
@@ -264,6 +281,9 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
         p2p=iv.merge(ops.p2p["start"].to_numpy(), ops.p2p["end"].to_numpy()),
         p2p_tags=kept_form(tag_p2p(ops, actions)),
         host=getattr(trace, "host", None), device_compute=device_compute,
+        send_op_starts=None if ops.on_gpu else np.sort(ops.cpu_ops.filter(
+            pl.col("p2p") & pl.col("send") & pl.col("name").str.starts_with("c10d::"))["start"]
+            .to_numpy()),
         device_activity=ops.device_activity if multi_device else None,
     )
     rt.totals_cache = RankTotals.of(rt)  # here, in the rank's worker

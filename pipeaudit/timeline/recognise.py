@@ -46,7 +46,8 @@ SPAN_SCHEMA = {
     "external_id": pl.Int64,
 }
 
-_KIND_WORDS = {
+#: Kind words of user spans (``--action-pattern``'s kind group, detected span families).
+KIND_WORDS = {
     "f": "F", "fwd": "F", "forward": "F",
     "b": "B", "bwd": "B", "backward": "B",
     "i": "I", "dgrad": "I", "input": "I", "backward_input": "I",
@@ -137,7 +138,7 @@ def pattern_spans(ops: RankOps, pattern: str, default_stage: int) -> pl.DataFram
         m = rx.search(name)
         if m is None:
             continue
-        kind = _KIND_WORDS.get((m.group("kind") or "").lower())
+        kind = KIND_WORDS.get((m.group("kind") or "").lower())
         if kind is None:
             continue
         stage_text = m.group("stage") if "stage" in groups else None

@@ -75,7 +75,11 @@ def test_action_pattern_for_other_frameworks(tmp_path):
                       f.read_text())
         f.write_text(text)
     plain = json.loads(run("analyze", built.directory, "--format", "json").output)
-    assert plain["actions_inferred"]  # without the pattern the ops are used
+    # without a pattern the span family is found: stage, kind word and microbatch in place
+    assert not plain["actions_inferred"] and plain["num_microbatches"] == 4
+    assert [s["actions"]["F"] for s in plain["stages"]] == [4, 4]
+    assert any("spans named like myfw stage={stage} {fwd|bwd} mb={mb} (detected" in n
+               for n in plain["notes"])
     res = run("analyze", built.directory, "--format", "json", "--action-pattern",
               r"myfw stage=(?P<stage>\d+) (?P<kind>fwd|bwd) mb=(?P<mb>\d+)")
     d = json.loads(res.output)

@@ -27,7 +27,10 @@ US = 1000.0  # ns per µs
 
 def straggler_findings(tl: Timeline, steps, S: int) -> list[Finding]:
     """Per rank, time its actions started after their inputs and the rank were ready
-    (``steps``: the audited StepMetrics)."""
+    (``steps``: the audited StepMetrics). None where the stages take turns on one device (a
+    single-process run): a stage whose inputs are ready waits for the device, not for its host."""
+    if tl.shared_device is not None:
+        return []
     delays = rank_delays(tl, [s.step for s in steps], S)
     if len(delays) < 3:
         return []

@@ -141,7 +141,9 @@ _ENTRIES: tuple[ScheduleDef, ...] = (
          torch_class="ScheduleGPipe", harness_class="ScheduleGPipe"),
     _def(name="1f1b", aliases=("pipedreamflush",), placement="loop", fixed_chunks=1,
          default_chunks=1,
-         description="P-s warm-up forwards on stage s, then one backward / one forward",
+         description="P-s warm-up forwards on stage s, then one backward / one forward (also "
+                     "DeepSpeed's TrainSchedule and Megatron-core's schedule without virtual "
+                     "stages)",
          summary="warm-up forwards, then one forward one backward, then cool-down",
          orders=od.one_f_one_b, theory=cf.one_f_one_b, published=pub.one_f_one_b,
          kinds=("F", "B"), torch_class="Schedule1F1B", harness_class="Schedule1F1B",
@@ -149,6 +151,12 @@ _ENTRIES: tuple[ScheduleDef, ...] = (
     _def(name="eager-1f1b", placement="loop", fixed_chunks=1, default_chunks=1,
          description="1F1B with 2(P-s)-1 warm-up forwards (room to overlap P2P)",
          orders=od.eager_1f1b, theory=cf.eager_1f1b, kinds=("F", "B")),
+    _def(name="delayed-backward", aliases=("1f1b-loop",), placement="loop", fixed_chunks=1,
+         default_chunks=1,
+         description="the single-process teaching loop: forward of microbatch i through every "
+                     "stage, then backward of i-1; every stage runs F0, then F(i) B(i-1), then "
+                     "the last B",
+         orders=od.delayed_backward, theory=cf.delayed_backward, kinds=("F", "B")),
     _def(name="interleaved-1f1b", aliases=("interleaved",), placement="loop", fixed_chunks=None,
          default_chunks=2,
          description="Megatron interleaved 1F1B over v chunks, loop placement",

@@ -193,6 +193,13 @@ def dualpipev(x: Inputs) -> Theory:
                     notes if valid else _no_closed_form(notes, "T_F = T_I"))
 
 
+def delayed_backward(x: Inputs) -> Theory:
+    return x.result(None, "no closed form: see the replay", None,
+                    x.peaks(lambda s: min(x.M, 2)), "min(M, 2)",
+                    "a hand-written loop (forward of i, then backward of i-1 through every stage): "
+                    "every stage holds two microbatches; the bubble comes from replaying the order")
+
+
 def block_built(memory: str) -> Callable[[Inputs], Theory]:
     """Theory of a schedule built from a building block: no closed-form bubble (the replay
     gives it); the peak in-flight per stage counted from its order, which the block fixes

@@ -56,6 +56,12 @@ def eager_1f1b(P: int, M: int, v: int, r: int) -> list[Action]:
     return _warmup_then_alternate(P, M, 2 * (P - r) - 1, r)
 
 
+def delayed_backward(P: int, M: int, v: int, r: int) -> list[Action]:
+    # the hand-written loop "forward of i, then backward of i-1", in one process: every stage
+    # runs F0, then F(i) B(i-1), then the last backward
+    return _warmup_then_alternate(P, M, 2, r)
+
+
 # ---------------------------------------------------------------- torch runtime schedules
 
 

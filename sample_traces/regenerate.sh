@@ -53,3 +53,11 @@ run single_cuda_naive_p2_m4        --schedule naive -P 2 -M 4 --layers 2 --singl
 run single_cuda_1f1b_p2_m4_memory  --schedule 1f1b  -P 2 -M 4 --layers 2 --single-process --device cuda --profile-memory
 run single_cuda_gpipe_p2_m4_big    --schedule gpipe -P 2 -M 4 --layers 2 --single-process --device cuda --hidden 2048 --seq-len 1024
 fi
+# DeepSpeed's PipelineEngine, the default model (8 blocks) (its TrainSchedule, 1F1B's order; M = gradient_accumulation_steps),
+# with the harness's PP: spans around its forward and backward passes: the tests strip them and
+# hold the un-annotated reading to the annotated one (pip install 'pipeaudit[deepspeed]')
+run deepspeed_p2_m8          --framework deepspeed       -P 2 -M 8
+run deepspeed_p4_m8          --framework deepspeed       -P 4 -M 8
+run deepspeed_p4_m4_imb_s2x3_nosteps --framework deepspeed -P 4 -M 4 --imbalance 2=3 --no-step-marks
+run deepspeed_p4_m2_imb_s1x3 --framework deepspeed       -P 4 -M 2 --imbalance 1=3
+run deepspeed_p2_dp2_m8      --framework deepspeed       -P 2 -M 8 --dp 2

@@ -27,8 +27,9 @@ def fact_lines(r: AuditResult) -> list[str]:
         cov = f"; {pct(r.inference_coverage)} of the schedule threads' compute lies in an action" \
             if r.inference_coverage is not None else ""
         out.append("actions inferred from the ops (no per-action annotations): B from the "
-                   "autograd engine's ops, F from the forward's repeated op sequence, split at "
-                   f"send/recv; microbatches numbered by order{cov}")
+                   "autograd engine's ops, F from the forward's op sequence (repeated exactly, "
+                   "or the family of like blocks with one per backward), split at send/recv; "
+                   f"microbatches numbered by order{cov}")
     return out
 
 

@@ -52,3 +52,21 @@ def test_cpu_runs(loop, tmp_path):
     result = pipeaudit.load(out).audit()
     assert result.device_type == "cpu"
     _check(result, LOOPS[loop], 3, 5)
+
+
+def test_shared_h100_user_loop():
+    """The H100 run made elsewhere (``shared/traces/h100_one_gpu/single_gpipe_p4_m8``): its
+    ``run.json`` is the truth."""
+    import json
+
+    from tests.support.paths import SHARED_TRACES
+
+    run_dir = SHARED_TRACES / "h100_one_gpu" / "single_gpipe_p4_m8"
+    if not run_dir.exists():
+        pytest.skip("shared GPU traces not present")
+    truth = json.loads((run_dir / "run.json").read_text())
+    result = pipeaudit.load(run_dir).audit()
+    assert result.schedule == truth["loop"] and result.schedule_source == "detected"
+    assert (result.num_ranks, result.num_microbatches, result.num_steps) == (
+        truth["P"], truth["M"], truth["steps"])
+    assert "STRAGGLER_RANK" not in {f.code for f in result.findings}

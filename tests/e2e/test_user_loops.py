@@ -2,7 +2,7 @@
 found without ``--action-pattern``; naive, GPipe and the delayed-backward loop named; no
 straggler between stages that take turns on one device.
 
-``sample_traces/single_cuda_user_*_p4_m8`` are real runs of that script on one H100 (4 stages,
+``sample_traces/user_loop_cuda_*_p4_m8`` are real runs of that script on one H100 (4 stages,
 8 microbatches, stage 2 three times heavier); the CPU runs are made here.
 """
 
@@ -27,7 +27,7 @@ def _check(result, schedule: str, P: int, M: int) -> None:
 
 @pytest.mark.parametrize("loop", LOOPS)
 def test_gpu_samples(loop):
-    run_dir = SAMPLES / f"single_cuda_user_{loop}_p4_m8"
+    run_dir = SAMPLES / f"user_loop_cuda_{loop}_p4_m8"
     result = pipeaudit.load(run_dir).audit()
     _check(result, LOOPS[loop], 4, 8)
     assert result.device_type == "cuda"

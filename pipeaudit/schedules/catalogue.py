@@ -103,6 +103,8 @@ class ScheduleDef:
     published: Callable[[cf.Inputs, cf.Theory], "pub.Published | None"] | None = None
     summary: str = ""  #: the harness's one-line help text
     block: str | None = None  #: the named building block it is built from, if any
+    #: whether its theory gives a closed-form bubble (else the replay gives it)
+    closed_form: bool = True
 
     @property
     def split_backward(self) -> bool:
@@ -156,7 +158,8 @@ _ENTRIES: tuple[ScheduleDef, ...] = (
          description="the single-process teaching loop: forward of microbatch i through every "
                      "stage, then backward of i-1; every stage runs F0, then F(i) B(i-1), then "
                      "the last B",
-         orders=od.delayed_backward, theory=cf.delayed_backward, kinds=("F", "B")),
+         orders=od.delayed_backward, theory=cf.delayed_backward, kinds=("F", "B"),
+         closed_form=False),
     _def(name="interleaved-1f1b", aliases=("interleaved",), placement="loop", fixed_chunks=None,
          default_chunks=2,
          description="Megatron interleaved 1F1B over v chunks, loop placement",

@@ -13,8 +13,9 @@ from pipeaudit.schedules import CATALOGUE, SCHEDULE_NAMES, build_schedule, repla
 
 TOL = 1e-9
 MULTI = ("interleaved-1f1b", "looped-bfs", "interleaved-zb")
-#: schedules with a closed-form bubble (those built from building blocks have none)
-CLOSED = tuple(n for n in SCHEDULE_NAMES if CATALOGUE[n].block is None)
+#: schedules with a closed-form bubble (those built from building blocks have none, nor the
+#: single-process delayed-backward loop)
+CLOSED = tuple(n for n in SCHEDULE_NAMES if CATALOGUE[n].block is None and CATALOGUE[n].closed_form)
 
 
 def _check(name, P, M, v, tf, tb, tw):

@@ -9,6 +9,7 @@ builds only the event columns the reduction reads (:data:`REDUCE_COLUMNS`).
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import partial
 from typing import Any, Sequence
 
@@ -23,6 +24,7 @@ from pipeaudit.timeline.peers import pipelines_from_peers
 from pipeaudit.timeline.rank import RankTimeline, reduce_rank
 from pipeaudit.timeline.single_process import single_process, split_by_device
 from pipeaudit.timeline.stepping import settle_steps
+from pipeaudit.timeline.virtual import split_virtual_stages
 
 
 def stage_hints(manifest: dict[str, Any] | None) -> dict[int, int]:
@@ -79,6 +81,7 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
         manifest, inputs, set_warnings = ts.manifest, [str(t.path) for t in ts.ranks], ts.warnings
         headers = [t.header for t in ts.ranks]
         salvaged = ts.salvaged
+    values = consistent_counts(values)
     world = next((rt.world_size for rt in values if rt.world_size is not None), None)
     process_note, shared_device = None, None
     if single_process(values, world):
@@ -107,6 +110,7 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
     decision = settle_steps(values, positions=positions, num_stages=lay.pp,
                             stated_microbatches=o.num_microbatches, stated_steps=o.num_steps,
                             manifest_microbatches=_manifest_microbatches(manifest))
+    virtual_note = split_virtual_stages(values, positions, lay.pp)
     warnings = list(set_warnings)
     for rt in values:
         warnings.extend(w for w in rt.warnings if w not in warnings)
@@ -114,10 +118,30 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
         warnings.append(process_note)
     warnings.extend(lay.notes)
     warnings.extend(decision.notes)
+    if virtual_note:
+        warnings.append(virtual_note)
     warnings.extend(clock_notes(clock))
     return Timeline(ranks=list(values), manifest=manifest, inputs=inputs, warnings=warnings,
                     salvage=salvaged, layout=lay, step_evidence=decision.evidence, clock=clock,
                     shared_device=shared_device)
+
+
+def consistent_counts(values: list[RankTimeline]) -> list[RankTimeline]:
+    """Each inferred rank with two readings (:attr:`RankTimeline.alternative`) keeps the one
+    whose forwards agree in number with the other ranks': every rank of a pipeline runs as
+    many forwards as its neighbours hand it activations, so a rank whose block of repeated
+    layers was read as several forwards stands out."""
+    def forwards(rt: RankTimeline) -> int:
+        return int((rt.actions["kind"] == "F").sum())
+
+    counts = Counter(forwards(rt) for rt in values if rt.actions.height and rt.alternative is None)
+    out = []
+    for rt in values:
+        alt, rt.alternative = rt.alternative, None
+        if alt is not None and counts and forwards(rt) not in counts and forwards(alt) in counts:
+            rt = alt
+        out.append(rt)
+    return out
 
 
 def clock_notes(clock: ClockCorrection) -> list[str]:

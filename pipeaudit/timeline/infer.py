@@ -57,7 +57,10 @@ class Inferred:
     spans: pl.DataFrame  #: SPAN_SCHEMA; microbatch = execution order of that kind on the rank
     compute_ns: int  #: compute on the pipeline thread (optimizer excluded)
     attributed_ns: int  #: ... of which inside an inferred action
-    signature: str  #: "forward signature" | "largest blocks" | "none"
+    signature: str  #: "forward signature" | "forward ops" | "largest blocks" | "none"
+    #: a block of one backward op sequence repeated k times was read as k backwards: the other
+    #: reading (one backward of a stage whose layers repeat) is ``infer_actions(split=False)``
+    split: bool = False
 
     @property
     def coverage(self) -> float | None:
@@ -78,8 +81,9 @@ def pipeline_thread(ops: RankOps) -> str | None:
     return str(by_tid["tid"][0])
 
 
-def infer_actions(ops: RankOps, stage: int) -> Inferred:
-    """F/B action spans of one rank (one stage per rank), inferred from its ops."""
+def infer_actions(ops: RankOps, stage: int, split: bool = True) -> Inferred:
+    """F/B action spans of one rank (one stage per rank), inferred from its ops. ``split``:
+    whether a backward block that is one sequence k times over may be k backwards."""
     empty = Inferred(pl.DataFrame(schema=SPAN_SCHEMA), 0, 0, "none")
     tid = pipeline_thread(ops)
     if tid is None or not bool(ops.cpu_ops["p2p"].any()):
@@ -105,7 +109,7 @@ def infer_actions(ops: RankOps, stage: int) -> Inferred:
 
     blocks = _blocks(cls)
     backward_blocks = [b for b in blocks if cls[b[0]] == _BACKWARD]
-    backward = _split_repeats(backward_blocks, codes)
+    backward = _split_repeats(backward_blocks, codes) if split else backward_blocks
     # Every microbatch crosses the stage: its input or its output is a tensor of its own sent
     # or received, so there are no more backwards than sends or than recvs, whichever is more
     # (one side may be batched into one op). A block split into more is one backward of a
@@ -126,7 +130,7 @@ def infer_actions(ops: RankOps, stage: int) -> Inferred:
     for i0, i1 in forward + backward:
         in_action[i0:i1 + 1] = True
     return Inferred(spans, int(busy[compute_mask].sum()), int(busy[compute_mask & in_action].sum()),
-                    how)
+                    how, split=len(backward) > len(backward_blocks))
 
 
 def _excluded_spans(ops: RankOps, tid: str) -> tuple[np.ndarray, np.ndarray]:
@@ -276,16 +280,21 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
             total = sum(work(b) for b in found)
             if best is None or total > best[0]:
                 best = (total, found)
+    similar = _similar_blocks(blocks, backward, codes, work)
     if best is not None:
+        # an op sequence that occurs as often as the backwards may be a chunk's last layer
+        # only (a rank holding a chunk of three alike layers and one of one): whole blocks
+        # of like ops that do far more of the work are the forwards then
+        if similar is not None and sum(work(b) for b in similar) > SIMILAR_WORK * best[0]:
+            return similar, "forward ops"
         return best[1], "forward signature"
+    if similar is not None:
+        return similar, "forward ops"
     unit = _modal(largest, codes)
     if unit is not None:
         found = _occurrences(unit, blocks, codes)
         if len(found) > wanted:
             return sorted(sorted(found, key=lambda b: (-work(b), b[0]))[:wanted]), "forward signature"
-    similar = _similar_blocks(blocks, backward, codes, work)
-    if similar is not None:
-        return similar, "forward ops"
     return sorted(largest), "largest blocks"
 
 
@@ -293,6 +302,9 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
 #: forward may hold an op the others do not (the first microbatch's loss accumulator, a buffer
 #: allocated once); a forward and the optimizer's or gradient norm's block share few.
 SIMILAR_MIN = 0.6
+#: The like-blocks reading replaces an exact op-sequence reading that covers less than
+#: 1/SIMILAR_WORK of its work.
+SIMILAR_WORK = 1.5
 
 
 def _similar_blocks(blocks: list[tuple[int, int]], backward: list[tuple[int, int]],
@@ -319,9 +331,7 @@ def _similar_blocks(blocks: list[tuple[int, int]], backward: list[tuple[int, int
             families.append((bag, list(members)))
     b_starts = sorted(b[0] for b in backward)
     best: tuple[int, list[tuple[int, int]]] | None = None
-    for _, fam in families:
-        if len(fam) != wanted:
-            continue
+    for fam in _family_unions([f for _, f in families], wanted):
         fam = sorted(fam)
         if any(f[0] > b for f, b in zip(fam, b_starts)):
             continue
@@ -329,6 +339,22 @@ def _similar_blocks(blocks: list[tuple[int, int]], backward: list[tuple[int, int
         if best is None or total > best[0]:
             best = (total, fam)
     return best[1] if best else None
+
+
+#: Families of like blocks combined at most (model chunks of different sizes on one rank).
+MAX_UNION = 3
+
+
+def _family_unions(families: list[list[tuple[int, int]]], wanted: int):
+    """Each family of ``wanted`` blocks, then unions of two or three families of that many
+    together (a rank holding chunks of different layers runs one forward family per chunk)."""
+    from itertools import combinations
+
+    fams = [f for f in families[:16] if len(f) <= wanted]
+    for k in range(1, MAX_UNION + 1):
+        for combo in combinations(fams, k):
+            if sum(len(f) for f in combo) == wanted:
+                yield [b for f in combo for b in f]
 
 
 def _jaccard(a: Counter, b: Counter) -> float:

@@ -129,6 +129,10 @@ class RankTimeline:
     #: when the data was already on its way; who-sends-to-whom (:mod:`pipeaudit.timeline.peers`)
     #: needs the op's start. Dropped once the layout is known
     send_op_starts: np.ndarray | None = None
+    #: inferred ranks only: the other reading of a backward block that is one op sequence
+    #: repeated (k backwards, or one backward of a stage whose layers repeat), reduced the same
+    #: way; the job keeps the reading whose forwards per step agree with the other ranks'
+    alternative: "RankTimeline | None" = None
 
     def shift_packed(self, delta_ns: int) -> None:
         """Move the packed times, the compute intervals and the interval sets
@@ -202,12 +206,26 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
             stage_from_rank = "(?P<stage>" not in family.pattern
             detected_note = (f"rank {trace.rank}: actions from spans named like {family.shown} "
                              "(detected; --action-pattern overrides)")
+    alternative = None
     if spans.height == 0:
         inferred = infer_actions(ops, default_stage)
         spans, source, coverage = inferred.spans, "inferred", inferred.coverage
         stage_from_rank = stage_hint is None  # the layout places the rank
+        if inferred.split:  # the other reading, for the job to choose (build.consistent_counts)
+            other = infer_actions(ops, default_stage, split=False)
+            alternative = _finish(trace, ops, steps, step_evidence, other.spans, "inferred",
+                                  stage_from_rank, other.coverage, None)
     if spans.height == 0:
         source, stage_from_rank = "none", False
+    rt = _finish(trace, ops, steps, step_evidence, spans, source, stage_from_rank, coverage,
+                 detected_note)
+    rt.alternative = alternative
+    return rt
+
+
+def _finish(trace, ops, steps, step_evidence, spans, source, stage_from_rank, coverage,
+            detected_note) -> RankTimeline:
+    """The rank's timeline from its action spans: compute attributed, steps assigned."""
     spans = spans.sort("start")
 
     copies = pair_gpu_copies(spans, ops.gpu_spans) if ops.on_gpu else None

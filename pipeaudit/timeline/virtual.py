@@ -1,0 +1,105 @@
+"""Virtual stages of un-annotated traces: which chunk each inferred action ran, from the order.
+
+Megatron-core's interleaved 1F1B (and torch's, unannotated) holds v chunks per rank: rank r runs
+stages r, P + r, ..., (v-1)P + r. Inferred actions carry only their kind and their order on the
+rank, and a chunk's forward is the same ops as the other chunks' when the layers are alike. The
+schedule's order tells them apart: the sequence of kinds (F, B) a rank runs in a step differs
+between 1F1B over vM microbatches and an interleaved schedule of v chunks over M microbatches
+(their warm-ups differ). When no one-stage schedule of the catalogue runs the observed kinds at
+every stage position, the interleaved schedules of the catalogue are tried for every v that
+divides the forwards per step; the first whose every position's kinds equal the observed ones
+names each action's stage and microbatch. Steps must be known (windows or settled steps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from pipeaudit.errors import ScheduleError
+from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule
+from pipeaudit.schedules.catalogue import CATALOGUE
+from pipeaudit.timeline.rank import RankTimeline
+
+#: Forwards per step beyond which no split is tried (the search builds schedules per divisor).
+MAX_FORWARDS = 4096
+
+
+def _kinds_per_position(ranks: Sequence[RankTimeline], positions: dict[int, int]
+                        ) -> dict[int, tuple[str, ...]] | None:
+    """Each position's kind sequence in a step (the same in every step), or None."""
+    out: dict[int, tuple[str, ...]] = {}
+    for rt in ranks:
+        pos = positions.get(rt.rank)
+        if pos is None:
+            return None
+        acts = rt.actions.sort("start")
+        seqs = {tuple(g["kind"].to_list()) for _, g in acts.group_by("step", maintain_order=True)}
+        if len(seqs) != 1:
+            return None
+        seq = seqs.pop()
+        if out.setdefault(pos, seq) != seq:
+            return None
+    return out
+
+
+def _fits(name: str, P: int, M: int, v: int, kinds: dict[int, tuple[str, ...]]):
+    try:
+        sched = build_schedule(name, P, M, v if v > 1 else None)
+    except ScheduleError:
+        return None
+    if any(tuple(a.kind for a in sched.orders[p]) != k for p, k in kinds.items()):
+        return None
+    return sched
+
+
+def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int],
+                         num_positions: int) -> str | None:
+    """Relabel the inferred actions' stages and microbatches (in place) when the kinds follow
+    an interleaved schedule and no one-stage schedule; returns a note saying so, or None."""
+    with_actions = [rt for rt in ranks if rt.actions.height]
+    if not with_actions or any(rt.source != "inferred" for rt in with_actions):
+        return None
+    kinds = _kinds_per_position(with_actions, positions)
+    if not kinds:
+        return None
+    forwards = {k.count("F") for k in kinds.values()}
+    if len(forwards) != 1:
+        return None
+    n = forwards.pop()
+    if n < 2 or n > MAX_FORWARDS or any(set(k) - {"F", "B"} for k in kinds.values()):
+        return None
+    P = num_positions
+    one_stage = [nm for nm in SCHEDULE_NAMES if CATALOGUE[nm].fixed_chunks == 1
+                 and set(CATALOGUE[nm].kinds) == {"F", "B"}]
+    if any(_fits(nm, P, n, 1, kinds) for nm in one_stage):
+        return None
+    interleaved = [nm for nm in SCHEDULE_NAMES if CATALOGUE[nm].fixed_chunks != 1
+                   and CATALOGUE[nm].placement == "loop" and set(CATALOGUE[nm].kinds) == {"F", "B"}]
+    for v in range(2, n + 1):
+        if n % v:
+            continue
+        for name in interleaved:
+            sched = _fits(name, P, n // v, v, kinds)
+            if sched is None:
+                continue
+            for rt in with_actions:
+                _relabel(rt, sched.orders[positions[rt.rank]])
+            return (f"virtual stages told apart by the order: every rank's F/B sequence is "
+                    f"{name}'s with v={v} chunks and M={n // v} (not one stage over M={n})")
+    return None
+
+
+def _relabel(rt: RankTimeline, order) -> None:
+    """Each step's i-th action (by start) becomes the order's i-th (stage, microbatch)."""
+    stages = np.array([a.stage for a in order], dtype=np.int64)
+    mbs = np.array([a.microbatch for a in order], dtype=np.int64)
+    ranked = rt.actions.with_row_index("_row").with_columns(
+        _i=(pl.col("start").rank("ordinal").over("step") - 1).cast(pl.Int64))
+    i = ranked["_i"].to_numpy()
+    rt.actions = ranked.with_columns(
+        stage=pl.Series(stages[i]), microbatch=pl.Series(mbs[i]),
+    ).sort("_row").drop("_row", "_i")
+    rt.stage_from_rank = False

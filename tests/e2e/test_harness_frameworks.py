@@ -1,5 +1,5 @@
-"""``pipeaudit profile --framework deepspeed``: a real DeepSpeed PipelineEngine run (CPU, gloo,
-``DS_ACCELERATOR=cpu``), read with its annotations and without them."""
+"""``pipeaudit profile --framework deepspeed|megatron``: real DeepSpeed PipelineEngine and
+Megatron-core runs (CPU, gloo), read with their annotations and without them."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.support.strip import strip_run
     ({"single_process": True}, "one process per stage"),
     ({"tp": 2}, "no --tp"),
     ({"chunks": 2}, "no --chunks"),
-    ({"framework": "megatron"}, "--framework must be one of"),
+    ({"framework": "nemo"}, "--framework must be one of"),
 ])
 def test_deepspeed_options_checked_before_start(changes, fragment, tmp_path):
     cfg = ProfileConfig(out=str(tmp_path / "o"), framework="deepspeed", stages=2, microbatches=4)
@@ -50,3 +50,33 @@ def test_real_deepspeed_run(tmp_path):
     truth = {r.rank: r.bubble for r in annotated.ranks}
     for r in bare.ranks:
         assert r.bubble == pytest.approx(truth[r.rank], abs=0.005)
+
+
+@pytest.mark.parametrize("changes,fragment", [
+    ({"schedule": "zbv", "chunks": None}, "with or without virtual stages"),
+    ({"dp": 2}, "no --dp"),
+    ({"tp": 2}, "no --tp"),
+])
+def test_megatron_options_checked_before_start(changes, fragment, tmp_path):
+    cfg = ProfileConfig(out=str(tmp_path / "o"), framework="megatron", stages=2, microbatches=4)
+    with pytest.raises(ConfigError, match=fragment):
+        cfg.replace(**changes).validate()
+
+
+@pytest.mark.slow
+def test_real_megatron_interleaved_run(tmp_path):
+    """Megatron-core's own interleaved schedule on CPU (its six CUDA-only lines redirected at
+    run time): with virtual stages, read without annotations as 2P stages and M microbatches."""
+    pytest.importorskip("megatron.core")
+    out = tmp_path / "mg"
+    res = invoke("profile", "--framework", "megatron", "--schedule", "interleaved-1f1b",
+                 "--chunks", "2", "-P", "2", "-M", "4", "--layers", "4", "--hidden", "64",
+                 "--seq-len", "8", "--steps", "2", "--out", out)
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["framework"]["name"] == "megatron-core"
+    annotated = pipeaudit.load(out).audit()
+    assert "interleaved-1f1b" in annotated.detected_schedules
+    bare = pipeaudit.load(strip_run(out, tmp_path / "bare")).audit()
+    assert bare.actions_inferred and bare.schedule == "interleaved-1f1b"
+    assert (bare.num_ranks, bare.num_stages, bare.num_microbatches) == (2, 4, 4)

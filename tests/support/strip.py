@@ -46,7 +46,7 @@ def relabel_ranks(src: Path, dst: Path, perm: dict[int, int]) -> Path:
         new = perm[info["rank"]]
         info["rank"] = new
         for group in info.get("pg_config", []):
-            group["ranks"] = sorted(perm[r] for r in group["ranks"])
+            group["ranks"] = [perm[r] for r in group["ranks"]]  # a pipeline group lists its stages in order
         with gzip.open(dst / f"rank{new}.json.gz", "wt") as f:
             json.dump(doc, f)
     return dst

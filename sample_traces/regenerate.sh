@@ -61,3 +61,10 @@ run deepspeed_p4_m8          --framework deepspeed       -P 4 -M 8
 run deepspeed_p4_m4_imb_s2x3_nosteps --framework deepspeed -P 4 -M 4 --imbalance 2=3 --no-step-marks
 run deepspeed_p4_m2_imb_s1x3 --framework deepspeed       -P 4 -M 2 --imbalance 1=3
 run deepspeed_p2_dp2_m8      --framework deepspeed       -P 2 -M 8 --dp 2
+# Megatron-core 0.16's own schedules (get_forward_backward_func: 1F1B, interleaved with virtual
+# stages), with the harness's PP: spans around its forward_step / backward_step; on CPU its six
+# CUDA-only lines are redirected at run time (pip install 'pipeaudit[megatron]')
+run megatron_1f1b_p4_m8                  --framework megatron -P 4 -M 8
+run megatron_1f1b_p4_m4_imb_s1x3         --framework megatron -P 4 -M 4 --imbalance 1=3
+run megatron_interleaved-1f1b_p4_m8_v2   --framework megatron --schedule interleaved-1f1b --chunks 2 -P 4 -M 8
+run megatron_interleaved-1f1b_p4_m4_v2_imb_s2x3 --framework megatron --schedule interleaved-1f1b --chunks 2 -P 4 -M 4 --imbalance 2=3

@@ -21,7 +21,9 @@ from pipeaudit.harness.plans import SINGLE_PROCESS_SCHEDULES
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 #: Whose pipeline engine runs the stages: torch.distributed.pipelining or DeepSpeed's PipelineEngine.
-FRAMEWORKS = ("torch", "deepspeed")
+FRAMEWORKS = ("torch", "deepspeed", "megatron")
+#: The schedules each framework other than torch runs (its own implementation of them).
+FRAMEWORK_SCHEDULES = {"deepspeed": ("1f1b",), "megatron": ("1f1b", "interleaved-1f1b")}
 
 
 def gpu_shortage(ranks: int, gpus: int) -> str:
@@ -130,7 +132,7 @@ class ProfileConfig:
         spec = get_spec(self.schedule)
         if self.framework == "torch":
             check_schedule(spec.name, self.stages, self.microbatches, self.num_chunks)
-        elif self.stages < 2 or self.microbatches < 1:  # DeepSpeed's TrainSchedule takes any M
+        elif self.stages < 2 or self.microbatches < 1:  # DeepSpeed's and Megatron's take any M
             raise ConfigError(f"--framework {self.framework} needs --ranks >= 2 and "
                               f"--microbatches >= 1, got {self.stages} and {self.microbatches}")
         m = self.model
@@ -246,14 +248,19 @@ class ProfileConfig:
                               f"got {self.framework!r}")
         if self.framework == "torch":
             return
-        if self.schedule != "1f1b":
-            raise ConfigError(f"--framework {self.framework} runs its own TrainSchedule, which is "
-                              f"1F1B's order: use --schedule 1f1b, not {self.schedule}")
+        allowed = FRAMEWORK_SCHEDULES[self.framework]
+        if self.schedule not in allowed:
+            what = ("its own TrainSchedule, which is 1F1B's order" if self.framework == "deepspeed"
+                    else "its own 1F1B, with or without virtual stages")
+            raise ConfigError(f"--framework {self.framework} runs {what}: use --schedule "
+                              f"{' or '.join(allowed)}, not {self.schedule}")
         if self.single_process or self.tp != 1:
             raise ConfigError(f"--framework {self.framework} runs one process per stage and "
                               "replica: no --single-process, no --tp")
-        if self.chunks not in (None, 1):
+        if self.framework == "deepspeed" and self.chunks not in (None, 1):
             raise ConfigError(f"--framework {self.framework} holds one stage per rank: no --chunks")
+        if self.framework == "megatron" and self.dp != 1:
+            raise ConfigError("--framework megatron runs one pipeline here: no --dp")
 
     # ------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:

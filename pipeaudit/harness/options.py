@@ -17,10 +17,13 @@ from pipeaudit.harness.config import ModelConfig, ProfileConfig, parse_imbalance
 _OPTIONS = [
     click.option("--schedule", default="1f1b", show_default=True, metavar="NAME",
                  help=f"Pipeline schedule: {', '.join(SCHEDULE_NAMES)}."),
-    click.option("--framework", default="torch", show_default=True, metavar="torch|deepspeed",
-                 help="Whose pipeline engine runs it: torch.distributed.pipelining, or DeepSpeed's "
+    click.option("--framework", default="torch", show_default=True,
+                 metavar="torch|deepspeed|megatron",
+                 help="Whose pipeline engine runs it: torch.distributed.pipelining; DeepSpeed's "
                       "PipelineEngine (its TrainSchedule, 1F1B's order; M = "
-                      "gradient_accumulation_steps; pip install 'pipeaudit[deepspeed]')."),
+                      "gradient_accumulation_steps; pip install 'pipeaudit[deepspeed]'); or "
+                      "Megatron-core's schedules (1f1b, interleaved-1f1b; pip install "
+                      "'pipeaudit[megatron]')."),
     click.option("--ranks", "-P", "stages", type=int, default=None,
                  help="Pipeline ranks P: the stage positions of one pipeline (one process "
                       "each). [default: 2; under torchrun WORLD_SIZE / (dp x tp)]"),

@@ -67,6 +67,11 @@ def run_rank(
 
         return run_deepspeed_rank(config, rank, world_size, local_rank, local_world_size, launcher,
                                   status_dir)
+    if config.framework == "megatron":
+        from pipeaudit.harness.megatron_worker import run_megatron_rank
+
+        return run_megatron_rank(config, rank, world_size, local_rank, local_world_size, launcher,
+                                 status_dir)
     rep = Reporter(status_dir, rank)
     rep.phase("init")
     faults = faults_from_env()

@@ -92,6 +92,17 @@ class Run:
         """The JSON document of ``pipeaudit analyze --format json``."""
         return self._audit.to_dict()
 
+    def advise(self, *, memory_cap: int | None = None, schedules: list[str] | None = None,
+               microbatches: list[int] | None = None, global_batch: int | None = None
+               ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(the measured configuration, the ranked candidates) as frames: what
+        ``pipeaudit advise --format json`` holds (:func:`pipeaudit.advise.advise`)."""
+        from pipeaudit.advise import advise
+
+        a = advise(self, memory_cap=memory_cap, schedules=schedules, microbatches=microbatches,
+                   global_batch=global_batch)
+        return pl.DataFrame([a.measured]), pl.DataFrame([c.to_dict() for c in a.candidates])
+
 
 def load(
     paths: str | os.PathLike | Sequence[str | os.PathLike],

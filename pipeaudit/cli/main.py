@@ -35,11 +35,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("sweep", "Profile and audit a grid of schedules x stages x microbatches."),
     "explain": ("explain", "Cross-rank critical path of each step and what limits it."),
     "whatif": ("whatif", "Replay a run with changes and predict step time and bubble."),
+    "advise": ("advise", "Rank the schedules, chunks and M to run instead, under a memory cap."),
 }
 
 #: Commands that read runs and show a rank-progress bar on a terminal when that takes a while.
 SHOWS_RANK_PROGRESS = frozenset({"analyze", "baseline", "gate", "diff", "export", "plot",
-                                 "explain", "whatif"})
+                                 "explain", "whatif", "advise"})
 
 
 class LazyGroup(click.Group):

@@ -1,0 +1,220 @@
+"""``advise``: which schedule, chunks and microbatch count to run instead, from a measured run.
+
+Every candidate (schedule, chunks v, microbatches M) is predicted from the run by
+:func:`pipeaudit.explain.whatif` (the catalogue order replayed with the run's measured
+per-(stage, kind) durations, rescaled to the candidate's microbatch size and chunks, and its
+measured cross-rank delays and host gaps) and by :mod:`pipeaudit.advise.memory` (static
+memory plus activations per in-flight microbatch). The measured configuration is predicted
+the same way, so the ranking compares like with like; its prediction against its measurement
+is the model's calibration, reported. Candidates that fit the memory cap come first, each
+group by predicted step time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeaudit import SCHEMA_VERSION
+from pipeaudit.advise.memory import predicted_peaks, rank_memory
+from pipeaudit.errors import ConfigError, ScheduleError
+from pipeaudit.explain.whatif import Changes, whatif
+from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, canonical_name
+from pipeaudit.schedules.catalogue import CATALOGUE
+
+#: The schedules advised by default: those torch.distributed.pipelining runs, and GPipe.
+DEFAULT_SCHEDULES = tuple(n for n in SCHEDULE_NAMES
+                          if CATALOGUE[n].torch_class is not None)
+
+
+@dataclass
+class Candidate:
+    """One configuration and its prediction."""
+
+    schedule: str
+    chunks: int
+    microbatches: int
+    predicted_step_time_us: float
+    predicted_bubble: float
+    predicted_peak_memory_bytes: int | None
+    fits: bool | None  #: None: no memory prediction (no [memory] events) or no cap
+    measured: bool = False  #: the configuration the run ran
+    why: str = ""
+
+    def to_dict(self) -> dict:
+        return {"schedule": self.schedule, "chunks": self.chunks, "microbatches": self.microbatches,
+                "predicted_step_time_us": self.predicted_step_time_us,
+                "predicted_bubble": self.predicted_bubble,
+                "predicted_peak_memory_bytes": self.predicted_peak_memory_bytes,
+                "fits": self.fits, "is_measured_configuration": self.measured, "why": self.why}
+
+
+@dataclass
+class Advice:
+    """The measured configuration, the ranked candidates, and (after ``--verify``) reruns."""
+
+    measured: dict
+    candidates: list[Candidate]
+    memory_cap_bytes: int | None
+    memory_model: bool
+    calibration: dict
+    assumptions: list[str]
+    inputs: list[str] = field(default_factory=list)
+    verified: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.candidates[0] if self.candidates else None
+
+    def to_dict(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "tool": "pipeaudit advise", "inputs": self.inputs,
+                "measured": self.measured, "memory_cap_bytes": self.memory_cap_bytes,
+                "memory_model": self.memory_model,
+                "candidates": [c.to_dict() for c in self.candidates],
+                "calibration": self.calibration, "verified": self.verified,
+                "assumptions": self.assumptions, "notes": self.notes}
+
+
+def microbatch_choices(P: int, measured_m: int, global_batch: int | None,
+                       given: list[int] | None) -> list[int]:
+    """The M to try: ``given``, else P/2 .. 4P and the measured M, kept to divisors of the
+    global batch when it is known."""
+    ms = set(given) if given else {max(1, P // 2), P, 2 * P, 3 * P, 4 * P, measured_m}
+    if global_batch is not None:
+        ms = {m for m in ms if m >= 1 and global_batch % m == 0}
+    return sorted(m for m in ms if m >= 1)
+
+
+def chunk_choices(name: str, measured: tuple[str, int]) -> list[int]:
+    """The v to try for schedule ``name``: its fixed chunks, else 2 (and the measured v)."""
+    d = CATALOGUE[name]
+    if d.fixed_chunks is not None:
+        return [d.fixed_chunks]
+    out = {2}
+    if measured[0] == name and measured[1] > 1:
+        out.add(measured[1])
+    return sorted(out)
+
+
+def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = None,
+           microbatches: list[int] | None = None, global_batch: int | None = None) -> Advice:
+    """Rank the candidate configurations of ``run`` (a :class:`pipeaudit.api.Run` of one
+    pipeline with every rank present)."""
+    result = run.audit()
+    tl = run.timeline
+    if result.schedule is None:
+        raise ConfigError("the run's schedule was not recognised: advise predicts from a run "
+                          "whose schedule it knows (give --schedule to analyze it as one)")
+    P = result.num_ranks
+    M0 = result.num_microbatches
+    v0 = max(1, result.num_stages // P)
+    ran = canonical_name(result.schedule)
+    names = [canonical_name(s) for s in schedules] if schedules else list(DEFAULT_SCHEDULES)
+    if ran not in names:
+        names.append(ran)
+    if global_batch is None:
+        global_batch = _global_batch(tl.manifest)
+    ms = microbatch_choices(P, M0, global_batch, microbatches)
+    if M0 not in ms:
+        ms.append(M0)
+    positions = {r: tl.layout.position(r)[1] for r in tl.layout.ranks if tl.layout.position(r)}
+    measured_sched = build_schedule(ran, P, M0, v0 if v0 > 1 else None)
+    memory = rank_memory(tl, {r: measured_sched.orders[p] for r, p in positions.items()}, v0)
+    notes = []
+    if memory is None:
+        notes.append("no [memory] events in the traces (profile with profile_memory=True): "
+                     "candidates are ranked on time only")
+    candidates: list[Candidate] = []
+    measured_pred = None
+    layers = _layers(tl.manifest)
+    if layers is not None:
+        notes.append(f"the model has {layers} layers (manifest): at most {layers // P} chunks "
+                     "per rank")
+    for name in names:
+        for v in chunk_choices(name, (ran, v0)):
+            if layers is not None and P * v > layers:
+                continue
+            for m in sorted(set(ms)):
+                try:
+                    sched = build_schedule(name, P, m, v if v > 1 else None)
+                except ScheduleError:
+                    continue
+                pred = whatif(tl, Changes(schedule=name, chunks=v, microbatches=m), result)
+                peak = None
+                if memory is not None:
+                    peaks = predicted_peaks(memory, {r: sched.orders[p] for r, p in positions.items()},
+                                            sched.chunks, M0 / m)
+                    peak = max(peaks.values())
+                fits = None if peak is None or memory_cap is None else peak <= memory_cap
+                is_measured = (name, sched.chunks, m) == (ran, v0, M0)
+                cand = Candidate(name, sched.chunks, m, pred.predicted_step_time_us,
+                                 pred.predicted_bubble, peak, fits, is_measured)
+                if is_measured:
+                    measured_pred = (pred, cand)
+                candidates.append(cand)
+    if measured_pred is None:
+        raise ConfigError(f"the measured configuration ({ran}, v={v0}, M={M0}) cannot be "
+                          "replayed from the catalogue")
+    pred0, base = measured_pred
+    for c in candidates:
+        c.why = _why(c, base)
+    candidates.sort(key=lambda c: (c.fits is False, c.predicted_step_time_us))
+    measured = {"schedule": ran, "chunks": v0, "microbatches": M0,
+                "step_time_us": result.step_time_us, "bubble": result.bubble.measured,
+                "peak_memory_bytes": max(m.peak for m in memory.values()) if memory else None,
+                "predicted_step_time_us": base.predicted_step_time_us}
+    calibration = {"measured_step_time_us": result.step_time_us,
+                   "predicted_step_time_us": base.predicted_step_time_us,
+                   "error": base.predicted_step_time_us / result.step_time_us - 1.0,
+                   "what": "the measured configuration predicted by the same model"}
+    assumptions = [
+        "each candidate replays the catalogue order for P ranks with the run's mean measured "
+        "duration per (stage, kind), times M_measured/M (the same global batch; compute linear "
+        "in the microbatch's rows), each rank's work split evenly over its chunks",
+        "cross-rank delays and host gaps per action as measured (not rescaled)",
+        "memory: static (held with no microbatch in flight) + activations per in-flight "
+        "microbatch, 1/v of them per chunk, linear in the rows" if memory else
+        "memory: not predicted (no [memory] events)",
+        "ranking: the candidates that fit the memory cap first, each group by predicted step "
+        "time; the measured configuration is predicted by the same model (its error is the "
+        "calibration)",
+    ]
+    return Advice(measured, candidates, memory_cap, memory is not None, calibration, assumptions,
+                  inputs=list(tl.inputs), notes=notes + list(pred0.notes))
+
+
+def _layers(manifest: dict | None) -> int | None:
+    layers = (manifest or {}).get("stage_layers")
+    return sum(layers) if isinstance(layers, list) and all(isinstance(x, int) for x in layers) \
+        else None
+
+
+def _global_batch(manifest: dict | None) -> int | None:
+    model = (manifest or {}).get("model") or {}
+    b = model.get("batch_size")
+    return b if isinstance(b, int) and b > 0 else None
+
+
+def _why(c: Candidate, base: Candidate) -> str:
+    """One sentence: why this candidate is faster or slower than the measured configuration."""
+    if c.measured:
+        return "the configuration the run ran"
+    dt = c.predicted_step_time_us / base.predicted_step_time_us - 1.0
+    db = c.predicted_bubble - base.predicted_bubble
+    parts = [f"{'faster' if dt < 0 else 'slower'} by {abs(dt):.0%}"]
+    if abs(db) >= 0.01:
+        parts.append(f"bubble {base.predicted_bubble:.0%} -> {c.predicted_bubble:.0%}")
+    if c.microbatches != base.microbatches:
+        parts.append(f"M {base.microbatches} -> {c.microbatches}")
+    if c.chunks != base.chunks:
+        parts.append(f"v {base.chunks} -> {c.chunks}")
+    if c.microbatches > base.microbatches or c.chunks > base.chunks:
+        more = c.microbatches * c.chunks / (base.microbatches * base.chunks)
+        parts.append(f"{more:g}x the actions per step (each pays the measured host gap and "
+                     "transfers)")
+    if c.fits is False:
+        parts.append("does not fit the memory cap")
+    elif (c.predicted_peak_memory_bytes is not None and base.predicted_peak_memory_bytes
+          and c.predicted_peak_memory_bytes > base.predicted_peak_memory_bytes * 1.05):
+        parts.append("holds more activations")
+    return "; ".join(parts)

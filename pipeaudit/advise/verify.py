@@ -1,0 +1,148 @@
+"""Prove an advice by real reruns: the measured configuration and the top candidates, run by the
+harness with the same model, global batch, imbalance and steps, audited like the original.
+
+The rerun of the measured configuration calibrates the machine's speed drift since the
+original run (``drift`` = its step time / the original's); each candidate's error is given raw
+(measured / predicted - 1) and calibrated (measured / (predicted x drift) - 1). For runs that the
+harness did not make, :func:`how_to_run` says the exact change to make instead, and
+:func:`check` holds a hand-made rerun to the advice's prediction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+from pipeaudit.advise.advise import Advice, Candidate
+from pipeaudit.errors import ConfigError
+from pipeaudit.schedules.catalogue import CATALOGUE
+
+
+def harness_config(manifest: dict, out: str, schedule: str, chunks: int, microbatches: int):
+    """The harness configuration of the run in ``manifest`` with another schedule, chunks and
+    M, the same global batch; a heavier stage stays on the same layers."""
+    from pipeaudit.harness.config import ModelConfig, ProfileConfig
+
+    if manifest.get("tool") != "pipeaudit profile":
+        raise ConfigError("--verify reruns runs made by `pipeaudit profile`; for other runs "
+                          "make the change advise prints and hold it to the prediction with "
+                          "`pipeaudit advise --check BEFORE AFTER`")
+    fw = (manifest.get("framework") or {}).get("name", "torch")
+    world = manifest.get("world_size") or manifest.get("num_ranks")
+    if fw != "torch" or manifest.get("single_process") or world != manifest.get("num_ranks"):
+        raise ConfigError("--verify reruns one torch.distributed.pipelining pipeline of one "
+                          "process per rank; this run is not one")
+    model = dict(manifest["model"])
+    model.pop("microbatch_size", None)
+    old_layers = manifest["stage_layers"]
+    first_layer, acc = [], 0
+    for n in old_layers:
+        first_layer.append(acc)
+        acc += n
+    old_factor = {int(k): int(v) for k, v in (manifest.get("imbalance") or {}).items()}
+    cfg = ProfileConfig(
+        out=out, schedule=schedule, stages=manifest["num_ranks"], microbatches=microbatches,
+        chunks=chunks, steps=manifest["steps"], warmup_steps=manifest["warmup_steps"],
+        model=ModelConfig(**model), slow_ranks={int(k): int(v) for k, v in
+                                                (manifest.get("slow_ranks") or {}).items()},
+        step_marks=manifest.get("step_marks", True), profile_memory=manifest.get("profile_memory", False),
+        record_shapes=manifest.get("record_shapes", False), seed=manifest.get("seed", 0),
+        threads=manifest.get("threads", 1), backend="gloo", device="cpu", force=True)
+    if old_factor:
+        imbalance = {}
+        acc = 0
+        for s, n in enumerate(cfg.stage_layers):
+            owner = max(i for i, f in enumerate(first_layer) if f <= acc)
+            if old_factor.get(owner, 1) > 1:
+                imbalance[s] = old_factor[owner]
+            acc += n
+        cfg = dataclasses.replace(cfg, imbalance=imbalance)
+    return cfg.validate(check_out=False)
+
+
+def _measure(path: str) -> dict:
+    import pipeaudit
+
+    res = pipeaudit.load(path).audit()
+    peaks = [r.peak_allocated_bytes for r in res.ranks if r.peak_allocated_bytes]
+    return {"step_time_us": res.step_time_us, "bubble": res.bubble.measured,
+            "peak_memory_bytes": max(peaks) if peaks else None, "schedule": res.schedule}
+
+
+def verify(advice: Advice, manifest: dict, out_dir: str, top: int,
+           on_start: Callable[[str], None] | None = None) -> Advice:
+    """Rerun the measured configuration and the ``top`` best candidates into ``out_dir``
+    (one folder each), audit them, and fill ``advice.verified``."""
+    from pipeaudit.harness import run_profile
+
+    m = advice.measured
+    base = next(c for c in advice.candidates if c.measured)
+    chosen = [base] + [c for c in advice.candidates if not c.measured and c.fits is not False][:top]
+    rows = []
+    for c in chosen:
+        name = f"{c.schedule}_v{c.chunks}_m{c.microbatches}"
+        if on_start:
+            on_start(name)
+        cfg = harness_config(manifest, str(Path(out_dir) / name), c.schedule, c.chunks,
+                             c.microbatches)
+        run_profile(cfg)
+        got = _measure(cfg.out)
+        rows.append((c, got, cfg.out))
+    drift = rows[0][1]["step_time_us"] / m["step_time_us"]
+    advice.verified = [_row(c, got, path, drift) for c, got, path in rows]
+    advice.notes.append(f"machine speed drift since the run: the measured configuration's rerun "
+                        f"took {drift:.3f}x its original step time; calibrated errors divide it out")
+    return advice
+
+
+def _row(c: Candidate, got: dict, path: str, drift: float) -> dict:
+    pred = c.predicted_step_time_us
+    meas = got["step_time_us"]
+    pm, mm = c.predicted_peak_memory_bytes, got["peak_memory_bytes"]
+    return {"schedule": c.schedule, "chunks": c.chunks, "microbatches": c.microbatches,
+            "is_measured_configuration": c.measured,
+            "predicted_step_time_us": pred, "measured_step_time_us": meas,
+            "predicted_bubble": c.predicted_bubble, "measured_bubble": got["bubble"],
+            "predicted_peak_memory_bytes": pm, "measured_peak_memory_bytes": mm,
+            "error_raw": meas / pred - 1.0, "error": meas / (pred * drift) - 1.0,
+            "memory_error": (mm / pm - 1.0) if pm and mm else None, "trace": path}
+
+
+def how_to_run(c: Candidate) -> list[str]:
+    """The exact change that runs candidate ``c`` in the frameworks users have."""
+    d = CATALOGUE[c.schedule]
+    out = []
+    if d.torch_class:
+        extra = "" if c.chunks == 1 else f" (each rank builds {c.chunks} PipelineStage objects)"
+        out.append(f"torch.distributed.pipelining: {d.torch_class}(stages, "
+                   f"n_microbatches={c.microbatches}, loss_fn=...){extra}")
+        out.append(f"torchtitan: [parallelism] pipeline_parallel_schedule = \"{d.torch_class[len('Schedule'):]}\""
+                   f", pipeline_parallel_microbatch_size = local_batch_size / {c.microbatches}")
+    if c.schedule == "1f1b" and c.chunks == 1:
+        out.append(f"DeepSpeed: \"gradient_accumulation_steps\": {c.microbatches} (its "
+                   "TrainSchedule is 1F1B)")
+        out.append(f"Megatron-core: num_microbatches={c.microbatches}, no virtual stages")
+    if c.schedule == "interleaved-1f1b":
+        out.append(f"Megatron-core: num_microbatches={c.microbatches}, "
+                   f"virtual_pipeline_model_parallel_size={c.chunks}")
+    return out
+
+
+def check(advice_before: Advice, after) -> dict:
+    """Hold a rerun (``after``: a loaded run) to the prediction ``advice_before`` made for its
+    configuration."""
+    res = after.audit()
+    P = res.num_ranks
+    key = (res.schedule, max(1, res.num_stages // P), res.num_microbatches)
+    cand = next((c for c in advice_before.candidates
+                 if (c.schedule, c.chunks, c.microbatches) == key), None)
+    if cand is None:
+        raise ConfigError(f"the second run ({key[0]}, v={key[1]}, M={key[2]}) is not among the "
+                          "candidates predicted from the first")
+    peaks = [r.peak_allocated_bytes for r in res.ranks if r.peak_allocated_bytes]
+    got = {"step_time_us": res.step_time_us, "bubble": res.bubble.measured,
+           "peak_memory_bytes": max(peaks) if peaks else None}
+    row = _row(cand, got, ",".join(after.timeline.inputs[:1]), 1.0)
+    row.pop("error")
+    return row

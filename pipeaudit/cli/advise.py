@@ -1,0 +1,94 @@
+"""`pipeaudit advise`: the fastest schedule, chunks and M that fit in memory, from a run."""
+
+from __future__ import annotations
+
+import click
+
+from pipeaudit.cli.output import check_writable, write_output
+from pipeaudit.cli.runopts import (
+    WHATIF_FLAGS,
+    load_options,
+    load_run,
+    one_pipeline,
+    require_every_rank,
+    run_options,
+)
+from pipeaudit.report import render
+
+
+def _ints(text: str | None, flag: str) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not comma-separated integers", param_hint=flag) from None
+    if not values or min(values) < 1:
+        raise click.BadParameter(f"{text!r}: integers >= 1 please", param_hint=flag)
+    return values
+
+
+@click.command("advise")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--memory-cap", default=None, metavar="SIZE",
+              help="Largest peak memory per rank a candidate may need (e.g. 40G, 512MiB).")
+@click.option("--schedules", default=None, metavar="LIST",
+              help="Schedules to consider, comma-separated. [default: every schedule torch runs]")
+@click.option("--microbatches", "microbatches_list", default=None, metavar="LIST",
+              help="Microbatch counts to consider, comma-separated. [default: P/2 .. 4P and the run's]")
+@click.option("--global-batch", type=click.IntRange(1), default=None, metavar="N",
+              help="Samples per step: only M that divide it. [default: the manifest's batch size]")
+@click.option("--top", type=click.IntRange(1), default=10, show_default=True,
+              help="Candidates shown (text/markdown; json lists all).")
+@click.option("--verify", "verify_top", type=click.IntRange(0), default=0, metavar="K",
+              help="Rerun the measured configuration and the top K candidates with the harness "
+                   "(runs made by `pipeaudit profile` only) and report predicted against measured.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Where --verify writes its reruns (one folder each).")
+@click.option("--check", is_flag=True,
+              help="PATHS are BEFORE AFTER: hold a rerun made by hand (AFTER) to the prediction "
+                   "advise makes from BEFORE.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
+              show_default=True, help="Report format on stdout.")
+@click.option("--pipeline", type=click.IntRange(min=0), default=None, metavar="D",
+              help="Pipeline replica to advise on (default: the slowest, when the job has several).")
+@run_options(flags=WHATIF_FLAGS)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the report to this file instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+def command(paths, memory_cap, schedules, microbatches_list, global_batch, top, verify_top,
+            out_dir, check, fmt, pipeline, output, force, **run) -> None:
+    """Rank the schedules, chunks and microbatch counts to run instead of PATHS' run."""
+    from pipeaudit.advise import advise
+    from pipeaudit.advise.verify import check as check_rerun
+    from pipeaudit.advise.verify import verify
+    from pipeaudit.errors import ConfigError
+    from pipeaudit.trace.options import parse_size
+
+    options = load_options(run, flags=WHATIF_FLAGS)
+    check_writable(output, force=force)
+    cap = parse_size(memory_cap) if memory_cap is not None else None
+    if verify_top and not out_dir:
+        raise click.UsageError("--verify needs --out DIR for the reruns")
+    if check and len(paths) != 2:
+        raise click.UsageError("--check takes two runs: BEFORE AFTER")
+    before_paths = [paths[0]] if check else list(paths)
+    base, note = one_pipeline(load_run(before_paths, options), pipeline)
+    require_every_rank(base, "advise", "the replay runs every rank's order")
+    advice = advise(base, memory_cap=cap, schedules=schedules.split(",") if schedules else None,
+                    microbatches=_ints(microbatches_list, "--microbatches"),
+                    global_batch=global_batch)
+    if note:
+        advice.notes.insert(0, note)
+    if check:
+        import pipeaudit
+
+        row = check_rerun(advice, pipeaudit.load(paths[1]))
+        advice.verified = [row]
+    if verify_top:
+        if base.timeline.manifest is None:
+            raise ConfigError(f"{paths[0]}: --verify reruns runs made by `pipeaudit profile` "
+                              "(no manifest.json here)")
+        verify(advice, base.timeline.manifest, out_dir, verify_top,
+               on_start=lambda name: click.echo(f"rerunning {name} ...", err=True))
+    write_output(render("advise", advice, fmt, top=top), output, force=force)

@@ -1,0 +1,94 @@
+"""The ``advise`` report as plain text and as Markdown: the measured configuration, the ranked
+candidates with their predicted step time, bubble and peak memory, why each is faster or
+slower, the exact change that runs the best, and (after ``--verify``) predicted against
+measured."""
+
+from __future__ import annotations
+
+from pipeaudit.advise.advise import Advice
+from pipeaudit.report.formatting import ms, pct
+
+_HEAD = ("#", "schedule", "v", "M", "step ms", "bubble", "peak MiB", "fits", "why")
+
+
+def _mib(x: int | None) -> str:
+    return "-" if x is None else f"{x / 2**20:.1f}"
+
+
+def _fits(x: bool | None) -> str:
+    return "-" if x is None else ("yes" if x else "no")
+
+
+def _rows(a: Advice, top: int | None) -> list[list[str]]:
+    shown = a.candidates if top is None else a.candidates[:top]
+    return [[str(i + 1), c.schedule + (" (ran)" if c.measured else ""), str(c.chunks),
+             str(c.microbatches), ms(c.predicted_step_time_us), pct(c.predicted_bubble),
+             _mib(c.predicted_peak_memory_bytes), _fits(c.fits), c.why]
+            for i, c in enumerate(shown)]
+
+
+def _verified_rows(a: Advice) -> list[list[str]]:
+    return [[v["schedule"] + (" (ran)" if v["is_measured_configuration"] else ""),
+             str(v["chunks"]), str(v["microbatches"]), ms(v["predicted_step_time_us"]),
+             ms(v["measured_step_time_us"]), f"{v['error_raw']:+.1%}", f"{v['error']:+.1%}",
+             _mib(v["predicted_peak_memory_bytes"]), _mib(v["measured_peak_memory_bytes"]),
+             "-" if v["memory_error"] is None else f"{v['memory_error']:+.1%}"]
+            for v in a.verified]
+
+
+_VHEAD = ("schedule", "v", "M", "predicted ms", "measured ms", "error", "calibrated",
+          "pred MiB", "meas MiB", "mem error")
+
+
+def _summary(a: Advice) -> list[str]:
+    m, c = a.measured, a.calibration
+    out = [f"measured: {m['schedule']} v={m['chunks']} M={m['microbatches']}: step "
+           f"{ms(m['step_time_us'])} ms, bubble {pct(m['bubble'])}, peak "
+           f"{_mib(m['peak_memory_bytes'])} MiB",
+           f"model check: the measured configuration predicted at "
+           f"{ms(c['predicted_step_time_us'])} ms ({c['error']:+.1%})"]
+    if a.memory_cap_bytes is not None:
+        out.append(f"memory cap: {_mib(a.memory_cap_bytes)} MiB per rank")
+    best = a.best
+    if best is not None:
+        out.append(f"advice: {best.schedule} v={best.chunks} M={best.microbatches}"
+                   + (" (what the run ran: keep it)" if best.measured else
+                      f", predicted {ms(best.predicted_step_time_us)} ms per step"))
+        from pipeaudit.advise.verify import how_to_run
+        out += [f"  {line}" for line in how_to_run(best)]
+    return out
+
+
+def _table(head, rows) -> list[str]:
+    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) if rows else len(str(h))
+              for i, h in enumerate(head)]
+    fmt = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()  # noqa: E731
+    return [fmt(head)] + [fmt(r) for r in rows]
+
+
+def render_advise_text(a: Advice, top: int | None = 10) -> str:
+    """Plain text (ASCII) report."""
+    out = ["pipeaudit advise  " + ", ".join(a.inputs[:2]) + (" ..." if len(a.inputs) > 2 else "")]
+    out += _summary(a) + ["", "candidates (fitting first, each group by predicted step time):"]
+    out += ["  " + line for line in _table(_HEAD, _rows(a, top))]
+    if a.verified:
+        out += ["", "verified by reruns:"] + ["  " + line for line in _table(_VHEAD, _verified_rows(a))]
+    out += ["", "assumptions:"] + [f"  - {x}" for x in a.assumptions]
+    out += [f"note: {n}" for n in a.notes]
+    return "\n".join(out) + "\n"
+
+
+def render_advise_markdown(a: Advice, top: int | None = 10) -> str:
+    """Markdown report (tables), for tickets and CI summaries."""
+    def md(head, rows):
+        esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + \
+            ["| " + " | ".join(esc(x) for x in r) + " |" for r in rows]
+
+    out = ["# pipeaudit advise", ""] + [f"- {line.strip()}" for line in _summary(a)] + [""]
+    out += md(_HEAD, _rows(a, top))
+    if a.verified:
+        out += ["", "## Verified by reruns", ""] + md(_VHEAD, _verified_rows(a))
+    out += ["", "## Assumptions", ""] + [f"- {x}" for x in a.assumptions]
+    out += [f"- note: {n}" for n in a.notes]
+    return "\n".join(out) + "\n"

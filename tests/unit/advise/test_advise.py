@@ -1,0 +1,103 @@
+"""``pipeaudit advise``: the memory model's in-flight count, and the ranking on real runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import pipeaudit
+from pipeaudit.advise import advise
+from pipeaudit.advise.memory import inflight_units
+from pipeaudit.advise.verify import harness_config, how_to_run
+from pipeaudit.schedules import build_schedule, theory
+from tests.support.cli import invoke
+from tests.support.paths import SAMPLES
+
+MEMORY_RUN = SAMPLES / "1f1b_p2_m4_memory"
+
+
+@pytest.mark.parametrize("name,P,M,v", [("1f1b", 4, 8, None), ("gpipe", 4, 8, None),
+                                        ("1f1b", 4, 2, None), ("interleaved-1f1b", 4, 8, 2),
+                                        ("zbv", 2, 4, 2)])
+def test_inflight_units_match_the_schedules_peaks(name, P, M, v):
+    """One-chunk schedules: the rank's units are the theory's peak in-flight microbatches; with
+    v chunks, each (stage, microbatch) is 1/v of the rank's activations."""
+    sched = build_schedule(name, P, M, v)
+    for r, order in enumerate(sched.orders):
+        units = inflight_units(order, sched.chunks)
+        if sched.chunks == 1:
+            assert units == theory(name, P, M).peak_inflight[r]
+        else:
+            assert 1 / sched.chunks <= units <= M
+
+
+def test_ranking_and_json_on_a_run_with_memory():
+    run = pipeaudit.load(MEMORY_RUN)
+    a = advise(run)
+    m = a.measured
+    assert (m["schedule"], m["chunks"], m["microbatches"]) == ("1f1b", 1, 4)
+    assert a.memory_model and m["peak_memory_bytes"] > 0
+    base = next(c for c in a.candidates if c.measured)
+    # the measured configuration is predicted by the same model: its calibration error
+    assert base.predicted_step_time_us == pytest.approx(a.calibration["predicted_step_time_us"])
+    assert abs(a.calibration["error"]) < 0.25
+    times = [c.predicted_step_time_us for c in a.candidates]
+    assert times == sorted(times)
+    # the measured peak is reproduced by the memory model for the measured configuration
+    assert base.predicted_peak_memory_bytes == pytest.approx(m["peak_memory_bytes"], rel=0.01)
+    # more microbatches of the same batch hold smaller activations in 1F1B
+    one = {c.microbatches: c for c in a.candidates if c.schedule == "1f1b"}
+    assert one[8].predicted_peak_memory_bytes < one[4].predicted_peak_memory_bytes
+    # the layers the manifest gives bound the chunks: 2 layers, P=2, so no v=2 candidate
+    assert all(c.chunks == 1 for c in a.candidates)
+    doc = json.loads(invoke("advise", MEMORY_RUN, "--format", "json").output)
+    assert doc["tool"] == "pipeaudit advise" and doc["measured"]["microbatches"] == 4
+    assert {"schedule", "chunks", "microbatches", "predicted_step_time_us", "predicted_bubble",
+            "predicted_peak_memory_bytes", "fits"} <= set(doc["candidates"][0])
+
+
+def test_a_cap_below_the_fastest_advises_the_fastest_that_fits():
+    run = pipeaudit.load(MEMORY_RUN)
+    free = advise(run)
+    fastest = free.candidates[0]
+    cap = fastest.predicted_peak_memory_bytes - 1
+    capped = advise(run, memory_cap=cap)
+    best = capped.best
+    assert best.fits and best.predicted_peak_memory_bytes <= cap
+    fitting = [c for c in free.candidates if c.predicted_peak_memory_bytes <= cap]
+    assert (best.schedule, best.chunks, best.microbatches) == (
+        fitting[0].schedule, fitting[0].chunks, fitting[0].microbatches)
+    assert all(c.fits is False for c in capped.candidates if c.predicted_peak_memory_bytes > cap)
+
+
+def test_without_memory_events_time_only():
+    a = advise(pipeaudit.load(SAMPLES / "1f1b_p4_m8"))
+    assert not a.memory_model and a.candidates[0].predicted_peak_memory_bytes is None
+    assert any("no [memory] events" in n for n in a.notes)
+    measured, cands = pipeaudit.load(SAMPLES / "1f1b_p4_m8").advise()
+    assert measured["microbatches"][0] == 8 and cands.height == len(a.candidates)
+
+
+def test_text_report_and_usage_errors():
+    res = invoke("advise", MEMORY_RUN, "--memory-cap", "64MiB", "--top", "3")
+    assert res.exit_code == 0, res.output
+    assert "advice:" in res.output and "(stages, n_microbatches=" in res.output
+    assert invoke("advise", MEMORY_RUN, "--verify", "1").exit_code == 2
+    assert invoke("advise", MEMORY_RUN, "--check").exit_code == 2
+    assert invoke("advise", MEMORY_RUN, "--microbatches", "0,x").exit_code == 2
+
+
+def test_how_to_run_names_each_framework():
+    a = advise(pipeaudit.load(MEMORY_RUN), schedules=["interleaved-1f1b"], microbatches=[4])
+    c = next(c for c in a.candidates if c.schedule == "1f1b")
+    lines = "\n".join(how_to_run(c))
+    assert "gradient_accumulation_steps\": 4" in lines and "num_microbatches=4" in lines
+
+
+def test_rerun_config_keeps_the_heavy_layers():
+    man = json.loads((SAMPLES / "1f1b_p4_m8_imb_s1x3" / "manifest.json").read_text())
+    cfg = harness_config({**man, "model": {**man["model"], "layers": 8},
+                          "stage_layers": [2, 2, 2, 2]}, "/tmp/x", "interleaved-1f1b", 2, 8)
+    # stage 1 held layers 2-3; with 8 stages of one layer they are stages 2 and 3
+    assert cfg.imbalance == {2: 3, 3: 3} and cfg.batch_size == man["model"]["batch_size"]

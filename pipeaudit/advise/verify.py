@@ -71,14 +71,16 @@ def _measure(path: str) -> dict:
 
 
 def verify(advice: Advice, manifest: dict, out_dir: str, top: int,
-           on_start: Callable[[str], None] | None = None) -> Advice:
-    """Rerun the measured configuration and the ``top`` best candidates into ``out_dir``
-    (one folder each), audit them, and fill ``advice.verified``."""
+           on_start: Callable[[str], None] | None = None, every: bool = False) -> Advice:
+    """Rerun the measured configuration and the ``top`` best candidates that fit (``every``:
+    all candidates) into ``out_dir`` (one folder each), audit them, and fill
+    ``advice.verified``."""
     from pipeaudit.harness import run_profile
 
     m = advice.measured
     base = next(c for c in advice.candidates if c.measured)
-    chosen = [base] + [c for c in advice.candidates if not c.measured and c.fits is not False][:top]
+    others = [c for c in advice.candidates if not c.measured]
+    chosen = [base] + (others if every else [c for c in others if c.fits is not False][:top])
     rows = []
     for c in chosen:
         name = f"{c.schedule}_v{c.chunks}_m{c.microbatches}"

@@ -19,7 +19,7 @@ from pipeaudit.advise.memory import predicted_peaks, rank_memory
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.explain.whatif import Changes, whatif
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, canonical_name
-from pipeaudit.schedules.catalogue import CATALOGUE
+from pipeaudit.schedules.catalogue import CATALOGUE, HARNESS, config_problem
 
 #: The schedules advised by default: those torch.distributed.pipelining runs, and GPipe.
 DEFAULT_SCHEDULES = tuple(n for n in SCHEDULE_NAMES
@@ -127,6 +127,10 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     candidates: list[Candidate] = []
     measured_pred = None
     layers = _layers(tl.manifest)
+    # a run of torch's schedules is advised what torch runs; DeepSpeed's and Megatron's take
+    # any M for 1F1B
+    framework = ((tl.manifest or {}).get("framework") or {}).get("name", "torch")
+    torch_run = framework == "torch"
     if layers is not None:
         notes.append(f"the model has {layers} layers (manifest): at most {layers // P} chunks "
                      "per rank")
@@ -135,6 +139,8 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
             if layers is not None and P * v > layers:
                 continue
             for m in sorted(set(ms)):
+                if torch_run and config_problem(name, P, m, v, HARNESS):
+                    continue  # torch's class refuses it (1F1B with M < P)
                 try:
                     sched = build_schedule(name, P, m, v if v > 1 else None)
                 except ScheduleError:

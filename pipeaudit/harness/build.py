@@ -33,13 +33,29 @@ class Pipeline:
     harness_annotated: bool  # the harness added its own PP: spans
 
 
+class HostBoundary(torch.nn.Module):
+    """A stage computing on ``device`` inside a pipeline whose tensors live in host memory: its
+    input goes to the device, its output comes back (autograd carries the gradients the same
+    way). Several ranks can so share one GPU with their P2P over gloo."""
+
+    def __init__(self, inner: torch.nn.Module, device: torch.device) -> None:
+        super().__init__()
+        self.inner = inner
+        self.device = device
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x.to(self.device, non_blocking=True)).to("cpu")
+
+
 def build_pipeline(config: ProfileConfig, rank: int, device: torch.device, group=None,
-                   place: RankPlace | None = None) -> Pipeline:
+                   place: RankPlace | None = None,
+                   compute_device: torch.device | None = None) -> Pipeline:
     """This rank's stages, wrapped for tensor/data parallelism when ``place`` says so.
 
     ``place`` (from ``pipeaudit.harness.mesh.place_rank``) gives the rank's pipeline position
     and its pp group; without it the rank is its own pipeline position in ``group`` (None:
-    the world group).
+    the world group). ``compute_device``: the stages compute there while their tensors and P2P
+    stay on ``device`` (the host), through :class:`HostBoundary`.
     """
     spec = get_spec(config.schedule)
     pp_rank = place.pp_rank if place is not None else rank
@@ -48,7 +64,10 @@ def build_pipeline(config: ProfileConfig, rank: int, device: torch.device, group
     indices = rank_stages(spec.placement, config.stages, config.num_chunks, pp_rank)
     modules = []
     for s in indices:
-        module = build_stage_module(config, s, device, repeat=config.stage_repeat(s, rank))
+        module = build_stage_module(config, s, compute_device or device,
+                                    repeat=config.stage_repeat(s, rank))
+        if compute_device is not None:
+            module = HostBoundary(module, compute_device)
         if place is not None and place.tp_mesh is not None:
             apply_tensor_parallel(module, place.tp_mesh)
         if place is not None and place.dp_mesh is not None:

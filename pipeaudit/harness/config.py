@@ -222,11 +222,12 @@ class ProfileConfig:
         if self.device == "cpu" and self.backend == "nccl":
             raise ConfigError("--backend nccl needs --device cuda (or auto): NCCL runs on GPUs")
         if self.device == "cuda" and self.backend == "gloo" and not self.single_process:
-            raise ConfigError(
-                "--device cuda cannot use --backend gloo: gloo's point-to-point send/recv takes "
-                "CPU tensors only (with CUDA ones it fails with 'writev: Bad address'); use "
-                "--backend nccl (one GPU per rank) or --single-process"
-            )
+            # stages on the GPUs there are, activations and gradients through host memory
+            if self.dp != 1 or self.tp != 1 or self.framework != "torch":
+                raise ConfigError(
+                    "--device cuda --backend gloo (stages computing on the GPU, P2P over gloo "
+                    "through host memory) runs one torch.distributed.pipelining pipeline: no "
+                    "--dp, --tp or --framework")
 
     def _validate_single_process(self) -> None:
         if not self.single_process:

@@ -163,6 +163,10 @@ def check_backend(config: ProfileConfig) -> None:
             raise ConfigError(f"--single-process {'--backend nccl' if need > 1 else '--device cuda'}"
                               f" needs {need} CUDA device(s), found {n}")
         return
+    if config.backend == "gloo":  # stages take turns on the GPUs, P2P through host memory
+        if n < 1:
+            raise ConfigError("--device cuda --backend gloo needs a CUDA device, found none")
+        return
     if n < config.world_size:
         raise ConfigError(gpu_shortage(config.world_size, n))
 

@@ -27,6 +27,11 @@ from pipeaudit.harness.status import Reporter
 
 __all__ = ["INCOMPLETE_STEP_KEY", "PARTIAL_PREFIX", "resolve_backend", "run_rank"]
 
+#: The device type of ranks whose stages compute on a GPU shared by several ranks and hand
+#: their tensors over gloo through host memory (NCCL refuses two ranks on one GPU, gloo
+#: cannot send CUDA tensors).
+HOST_P2P = "cuda-via-host"
+
 
 def resolve_backend(requested: str, local_world_size: int, device: str = "auto") -> tuple[str, str]:
     """(backend, device type) for ``--backend`` auto|gloo|nccl and ``--device`` auto|cpu|cuda.
@@ -35,6 +40,8 @@ def resolve_backend(requested: str, local_world_size: int, device: str = "auto")
     one GPU ("Duplicate GPU detected") and gloo cannot send CUDA tensors.
     """
     n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "gloo" and device == "cuda":
+        return "gloo", HOST_P2P  # compute on the GPU, P2P through host memory
     if requested == "gloo" or device == "cpu":
         return "gloo", "cpu"
     wants_cuda = requested == "nccl" or device == "cuda"
@@ -77,10 +84,18 @@ def run_rank(
     faults = faults_from_env()
     torch.set_num_threads(config.threads)
     backend, device_type = resolve_backend(config.backend, local_world_size, config.device)
+    compute_device = None
     if device_type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         device_desc = f"cuda ({torch.cuda.get_device_name(device)})"
+    elif device_type == HOST_P2P:
+        device = torch.device("cpu")  # the P2P buffers and the batch: gloo sends host tensors
+        compute_device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(compute_device)
+        device_desc = (f"cuda ({torch.cuda.get_device_name(compute_device)}), "
+                       f"{torch.cuda.device_count()} GPU(s) shared by {local_world_size} ranks, "
+                       "P2P over gloo through host memory")
     else:
         device = torch.device("cpu")
         device_desc = "cpu"
@@ -95,7 +110,7 @@ def run_rank(
     )
     rep.phase("build")
     place = place_rank(config.layout, rank, device_type)
-    pipe = build_pipeline(config, rank, device, place=place)
+    pipe = build_pipeline(config, rank, device, place=place, compute_device=compute_device)
     params = [p for m in pipe.modules for p in m.parameters()]
     optimizer = torch.optim.SGD(params, lr=1e-3)
     x, y = make_batch(config, device, replica=place.replica)
@@ -110,11 +125,12 @@ def run_rank(
         kwargs = {"target": y} if holds_last else {}
         pipe.schedule.step(*args, **kwargs)
         optimizer.step()
-        if device_type == "cuda":
-            torch.cuda.synchronize(device)
+        if device_type == "cuda" or compute_device is not None:
+            torch.cuda.synchronize(compute_device or device)
         return time.perf_counter() - t0
 
-    warmup_wall, step_wall = run_steps(config, rank, rep, train_step, device_type == "cuda")
+    warmup_wall, step_wall = run_steps(config, rank, rep, train_step,
+                                       device_type == "cuda" or compute_device is not None)
 
     rep.phase("finish")
     dist.barrier()

@@ -85,7 +85,7 @@ def test_cli_device_cuda_without_gpus_fails_before_start(tmp_path, args):
 
 @pytest.mark.parametrize("args, says", [
     (["--device", "cpu", "--backend", "nccl"], "--backend nccl needs --device cuda"),
-    (["--device", "cuda", "--backend", "gloo"], "gloo's point-to-point send/recv takes CPU"),
+    (["--device", "cuda", "--backend", "gloo", "--dp", "2"], "through host memory) runs one"),
     (["--device", "tpu"], "--device must be one of auto, cpu, cuda"),
 ])
 def test_cli_device_conflicts_are_config_errors(tmp_path, args, says):

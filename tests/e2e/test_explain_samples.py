@@ -50,6 +50,10 @@ def test_path_tiles_the_step_and_replay_reproduces_it(run_dir):
         assert p.compute_share + p.comm_share + p.other_share == pytest.approx(1.0)
         if run_dir in LAUNCH_BOUND:
             assert p.compute_share < 0.8 and p.other_share > 0.05  # the host shows on the chain
+        elif run_dir.name.startswith("cuda_shared_"):
+            # four ranks on one GPU, their P2P over gloo through host memory: the chain is
+            # mostly that transfer and the host (compute 0.16-0.38 of it)
+            assert p.compute_share < p.comm_share + p.other_share
         elif run_dir.name.startswith("megatron_"):
             # Megatron's P2P bookkeeping between actions (isend/irecv one by one on gloo,
             # four ranks on two cores) shows on the chain: 0.41 on the interleaved sample

@@ -23,6 +23,9 @@ from pipeaudit.advise.verify import verify
 from pipeaudit.harness import ModelConfig, ProfileConfig, run_profile
 
 SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "zbv"]
+#: torch 2.13's split backward (ZBV's I/W) fails on the harness's heavier stage, whose blocks
+#: are one module applied three times ("backward through the graph a second time")
+SCHEDULES_IMBALANCED = ["gpipe", "1f1b", "interleaved-1f1b"]
 MICROBATCHES = [2, 4, 8, 16]
 
 
@@ -34,7 +37,8 @@ def one_model(out: Path, imbalance: dict[int, int], steps: int, hidden: int) -> 
                         device="cpu")
     run_profile(cfg)
     run = pipeaudit.load(base)
-    a = advise(run, schedules=SCHEDULES, microbatches=MICROBATCHES)
+    a = advise(run, schedules=SCHEDULES_IMBALANCED if imbalance else SCHEDULES,
+               microbatches=MICROBATCHES)
     verify(a, run.timeline.manifest, str(out / "reruns"), 0, every=True,
            on_start=lambda n: print(f"  rerun {n}", flush=True))
     rows = a.verified
@@ -58,9 +62,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--imbalanced-only", action="store_true")
     args = ap.parse_args()
     results = []
-    for imbalance in ({}, {1: 3}):
+    for imbalance in ({1: 3},) if args.imbalanced_only else ({}, {1: 3}):
         name = "balanced" if not imbalance else "stage1x3"
         print(f"{name}:", flush=True)
         r = one_model(Path(args.out) / name, imbalance, args.steps, args.hidden)

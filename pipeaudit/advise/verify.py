@@ -81,18 +81,26 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int,
     base = next(c for c in advice.candidates if c.measured)
     others = [c for c in advice.candidates if not c.measured]
     chosen = [base] + (others if every else [c for c in others if c.fits is not False][:top])
-    rows = []
+    from pipeaudit.harness.launcher import HarnessError
+
+    rows, failed = [], []
     for c in chosen:
         name = f"{c.schedule}_v{c.chunks}_m{c.microbatches}"
         if on_start:
             on_start(name)
         cfg = harness_config(manifest, str(Path(out_dir) / name), c.schedule, c.chunks,
                              c.microbatches)
-        run_profile(cfg)
-        got = _measure(cfg.out)
-        rows.append((c, got, cfg.out))
+        try:
+            run_profile(cfg)
+        except HarnessError as exc:
+            if c is base:
+                raise
+            failed.append(f"{name}: the rerun failed ({str(exc).splitlines()[0][:200]})")
+            continue
+        rows.append((c, _measure(cfg.out), cfg.out))
     drift = rows[0][1]["step_time_us"] / m["step_time_us"]
     advice.verified = [_row(c, got, path, drift) for c, got, path in rows]
+    advice.notes.extend(failed)
     advice.notes.append(f"machine speed drift since the run: the measured configuration's rerun "
                         f"took {drift:.3f}x its original step time; calibrated errors divide it out")
     return advice

@@ -52,6 +52,12 @@ run single_cuda_1f1b_p4_m8         --schedule 1f1b  -P 4 -M 8 --layers 4 --singl
 run single_cuda_naive_p2_m4        --schedule naive -P 2 -M 4 --layers 2 --single-process --device cuda
 run single_cuda_1f1b_p2_m4_memory  --schedule 1f1b  -P 2 -M 4 --layers 2 --single-process --device cuda --profile-memory
 run single_cuda_gpipe_p2_m4_big    --schedule gpipe -P 2 -M 4 --layers 2 --single-process --device cuda --hidden 2048 --seq-len 1024
+# four processes sharing the one GPU, P2P over gloo through host memory
+gpu4="-P 4 -M 8 --layers 8 --hidden 1024 --seq-len 128 --device cuda --backend gloo"
+run cuda_shared_1f1b_noannot_p4_m8 --schedule 1f1b $gpu4 --no-annotate
+run cuda_shared_gpipe_p4_m8        --schedule gpipe $gpu4
+run cuda_shared_interleaved-1f1b_p4_m8_v2 --schedule interleaved-1f1b $gpu4
+run cuda_shared_1f1b_p4_m8_imb_s1x3_nosteps --schedule 1f1b $gpu4 --imbalance 1=3 --no-step-marks
 fi
 # DeepSpeed's PipelineEngine, the default model (8 blocks) (its TrainSchedule, 1F1B's order; M = gradient_accumulation_steps),
 # with the harness's PP: spans around its forward and backward passes: the tests strip them and

@@ -18,18 +18,16 @@ replica ``d``, as the harness's own layout (:mod:`pipeaudit.harness.layout` with
 from __future__ import annotations
 
 import os
-import socket
 import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.profiler import record_function
 
 from pipeaudit.harness.config import ProfileConfig
 from pipeaudit.harness.faults import faults_from_env, maybe_inject
-from pipeaudit.harness.manifest import build_manifest, write_manifest
+from pipeaudit.harness.framework_run import finish_framework_run, place_framework_rank
 from pipeaudit.harness.model import Block, loss_fn, make_batch
 from pipeaudit.harness.plans import single_stage_rank_actions
 from pipeaudit.harness.profiling import run_steps
@@ -140,25 +138,16 @@ def run_deepspeed_rank(config: ProfileConfig, rank: int, world_size: int, local_
     rep.phase("init")
     faults = faults_from_env()
     torch.set_num_threads(config.threads)
-    use_cuda = config.device == "cuda" or (
-        config.device == "auto" and config.backend != "gloo"
-        and torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size)
-    if not use_cuda:
+    place = place_framework_rank(config, local_rank, local_world_size)
+    if not place.use_cuda:
         os.environ["DS_ACCELERATOR"] = "cpu"
     import deepspeed
     from deepspeed.pipe import PipelineModule
 
-    backend = "nccl" if use_cuda else "gloo"
-    if use_cuda:
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        device_desc = f"cuda ({torch.cuda.get_device_name(device)})"
-    else:
-        device = torch.device("cpu")
-        device_desc = "cpu"
+    device = place.device
     Path(config.out).mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("LOCAL_RANK", str(local_rank))
-    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False,
+    deepspeed.init_distributed(dist_backend=place.backend, auto_mpi_discovery=False,
                                timeout=_timeout(config))
     rep.phase("build")
     model = PipelineModule(layers=layer_specs(config, rank), num_stages=config.stages,
@@ -181,32 +170,16 @@ def run_deepspeed_rank(config: ProfileConfig, rank: int, world_size: int, local_
             counts[0] = counts[1] = 0
         t0 = time.perf_counter()
         engine.train_batch(iter(list(zip(xs, ys))))
-        if use_cuda:
+        if place.use_cuda:
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
 
-    warmup_wall, step_wall = run_steps(config, rank, rep, train_step, use_cuda)
-
-    rep.phase("finish")
-    dist.barrier()
-    manifest = None
-    if rank == 0:
-        plan = single_stage_rank_actions("1f1b", config.stages, config.microbatches)
-        layout = config.layout
-        manifest = build_manifest(
-            config, torch_version=torch.__version__, backend=backend, device=device_desc,
-            host=socket.gethostname(), launcher=launcher, step_wall_s=step_wall,
-            warmup_step_wall_s=warmup_wall,
-            rank_actions={r: plan[layout.coords(r)["pp"]] for r in range(config.world_size)},
-            annotation_source="harness" if config.annotate else "none",
-        )
-        manifest["framework"] = {"name": "deepspeed", "version": deepspeed.__version__,
-                                 "schedule": "TrainSchedule"}
-        write_manifest(config.out, manifest)
-    dist.barrier()
-    dist.destroy_process_group()
-    rep.phase("done")
-    return manifest
+    walls = run_steps(config, rank, rep, train_step, place.use_cuda)
+    plan = single_stage_rank_actions("1f1b", config.stages, config.microbatches)
+    return finish_framework_run(
+        config, rank, rep, place, launcher, walls,
+        {r: plan[config.layout.coords(r)["pp"]] for r in range(config.world_size)},
+        {"name": "deepspeed", "version": deepspeed.__version__, "schedule": "TrainSchedule"})
 
 
 def _timeout(config: ProfileConfig):

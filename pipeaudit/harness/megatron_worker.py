@@ -25,7 +25,6 @@ forward whose output it consumes.
 from __future__ import annotations
 
 import contextlib
-import socket
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -38,7 +37,7 @@ from torch.profiler import record_function
 from pipeaudit.harness.catalog import stage_to_rank
 from pipeaudit.harness.config import ProfileConfig
 from pipeaudit.harness.faults import faults_from_env, maybe_inject
-from pipeaudit.harness.manifest import build_manifest, write_manifest
+from pipeaudit.harness.framework_run import finish_framework_run, place_framework_rank
 from pipeaudit.harness.model import StageModule, build_stage_module, make_batch
 from pipeaudit.harness.profiling import run_steps
 from pipeaudit.harness.status import Reporter
@@ -135,19 +134,10 @@ def run_megatron_rank(config: ProfileConfig, rank: int, world_size: int, local_r
     rep.phase("init")
     faults = faults_from_env()
     torch.set_num_threads(config.threads)
-    use_cuda = config.device == "cuda" or (
-        config.device == "auto" and config.backend != "gloo"
-        and torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size)
-    backend = "nccl" if use_cuda else "gloo"
-    if use_cuda:
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        device_desc = f"cuda ({torch.cuda.get_device_name(device)})"
-    else:
-        device = torch.device("cpu")
-        device_desc = "cpu"
+    place = place_framework_rank(config, local_rank, local_world_size)
+    use_cuda, device = place.use_cuda, place.device
     Path(config.out).mkdir(parents=True, exist_ok=True)
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
+    dist.init_process_group(place.backend, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=config.timeout))
     from megatron.core import parallel_state
     from megatron.core.transformer import TransformerConfig
@@ -204,28 +194,14 @@ def run_megatron_rank(config: ProfileConfig, rank: int, world_size: int, local_r
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
 
-    warmup_wall, step_wall = run_steps(config, rank, rep, train_step, use_cuda)
-    rep.phase("finish")
-    dist.barrier()
-    manifest = None
-    if rank == 0:
-        import megatron.core as mcore
+    walls = run_steps(config, rank, rep, train_step, use_cuda)
+    import megatron.core as mcore
 
-        sched = build_schedule(config.schedule, config.stages, config.microbatches,
-                               v if v > 1 else None)
-        manifest = build_manifest(
-            config, torch_version=torch.__version__, backend=backend, device=device_desc,
-            host=socket.gethostname(), launcher=launcher, step_wall_s=step_wall,
-            warmup_step_wall_s=warmup_wall,
-            rank_actions={r: [f"{a.stage}{a.kind}{a.microbatch}" for a in sched.orders[r]]
-                          for r in range(config.stages)},
-            annotation_source="harness" if config.annotate else "none")
-        manifest["framework"] = {"name": "megatron-core", "version": mcore.__version__,
-                                 "schedule": "forward_backward_pipelining_"
-                                 + ("with_interleaving" if v > 1 else "without_interleaving")}
-        write_manifest(config.out, manifest)
-    dist.barrier()
-    dist.destroy_process_group()
-    rep.phase("done")
-    return manifest
+    sched = build_schedule(config.schedule, config.stages, config.microbatches, v if v > 1 else None)
+    return finish_framework_run(
+        config, rank, rep, place, launcher, walls,
+        {r: [f"{a.stage}{a.kind}{a.microbatch}" for a in sched.orders[r]] for r in range(config.stages)},
+        {"name": "megatron-core", "version": mcore.__version__,
+         "schedule": "forward_backward_pipelining_"
+         + ("with_interleaving" if v > 1 else "without_interleaving")})
 

@@ -48,7 +48,7 @@ def command(paths, fmt, output, html_path, force, with_hta, **run) -> None:
     if html_path:
         from pipeaudit.report.html import write_html
 
-        write_html(run.timeline, result, html_path, force=force)
+        write_html(run.timeline, result, html_path, force=force, advice=_advice(run, result))
         click.echo(f"wrote {html_path}", err=True)
     hta = None
     if with_hta:
@@ -75,3 +75,19 @@ def command(paths, fmt, output, html_path, force, with_hta, **run) -> None:
     write_output(text, output, force=force)
     timings.mark("report")
     timings.report()
+
+
+def _advice(run, result):
+    """The run's advice for the HTML report, when it can be made (one pipeline, every rank,
+    a known schedule); None otherwise."""
+    from pipeaudit.errors import PipeauditError
+
+    if (not result.pipeline_found or result.schedule is None or result.ranks_missing
+            or len(result.pipelines) > 1):
+        return None
+    from pipeaudit.advise import advise
+
+    try:
+        return advise(run)
+    except PipeauditError:
+        return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pipeaudit.advise.advise import Advice
 from pipeaudit.report.formatting import ms, pct
 
-_HEAD = ("#", "schedule", "v", "M", "step ms", "bubble", "peak MiB", "fits", "why")
+CANDIDATE_COLUMNS = ("#", "schedule", "v", "M", "step ms", "bubble", "peak MiB", "fits", "why")
 
 
 def _mib(x: int | None) -> str:
@@ -19,7 +19,7 @@ def _fits(x: bool | None) -> str:
     return "-" if x is None else ("yes" if x else "no")
 
 
-def _rows(a: Advice, top: int | None) -> list[list[str]]:
+def candidate_rows(a: Advice, top: int | None) -> list[list[str]]:
     shown = a.candidates if top is None else a.candidates[:top]
     return [[str(i + 1), c.schedule + (" (ran)" if c.measured else ""), str(c.chunks),
              str(c.microbatches), ms(c.predicted_step_time_us), pct(c.predicted_bubble),
@@ -40,7 +40,7 @@ _VHEAD = ("schedule", "v", "M", "predicted ms", "measured ms", "error", "calibra
           "pred MiB", "meas MiB", "mem error")
 
 
-def _summary(a: Advice) -> list[str]:
+def summary_lines(a: Advice) -> list[str]:
     m, c = a.measured, a.calibration
     out = [f"measured: {m['schedule']} v={m['chunks']} M={m['microbatches']}: step "
            f"{ms(m['step_time_us'])} ms, bubble {pct(m['bubble'])}, peak "
@@ -69,8 +69,8 @@ def _table(head, rows) -> list[str]:
 def render_advise_text(a: Advice, top: int | None = 10) -> str:
     """Plain text (ASCII) report."""
     out = ["pipeaudit advise  " + ", ".join(a.inputs[:2]) + (" ..." if len(a.inputs) > 2 else "")]
-    out += _summary(a) + ["", "candidates (fitting first, each group by predicted step time):"]
-    out += ["  " + line for line in _table(_HEAD, _rows(a, top))]
+    out += summary_lines(a) + ["", "candidates (fitting first, each group by predicted step time):"]
+    out += ["  " + line for line in _table(CANDIDATE_COLUMNS, candidate_rows(a, top))]
     if a.verified:
         out += ["", "verified by reruns:"] + ["  " + line for line in _table(_VHEAD, _verified_rows(a))]
     out += ["", "assumptions:"] + [f"  - {x}" for x in a.assumptions]
@@ -85,8 +85,8 @@ def render_advise_markdown(a: Advice, top: int | None = 10) -> str:
         return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + \
             ["| " + " | ".join(esc(x) for x in r) + " |" for r in rows]
 
-    out = ["# pipeaudit advise", ""] + [f"- {line.strip()}" for line in _summary(a)] + [""]
-    out += md(_HEAD, _rows(a, top))
+    out = ["# pipeaudit advise", ""] + [f"- {line.strip()}" for line in summary_lines(a)] + [""]
+    out += md(CANDIDATE_COLUMNS, candidate_rows(a, top))
     if a.verified:
         out += ["", "## Verified by reruns", ""] + md(_VHEAD, _verified_rows(a))
     out += ["", "## Assumptions", ""] + [f"- {x}" for x in a.assumptions]

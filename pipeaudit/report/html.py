@@ -207,8 +207,24 @@ def _json_for_script(data: dict[str, Any]) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_html(tl: Timeline, result: AuditResult, *, title: str | None = None) -> str:
-    """The self-contained HTML report of one run."""
+def _advise_section(advice) -> str:
+    """The ``advise`` table: what to run instead (empty without an advice)."""
+    if advice is None:
+        return ""
+    from pipeaudit.report.advise_text import CANDIDATE_COLUMNS, candidate_rows, summary_lines
+
+    lines = "".join(f"<li>{_e(line.strip())}</li>" for line in summary_lines(advice))
+    return ('<section id="advise-section"><h2>What to run instead</h2>'
+            '<p class="hint">Every candidate predicted from this run (pipeaudit advise: replayed '
+            'step time, bubble, peak memory from the [memory] events); the ones that fit the '
+            f'memory cap first, each group by predicted step time.</p><ul class="facts">{lines}'
+            f'</ul>{_table(list(CANDIDATE_COLUMNS), candidate_rows(advice, 10), "num")}</section>')
+
+
+def render_html(tl: Timeline, result: AuditResult, *, title: str | None = None,
+                advice=None) -> str:
+    """The self-contained HTML report of one run (``advice``: a :class:`pipeaudit.advise.Advice`
+    of it, shown as a table)."""
     title = title or "pipeaudit report"
     inputs = inputs_line(result.inputs)
     pipeline = result.pipeline_found
@@ -220,6 +236,7 @@ def render_html(tl: Timeline, result: AuditResult, *, title: str | None = None) 
         "findings": _findings(result),
         "stages": _stages_table(result) if pipeline else "<p>No stages.</p>",
         "ranks": _ranks_table(result),
+        "advise": _advise_section(advice),
         "notes": ("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in result.notes) + "</ul>")
         if result.notes else "<p>None.</p>",
         "version": _e(__version__),
@@ -231,9 +248,10 @@ def render_html(tl: Timeline, result: AuditResult, *, title: str | None = None) 
 
 
 def write_html(tl: Timeline, result: AuditResult, path: str, *, force: bool = False,
-               title: str | None = None) -> None:
+               title: str | None = None, advice=None) -> None:
     """Render the report and write it to ``path`` (atomically; refuses to overwrite unless forced)."""
     from pipeaudit.outfiles import refuse_overwrite, write_text_atomic
 
     refuse_overwrite(path, force=force)
-    write_text_atomic(path, render_html(tl, result, title=title), what="the HTML report")
+    write_text_atomic(path, render_html(tl, result, title=title, advice=advice),
+                      what="the HTML report")

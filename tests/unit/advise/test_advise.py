@@ -101,3 +101,13 @@ def test_rerun_config_keeps_the_heavy_layers():
                           "stage_layers": [2, 2, 2, 2]}, "/tmp/x", "interleaved-1f1b", 2, 8)
     # stage 1 held layers 2-3; with 8 stages of one layer they are stages 2 and 3
     assert cfg.imbalance == {2: 3, 3: 3} and cfg.batch_size == man["model"]["batch_size"]
+
+
+def test_the_html_report_gets_the_table(tmp_path):
+    from pipeaudit.report.html import render_html
+
+    run = pipeaudit.load(MEMORY_RUN)
+    page = render_html(run.timeline, run.audit(), advice=advise(run))
+    assert "What to run instead" in page and "gpipe" in page and "the configuration the run ran" in page
+    res = invoke("analyze", MEMORY_RUN, "--html", tmp_path / "r.html")
+    assert res.exit_code == 0 and "What to run instead" in (tmp_path / "r.html").read_text()

@@ -1,13 +1,18 @@
-"""How right is ``pipeaudit advise``? Real harness runs on this machine, predicted and rerun.
+"""How right is ``pipeaudit advise``? Real harness runs, predicted and rerun.
 
 For a balanced model and one with a 3x heavier stage (P=4, 8 layers, profile_memory), one
 measured run of 1F1B with M=8 is advised over GPipe, 1F1B, interleaved 1F1B (v=2) and ZBV with
-M in 2, 4, 8, 16 (the same global batch), and every candidate is rerun (``verify(every=True)``,
-an exhaustive sweep of the candidate space). Prints each candidate's predicted and measured step
-time (error raw and after the drift calibration) and peak memory, and the regret: the advised
-configuration's measured step time against the best measured one.
+M in 2, 4, 8, 16 (the same global batch), and every candidate is run: an exhaustive sweep of the
+candidate space, the measured configuration's rerun calibrating the machine's drift. Prints each
+candidate's predicted and measured step time (error raw and calibrated) and peak memory, and
+the regret: the advised configuration's measured step time against the best measured one.
 
-    python benchmarks/advise_accuracy.py --out /tmp/advise_bench [--steps 4] [--json out.json]
+    python benchmarks/advise_accuracy.py --out DIR              # make the runs, then read them
+    python benchmarks/advise_accuracy.py --out DIR --make-only  # the runs alone (harness, torch)
+    python benchmarks/advise_accuracy.py --out DIR --read-only [--json out.json]
+
+``--make-only`` needs only torch and the harness (no polars): it can run on a machine with one
+core per rank, and ``--read-only`` where the analysis is installed.
 """
 
 from __future__ import annotations
@@ -17,43 +22,89 @@ import json
 from pathlib import Path
 from statistics import median
 
-import pipeaudit
-from pipeaudit.advise import advise
-from pipeaudit.advise.verify import verify
-from pipeaudit.harness import ModelConfig, ProfileConfig, run_profile
-
 SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "zbv"]
 #: torch 2.13's split backward (ZBV's I/W) fails on the harness's heavier stage, whose blocks
 #: are one module applied three times ("backward through the graph a second time")
 SCHEDULES_IMBALANCED = ["gpipe", "1f1b", "interleaved-1f1b"]
 MICROBATCHES = [2, 4, 8, 16]
+MODELS = {"balanced": {}, "stage1x3": {1: 3}}
+P, LAYERS = 4, 8
 
 
-def one_model(out: Path, imbalance: dict[int, int], steps: int, hidden: int) -> dict:
-    base = out / "measured"
-    cfg = ProfileConfig(out=str(base), schedule="1f1b", stages=4, microbatches=8, steps=steps,
-                        model=ModelConfig(layers=8, hidden=hidden, batch_size=64),
-                        imbalance=imbalance, profile_memory=True, force=True, backend="gloo",
-                        device="cpu")
-    run_profile(cfg)
-    run = pipeaudit.load(base)
-    a = advise(run, schedules=SCHEDULES_IMBALANCED if imbalance else SCHEDULES,
-               microbatches=MICROBATCHES)
-    verify(a, run.timeline.manifest, str(out / "reruns"), 0, every=True,
-           on_start=lambda n: print(f"  rerun {n}", flush=True))
-    rows = a.verified
-    advised = a.best
-    got = {(v["schedule"], v["chunks"], v["microbatches"]): v for v in rows}
-    best = min(rows, key=lambda v: v["measured_step_time_us"])
-    chosen = got[(advised.schedule, advised.chunks, advised.microbatches)]
-    errs = [abs(v["error"]) for v in rows if not v["is_measured_configuration"]]
-    mem = [abs(v["memory_error"]) for v in rows if v["memory_error"] is not None]
-    return {"imbalance": imbalance, "rows": rows, "calibration": a.calibration,
-            "advised": [advised.schedule, advised.chunks, advised.microbatches],
-            "best_measured": [best["schedule"], best["chunks"], best["microbatches"]],
-            "regret": chosen["measured_step_time_us"] / best["measured_step_time_us"] - 1.0,
-            "max_abs_error": max(errs), "median_abs_error": median(errs),
-            "max_abs_memory_error": max(mem) if mem else None}
+def grid(imbalance: dict) -> list[tuple[str, int, int]]:
+    """Every (schedule, chunks, M) torch runs for the model."""
+    from pipeaudit.schedules.catalogue import CATALOGUE, HARNESS, config_problem
+
+    out = []
+    for name in SCHEDULES_IMBALANCED if imbalance else SCHEDULES:
+        v = CATALOGUE[name].fixed_chunks or 2
+        for m in MICROBATCHES:
+            if not config_problem(name, P, m, v, HARNESS):
+                out.append((name, v, m))
+    return out
+
+
+def make(out: Path, steps: int, hidden: int) -> None:
+    from pipeaudit.harness import HarnessError, ModelConfig, ProfileConfig, run_profile
+    from pipeaudit.harness.manifest import read_manifest
+    from pipeaudit.harness.rerun import harness_config
+
+    for model, imbalance in MODELS.items():
+        base = out / model / "measured"
+        run_profile(ProfileConfig(
+            out=str(base), schedule="1f1b", stages=P, microbatches=8, steps=steps,
+            model=ModelConfig(layers=LAYERS, hidden=hidden, batch_size=64), imbalance=imbalance,
+            profile_memory=True, force=True, backend="gloo", device="cpu"))
+        manifest = read_manifest(base)
+        for name, v, m in grid(imbalance):
+            print(f"{model}: {name} v={v} M={m}", flush=True)
+            try:
+                run_profile(harness_config(
+                    manifest, str(out / model / "reruns" / f"{name}_v{v}_m{m}"), name, v, m))
+            except HarnessError as exc:  # e.g. torch 2.11's ZBV over gloo
+                print(f"  failed: {str(exc).splitlines()[0][:160]}", flush=True)
+
+
+def read(out: Path) -> list[dict]:
+    import pipeaudit
+    from pipeaudit.advise import advise
+    from pipeaudit.advise.verify import measure_run, verified_row
+
+    results = []
+    for model, imbalance in MODELS.items():
+        run = pipeaudit.load(out / model / "measured")
+        a = advise(run, schedules=SCHEDULES_IMBALANCED if imbalance else SCHEDULES,
+                   microbatches=MICROBATCHES)
+        by_key = {(c.schedule, c.chunks, c.microbatches): c for c in a.candidates}
+        runs = {k: out / model / "reruns" / f"{k[0]}_v{k[1]}_m{k[2]}" for k in grid(imbalance)}
+        measured = {k: measure_run(str(d)) for k, d in runs.items()
+                    if (d / "manifest.json").exists()}
+        base_key = ("1f1b", 1, 8)
+        drift = measured[base_key]["step_time_us"] / a.measured["step_time_us"]
+        rows = [verified_row(by_key[k], got, "", drift) for k, got in measured.items()]
+        advised = a.best
+        best = min(rows, key=lambda v: v["measured_step_time_us"])
+        chosen = next(v for v in rows if (v["schedule"], v["chunks"], v["microbatches"]) ==
+                      (advised.schedule, advised.chunks, advised.microbatches))
+        errs = [abs(v["error"]) for v in rows if not v["is_measured_configuration"]]
+        mem = [abs(v["memory_error"]) for v in rows if v["memory_error"] is not None]
+        r = {"model": model, "rows": rows, "calibration": a.calibration, "drift": drift,
+             "advised": [advised.schedule, advised.chunks, advised.microbatches],
+             "best_measured": [best["schedule"], best["chunks"], best["microbatches"]],
+             "regret": chosen["measured_step_time_us"] / best["measured_step_time_us"] - 1.0,
+             "median_abs_error": median(errs), "max_abs_error": max(errs),
+             "max_abs_memory_error": max(mem) if mem else None}
+        results.append(r)
+        print(f"{model}:\n{'schedule':18} v  M   predicted ms  measured ms  error  calibrated  mem error")
+        for v in sorted(rows, key=lambda v: v["predicted_step_time_us"]):
+            me = "-" if v["memory_error"] is None else f"{v['memory_error']:+.1%}"
+            print(f"{v['schedule']:18} {v['chunks']}  {v['microbatches']:<3} "
+                  f"{v['predicted_step_time_us'] / 1000:12.1f} {v['measured_step_time_us'] / 1000:12.1f} "
+                  f"{v['error_raw']:+6.1%} {v['error']:+10.1%}  {me}")
+        print(f"advised {r['advised']}, best measured {r['best_measured']}, regret {r['regret']:+.1%}; "
+              f"|error| median {r['median_abs_error']:.1%}, max {r['max_abs_error']:.1%}; memory "
+              f"|error| max {r['max_abs_memory_error']:.1%}; drift {drift:.3f}")
+    return results
 
 
 def main() -> None:
@@ -61,26 +112,17 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--make-only", action="store_true")
+    ap.add_argument("--read-only", action="store_true")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--imbalanced-only", action="store_true")
     args = ap.parse_args()
-    results = []
-    for imbalance in ({1: 3},) if args.imbalanced_only else ({}, {1: 3}):
-        name = "balanced" if not imbalance else "stage1x3"
-        print(f"{name}:", flush=True)
-        r = one_model(Path(args.out) / name, imbalance, args.steps, args.hidden)
-        results.append(r)
-        print(f"{'schedule':18} v  M   predicted ms  measured ms  error  calibrated  mem error")
-        for v in r["rows"]:
-            me = "-" if v["memory_error"] is None else f"{v['memory_error']:+.1%}"
-            print(f"{v['schedule']:18} {v['chunks']}  {v['microbatches']:<3} "
-                  f"{v['predicted_step_time_us'] / 1000:12.1f} {v['measured_step_time_us'] / 1000:12.1f} "
-                  f"{v['error_raw']:+6.1%} {v['error']:+10.1%}  {me}")
-        print(f"advised {r['advised']}, best measured {r['best_measured']}, regret "
-              f"{r['regret']:+.1%}; |error| median {r['median_abs_error']:.1%}, max "
-              f"{r['max_abs_error']:.1%}; memory |error| max {r['max_abs_memory_error']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    out = Path(args.out)
+    if not args.read_only:
+        make(out, args.steps, args.hidden)
+    if not args.make_only:
+        results = read(out)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

@@ -10,58 +10,16 @@ harness did not make, :func:`how_to_run` says the exact change to make instead, 
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Callable
 
 from pipeaudit.advise.advise import Advice, Candidate
 from pipeaudit.errors import ConfigError
+from pipeaudit.harness.rerun import harness_config
 from pipeaudit.schedules.catalogue import CATALOGUE
 
 
-def harness_config(manifest: dict, out: str, schedule: str, chunks: int, microbatches: int):
-    """The harness configuration of the run in ``manifest`` with another schedule, chunks and
-    M, the same global batch; a heavier stage stays on the same layers."""
-    from pipeaudit.harness.config import ModelConfig, ProfileConfig
-
-    if manifest.get("tool") != "pipeaudit profile":
-        raise ConfigError("--verify reruns runs made by `pipeaudit profile`; for other runs "
-                          "make the change advise prints and hold it to the prediction with "
-                          "`pipeaudit advise --check BEFORE AFTER`")
-    fw = (manifest.get("framework") or {}).get("name", "torch")
-    world = manifest.get("world_size") or manifest.get("num_ranks")
-    if fw != "torch" or manifest.get("single_process") or world != manifest.get("num_ranks"):
-        raise ConfigError("--verify reruns one torch.distributed.pipelining pipeline of one "
-                          "process per rank; this run is not one")
-    model = dict(manifest["model"])
-    model.pop("microbatch_size", None)
-    old_layers = manifest["stage_layers"]
-    first_layer, acc = [], 0
-    for n in old_layers:
-        first_layer.append(acc)
-        acc += n
-    old_factor = {int(k): int(v) for k, v in (manifest.get("imbalance") or {}).items()}
-    cfg = ProfileConfig(
-        out=out, schedule=schedule, stages=manifest["num_ranks"], microbatches=microbatches,
-        chunks=chunks, steps=manifest["steps"], warmup_steps=manifest["warmup_steps"],
-        model=ModelConfig(**model), slow_ranks={int(k): int(v) for k, v in
-                                                (manifest.get("slow_ranks") or {}).items()},
-        step_marks=manifest.get("step_marks", True), profile_memory=manifest.get("profile_memory", False),
-        record_shapes=manifest.get("record_shapes", False), seed=manifest.get("seed", 0),
-        threads=manifest.get("threads", 1), backend="gloo", device="cpu", force=True)
-    if old_factor:
-        imbalance = {}
-        acc = 0
-        for s, n in enumerate(cfg.stage_layers):
-            owner = max(i for i, f in enumerate(first_layer) if f <= acc)
-            if old_factor.get(owner, 1) > 1:
-                imbalance[s] = old_factor[owner]
-            acc += n
-        cfg = dataclasses.replace(cfg, imbalance=imbalance)
-    return cfg.validate(check_out=False)
-
-
-def _measure(path: str) -> dict:
+def measure_run(path: str) -> dict:
     import pipeaudit
 
     res = pipeaudit.load(path).audit()
@@ -97,16 +55,16 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int,
                 raise
             failed.append(f"{name}: the rerun failed ({str(exc).splitlines()[0][:200]})")
             continue
-        rows.append((c, _measure(cfg.out), cfg.out))
+        rows.append((c, measure_run(cfg.out), cfg.out))
     drift = rows[0][1]["step_time_us"] / m["step_time_us"]
-    advice.verified = [_row(c, got, path, drift) for c, got, path in rows]
+    advice.verified = [verified_row(c, got, path, drift) for c, got, path in rows]
     advice.notes.extend(failed)
     advice.notes.append(f"machine speed drift since the run: the measured configuration's rerun "
                         f"took {drift:.3f}x its original step time; calibrated errors divide it out")
     return advice
 
 
-def _row(c: Candidate, got: dict, path: str, drift: float) -> dict:
+def verified_row(c: Candidate, got: dict, path: str, drift: float) -> dict:
     pred = c.predicted_step_time_us
     meas = got["step_time_us"]
     pm, mm = c.predicted_peak_memory_bytes, got["peak_memory_bytes"]
@@ -153,6 +111,6 @@ def check(advice_before: Advice, after) -> dict:
     peaks = [r.peak_allocated_bytes for r in res.ranks if r.peak_allocated_bytes]
     got = {"step_time_us": res.step_time_us, "bubble": res.bubble.measured,
            "peak_memory_bytes": max(peaks) if peaks else None}
-    row = _row(cand, got, ",".join(after.timeline.inputs[:1]), 1.0)
+    row = verified_row(cand, got, ",".join(after.timeline.inputs[:1]), 1.0)
     row.pop("error")
     return row

@@ -43,7 +43,7 @@ from typing import Any
 
 from pipeaudit.errors import ConfigError, TraceError
 
-from pipeaudit.prestart import (  # noqa: F401 (PRELOAD: tests)
+from pipeaudit.trace.pool import (  # noqa: F401 (PRELOAD: tests)
     HELP_MAX_ITEMS, PRELOAD, cores, new_pool, pool_shape, take_pool,
 )
 

@@ -37,7 +37,7 @@ from pipeaudit.trace.clock import clock_warnings
 from pipeaudit.trace.cut import align_steps
 from pipeaudit.trace.decode import decode_file
 from pipeaudit.trace.discover import discover
-from pipeaudit.prestart import POOL_MIN_JSON_BYTES, workers_and_pool  # noqa: F401 (API)
+from pipeaudit.trace.pool import POOL_MIN_JSON_BYTES, workers_and_pool  # noqa: F401 (API)
 from pipeaudit.trace.executor import Executor, cpu_count, parse_executor, run_tasks
 from pipeaudit.trace import readahead
 from pipeaudit.trace.header import SharedHeaderValues
@@ -66,7 +66,7 @@ def _estimated_json_bytes(files: Sequence[Path]) -> int:
 def use_pool(files: Sequence[Path], jobs: int | None, json_bytes: int | None = None, *,
              processes: bool = False) -> tuple[int, bool]:
     """(workers, whether a local pool pays) for ``jobs`` as :func:`load_traces` reads it
-    (:func:`pipeaudit.prestart.workers_and_pool`); ``json_bytes``: the files' estimated JSON
+    (:func:`pipeaudit.trace.pool.workers_and_pool`); ``json_bytes``: the files' estimated JSON
     bytes, when the caller has them already; ``processes``: the ``processes`` executor."""
     if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")

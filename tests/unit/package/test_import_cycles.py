@@ -142,3 +142,14 @@ def test_no_import_cycles() -> None:
     assert not in_trace, f"import cycles in pipeaudit.trace: {in_trace}"
     unknown = [sorted(c) for c in found if c not in KNOWN_CYCLES]
     assert not unknown, f"new import cycles: {unknown}"
+
+
+def test_the_trace_layer_does_not_reach_up_to_the_start_up() -> None:
+    """The pool is the trace layer's (trace/pool.py); the command's start-up
+    (``pipeaudit.prestart``) and the CLI use it, never the other way round."""
+    graph = import_graph()
+    assert "pipeaudit.trace.pool" in graph["pipeaudit.prestart"]
+    for name, targets in graph.items():
+        if name.startswith("pipeaudit.trace"):
+            up = {t for t in targets if t == "pipeaudit.prestart" or t.startswith("pipeaudit.cli")}
+            assert not up, f"{name} imports {sorted(up)}"

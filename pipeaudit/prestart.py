@@ -2,11 +2,12 @@
 first rank (:func:`start_early`).
 
 The local pool (:mod:`pipeaudit.trace.pool`) needs its workers to import polars, numpy,
-msgspec and pipeaudit (about 0.5-0.7 s). Started at the top of a command (:func:`maybe_prestart`), that import runs on another core
-while the command imports the same modules itself, instead of after it (the first task,
-which waits for it, is submitted from a thread); ``run_pool`` then takes the started pool
-(:func:`pipeaudit.trace.pool.take_pool`). :func:`start_early` also starts reading the rank this process decodes
-first (:mod:`pipeaudit.trace.readahead`). This module imports nothing heavy (not even
+msgspec and pipeaudit (about 0.5-0.7 s). Started at the top of a command
+(:func:`maybe_prestart`), that import runs on another core while the command imports the same
+modules itself, instead of after it (the first task, which waits for it, is submitted from a
+thread); ``run_pool`` then takes the started pool (:func:`pipeaudit.trace.pool.take_pool`).
+:func:`start_early` also starts reading the rank this process decodes first
+(:mod:`pipeaudit.trace.readahead`). This module imports nothing heavy (not even
 multiprocessing until a pool starts), and starts the pool only when the run will use it
 (:func:`pipeaudit.trace.pool.workers_and_pool`, which :func:`pipeaudit.trace.load.use_pool`
 asks again later). The pool itself is :mod:`pipeaudit.trace.pool`'s: this module only starts
@@ -74,8 +75,7 @@ def _json_bytes(path: str) -> int | None:
 class Plan:
     """How a local run of some files will go, guessed before anything heavy is imported
     (:func:`pipeaudit.trace.pool.workers_and_pool`, which :func:`pipeaudit.trace.load.use_pool`
-asks again later). The pool itself is :mod:`pipeaudit.trace.pool`'s: this module only starts
-it early, so that the trace layer never imports the CLI's start-up."""
+    asks again later)."""
 
     files: list[tuple[str, int]]  # (trace file, JSON bytes)
     workers: int

@@ -20,9 +20,13 @@ from pipeaudit.schedules.catalogue import CATALOGUE
 
 
 def measure_run(path: str) -> dict:
+    """What a rerun measured: step time, bubble, peak memory (largest rank), schedule."""
     import pipeaudit
 
-    res = pipeaudit.load(path).audit()
+    return _measured(pipeaudit.load(path).audit())
+
+
+def _measured(res) -> dict:
     peaks = [r.peak_allocated_bytes for r in res.ranks if r.peak_allocated_bytes]
     return {"step_time_us": res.step_time_us, "bubble": res.bubble.measured,
             "peak_memory_bytes": max(peaks) if peaks else None, "schedule": res.schedule}
@@ -108,9 +112,6 @@ def check(advice_before: Advice, after) -> dict:
     if cand is None:
         raise ConfigError(f"the second run ({key[0]}, v={key[1]}, M={key[2]}) is not among the "
                           "candidates predicted from the first")
-    peaks = [r.peak_allocated_bytes for r in res.ranks if r.peak_allocated_bytes]
-    got = {"step_time_us": res.step_time_us, "bubble": res.bubble.measured,
-           "peak_memory_bytes": max(peaks) if peaks else None}
-    row = verified_row(cand, got, ",".join(after.timeline.inputs[:1]), 1.0)
+    row = verified_row(cand, _measured(res), ",".join(after.timeline.inputs[:1]), 1.0)
     row.pop("error")
     return row

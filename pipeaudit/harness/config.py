@@ -20,7 +20,8 @@ from pipeaudit.harness.plans import SINGLE_PROCESS_SCHEDULES
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
-#: Whose pipeline engine runs the stages: torch.distributed.pipelining or DeepSpeed's PipelineEngine.
+#: Whose pipeline engine runs the stages: torch.distributed.pipelining, DeepSpeed's
+#: PipelineEngine or Megatron-core's schedules.
 FRAMEWORKS = ("torch", "deepspeed", "megatron")
 #: The schedules each framework other than torch runs (its own implementation of them).
 FRAMEWORK_SCHEDULES = {"deepspeed": ("1f1b",), "megatron": ("1f1b", "interleaved-1f1b")}
@@ -58,7 +59,7 @@ class ProfileConfig:
 
     out: str
     schedule: str = "1f1b"
-    framework: str = "torch"  #: torch (torch.distributed.pipelining) or deepspeed (PipelineEngine)
+    framework: str = "torch"  #: one of FRAMEWORKS
     stages: int = 2  #: P, the number of ranks of one pipeline (stages per device with single_process)
     microbatches: int = 4  #: M
     chunks: int | None = None  #: v, stages per rank; None: the schedule's default

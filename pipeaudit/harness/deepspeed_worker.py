@@ -26,12 +26,11 @@ from torch import nn
 from torch.profiler import record_function
 
 from pipeaudit.harness.config import ProfileConfig
-from pipeaudit.harness.faults import faults_from_env, maybe_inject
-from pipeaudit.harness.framework_run import finish_framework_run, place_framework_rank
+from pipeaudit.harness.faults import maybe_inject
+from pipeaudit.harness.framework_run import finish_framework_run, start_framework_rank
 from pipeaudit.harness.model import Block, loss_fn, make_batch
 from pipeaudit.harness.plans import single_stage_rank_actions
 from pipeaudit.harness.profiling import run_steps
-from pipeaudit.harness.status import Reporter
 
 
 class RepeatedBlock(nn.Module):
@@ -134,11 +133,8 @@ def annotate_engine(engine, stage: int) -> list[int]:
 def run_deepspeed_rank(config: ProfileConfig, rank: int, world_size: int, local_rank: int,
                        local_world_size: int, launcher: str, status_dir: str | None = None) -> dict | None:
     """Run one DeepSpeed rank to completion; rank 0 writes and returns the manifest."""
-    rep = Reporter(status_dir, rank)
-    rep.phase("init")
-    faults = faults_from_env()
-    torch.set_num_threads(config.threads)
-    place = place_framework_rank(config, local_rank, local_world_size)
+    rep, faults, place = start_framework_rank(config, rank, local_rank, local_world_size,
+                                              status_dir)
     if not place.use_cuda:
         os.environ["DS_ACCELERATOR"] = "cpu"
     import deepspeed

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from pipeaudit.harness.config import ProfileConfig
+from pipeaudit.harness.faults import faults_from_env
 from pipeaudit.harness.manifest import build_manifest, write_manifest
 from pipeaudit.harness.status import Reporter
 
@@ -22,6 +23,18 @@ class Placement:
     backend: str
     device: torch.device
     description: str
+
+
+def start_framework_rank(config: ProfileConfig, rank: int, local_rank: int,
+                         local_world_size: int, status_dir: str | None
+                         ) -> tuple[Reporter, dict, Placement]:
+    """The start every framework rank makes: its status reporter (phase "init"), the faults
+    to inject, its intra-op threads and where it computes."""
+    rep = Reporter(status_dir, rank)
+    rep.phase("init")
+    faults = faults_from_env()
+    torch.set_num_threads(config.threads)
+    return rep, faults, place_framework_rank(config, local_rank, local_world_size)
 
 
 def place_framework_rank(config: ProfileConfig, local_rank: int, local_world_size: int) -> Placement:

@@ -36,11 +36,10 @@ from torch.profiler import record_function
 
 from pipeaudit.harness.catalog import stage_to_rank
 from pipeaudit.harness.config import ProfileConfig
-from pipeaudit.harness.faults import faults_from_env, maybe_inject
-from pipeaudit.harness.framework_run import finish_framework_run, place_framework_rank
+from pipeaudit.harness.faults import maybe_inject
+from pipeaudit.harness.framework_run import finish_framework_run, start_framework_rank
 from pipeaudit.harness.model import StageModule, build_stage_module, make_batch
 from pipeaudit.harness.profiling import run_steps
-from pipeaudit.harness.status import Reporter
 from pipeaudit.schedules import build_schedule
 
 
@@ -130,11 +129,8 @@ def annotate_schedules(rank_chunks: list[int]) -> None:
 def run_megatron_rank(config: ProfileConfig, rank: int, world_size: int, local_rank: int,
                       local_world_size: int, launcher: str, status_dir: str | None = None) -> dict | None:
     """Run one Megatron-core rank to completion; rank 0 writes and returns the manifest."""
-    rep = Reporter(status_dir, rank)
-    rep.phase("init")
-    faults = faults_from_env()
-    torch.set_num_threads(config.threads)
-    place = place_framework_rank(config, local_rank, local_world_size)
+    rep, faults, place = start_framework_rank(config, rank, local_rank, local_world_size,
+                                              status_dir)
     use_cuda, device = place.use_cuda, place.device
     Path(config.out).mkdir(parents=True, exist_ok=True)
     dist.init_process_group(place.backend, rank=rank, world_size=world_size,

@@ -114,6 +114,7 @@ def run_rank(
     params = [p for m in pipe.modules for p in m.parameters()]
     optimizer = torch.optim.SGD(params, lr=1e-3)
     x, y = make_batch(config, device, replica=place.replica)
+    on_gpu = device_type == "cuda" or compute_device is not None
     holds_first = any(st.is_first for st in pipe.stages)
     holds_last = any(st.is_last for st in pipe.stages)
 
@@ -125,12 +126,11 @@ def run_rank(
         kwargs = {"target": y} if holds_last else {}
         pipe.schedule.step(*args, **kwargs)
         optimizer.step()
-        if device_type == "cuda" or compute_device is not None:
+        if on_gpu:
             torch.cuda.synchronize(compute_device or device)
         return time.perf_counter() - t0
 
-    warmup_wall, step_wall = run_steps(config, rank, rep, train_step,
-                                       device_type == "cuda" or compute_device is not None)
+    warmup_wall, step_wall = run_steps(config, rank, rep, train_step, on_gpu)
 
     rep.phase("finish")
     dist.barrier()

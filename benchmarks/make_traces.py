@@ -20,6 +20,14 @@ Sets (``benchmarks/data/<name>/rank{r}.json.gz`` + ``manifest.json``):
 * ``large_r8``: 8 ranks of 104 steps (about 200 MB per rank, 1.6 GB of JSON): how
   ``--jobs`` scales once the per-rank work outweighs the fixed cost of a run.
 
+The dense sets are profiled as most users profile: no ``--record-shapes``, so a trace is
+many small events (about 4,000 per MB against 2,600):
+
+* ``dense_x4``: interleaved 1F1B (v = 2, two blocks per stage), 4 ranks, 37 steps (about
+  100 MB per rank), with torch's own ``PP:`` action spans.
+* ``dense_plain``: 1F1B without any annotation (``--no-annotate``), 4 ranks, 77 steps
+  (about 100 MB per rank): the un-annotated inference's input.
+
 A set that already exists (its manifest is there) is skipped; ``--force`` remakes it.
 On this 2-core machine all sets take about 20-25 minutes (``large_r8`` about 10).
 """
@@ -46,25 +54,34 @@ SETS: dict[str, tuple[int, int]] = {
     "ranks_2": (2, 26),
     "ranks_8": (8, 26),
     "large_r8": (8, 104),
+    "dense_x4": (4, 37),
+    "dense_plain": (4, 77),
+}
+
+#: the dense sets' schedule options (no --record-shapes)
+DENSE: dict[str, list[str]] = {
+    "dense_x4": ["--schedule", "interleaved-1f1b", "--chunks", "2"],
+    "dense_plain": ["--schedule", "1f1b", "--no-annotate"],
 }
 
 
-def profile_args(ranks: int, steps: int) -> list[str]:
+def profile_args(name: str) -> list[str]:
     """The ``pipeaudit profile`` options of a set (two blocks per stage)."""
-    return ["--schedule", "1f1b", "-P", str(ranks), "-M", "16", "--steps", str(steps),
-            "--record-shapes", "--layers", str(2 * ranks), "--hidden", "64", "--seq-len", "16",
-            "--timeout", "3000"]
+    ranks, steps = SETS[name]
+    shape = DENSE.get(name, ["--schedule", "1f1b", "--record-shapes"])
+    stages = ranks * (2 if "--chunks" in shape else 1)
+    return [*shape, "-P", str(ranks), "-M", "16", "--steps", str(steps),
+            "--layers", str(2 * stages), "--hidden", "64", "--seq-len", "16", "--timeout", "3000"]
 
 
 def make(name: str, out_root: Path, force: bool) -> None:
-    ranks, steps = SETS[name]
     out = out_root / name
     if (out / "manifest.json").exists() and not force:
         print(f"{name}: exists, skipped ({out})", file=sys.stderr)
         return
     if out.exists():
         shutil.rmtree(out)
-    cmd = [sys.executable, "-m", "pipeaudit", "profile", *profile_args(ranks, steps), "--out", str(out)]
+    cmd = [sys.executable, "-m", "pipeaudit", "profile", *profile_args(name), "--out", str(out)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
@@ -81,8 +98,8 @@ def main() -> None:
     ap.add_argument("--list", action="store_true", help="print the sets and exit")
     args = ap.parse_args()
     if args.list:
-        for name, (ranks, steps) in SETS.items():
-            print(f"{name:8} pipeaudit profile {' '.join(profile_args(ranks, steps))}")
+        for name in SETS:
+            print(f"{name:11} pipeaudit profile {' '.join(profile_args(name))}")
         return
     for name in args.sets or list(SETS):
         if name not in SETS:

@@ -379,7 +379,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs per measurement; the fastest is kept")
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON"),
                     help="python of an environment with HolisticTraceAnalysis installed")
-    ap.add_argument("--quick", action="store_true", help="only the main comparison on size_x4")
+    ap.add_argument("--quick", action="store_true",
+                    help="only the main comparison (floor, analyze, HTA) of each set in --sets")
+    ap.add_argument("--sets", default="size_x4,dense_x4,dense_plain",
+                    help="the sets compared side by side (default: the record_shapes set and the two dense ones)")
     ap.add_argument("--jobs-only", action="store_true", help="only the --jobs scaling table")
     ap.add_argument("--baseline", default=None,
                     help="a pipeaudit source tree (e.g. from git archive) to time as 'baseline'")
@@ -393,39 +396,14 @@ def main() -> None:
         jobs_scaling(args.data, args.repeat, say)
         _finish(args.out, lines, say, ticks0)
         return
-    main_set = args.data / "size_x4"
-    if not main_set.is_dir():
-        sys.exit(f"{main_set} missing: run python benchmarks/make_traces.py first")
-    total, largest, ranks = json_bytes(main_set)
-    say(f"## Main comparison: size_x4 ({ranks} ranks, {total / 1e6:.0f} MB JSON, largest rank {largest / 1e6:.0f} MB)")
-    say()
-    say(HEADER)
-    methods = ["floor", "floor-zlib", "decode-scan", "baseline", "analyze-msgspec", "analyze", "analyze-j1",
-               "analyze-j2", "hta-load", "hta-breakdown"]
-    results = best_of_many(methods, main_set, args.repeat, args.hta_python)
-    for m in methods:
-        say(row("size_x4", m, results[m], total / 1e6, largest / 1e6))
-    say()
-    if results.get("analyze") and "failed" not in results["analyze"]:
-        a = results["analyze"]
-        f = results.get("floor")
-        h = results.get("hta-load")
-        if f and "failed" not in f:
-            say(f"analyze / floor wall: {a['wall_s'] / f['wall_s']:.2f}x")
-        if h and "failed" not in h:
-            say(f"HTA load / analyze wall: {h['wall_s'] / a['wall_s']:.1f}x")
-        if a.get("starts_s"):
-            say("analyze start phase (process start to the first byte read): "
-                + ", ".join(f"{s:.2f}" for s in a["starts_s"]) + f" s; best {a['start_s']:.2f} s")
-        j1, j2 = results.get("analyze-j1"), results.get("analyze-j2")
-        if j1 and j2 and "failed" not in j1 and "failed" not in j2:
-            phase = (f" (ranks phase alone: {j1['ranks_s'] / j2['ranks_s']:.2f}x)"
-                     if j1.get("ranks_s") and j2.get("ranks_s") else "")
-            say(f"jobs=1 / jobs=2 wall: {j1['wall_s'] / j2['wall_s']:.2f}x{phase}")
-        say(f"RSS budget 200 MB + 3 x largest rank JSON = {200 + 3 * largest / 1e6:.0f} MB; analyze: "
-            f"peak PSS sum {a['peak_pss_mb']:.0f} MB, RSS sum {a['peak_sum_mb']:.0f} MB, largest "
-            f"process {a['peak_rss_mb']:.0f} MB")
-        say()
+    sets = [name.strip() for name in args.sets.split(",") if name.strip()]
+    missing = [name for name in sets if not (args.data / name).is_dir()]
+    if missing:
+        sys.exit(f"{', '.join(missing)} missing: run python benchmarks/make_traces.py {' '.join(missing)} first")
+    summary = []
+    for name in sets:
+        summary.append(compare(name, args.data / name, args.repeat, args.hta_python, say, args.quick))
+    shapes_table(summary, say)
     if args.quick:
         _finish(args.out, lines, say, ticks0)
         return
@@ -448,6 +426,70 @@ def main() -> None:
         say()
     jobs_scaling(args.data, args.repeat, say)
     _finish(args.out, lines, say, ticks0)
+
+
+#: every method of the full comparison; --quick keeps the floor, analyze and HTA's load
+METHODS = ["floor", "floor-zlib", "decode-scan", "baseline", "analyze-msgspec", "analyze", "analyze-j1",
+           "analyze-j2", "hta-load", "hta-breakdown"]
+QUICK_METHODS = ["floor", "decode-scan", "baseline", "analyze", "hta-load"]
+
+
+def compare(name: str, d: Path, repeat: int, hta_python: str | None, say, quick: bool) -> dict:
+    """One set's comparison table; returns the figures the shapes table reads."""
+    total, largest, ranks = json_bytes(d)
+    say(f"## {name} ({ranks} ranks, {total / 1e6:.0f} MB JSON, largest rank {largest / 1e6:.0f} MB)")
+    say()
+    say(HEADER)
+    methods = QUICK_METHODS if quick else METHODS
+    results = best_of_many(methods, d, repeat, hta_python)
+    for m in methods:
+        say(row(name, m, results[m], total / 1e6, largest / 1e6))
+    say()
+    a = results.get("analyze")
+    if a and "failed" not in a:
+        if a.get("starts_s"):
+            say("analyze start phase (process start to the first byte read): "
+                + ", ".join(f"{s:.2f}" for s in a["starts_s"]) + f" s; best {a['start_s']:.2f} s")
+        j1, j2 = results.get("analyze-j1"), results.get("analyze-j2")
+        if j1 and j2 and "failed" not in j1 and "failed" not in j2:
+            phase = (f" (ranks phase alone: {j1['ranks_s'] / j2['ranks_s']:.2f}x)"
+                     if j1.get("ranks_s") and j2.get("ranks_s") else "")
+            say(f"jobs=1 / jobs=2 wall: {j1['wall_s'] / j2['wall_s']:.2f}x{phase}")
+        say()
+    return {"set": name, "mb": total / 1e6, "largest_mb": largest / 1e6, "events": _events(results),
+            **{m: results.get(m) for m in ("floor", "analyze", "hta-load")}}
+
+
+def _events(results: dict) -> int | None:
+    """Events in the set (the floor prints how many it decoded)."""
+    f = results.get("floor")
+    try:
+        return int(f["stdout"].split()[-1]) if f and "failed" not in f else None
+    except (ValueError, IndexError):
+        return None
+
+
+def _ok(r: dict | None) -> bool:
+    return r is not None and "failed" not in r
+
+
+def shapes_table(summary: list[dict], say) -> None:
+    """The sets side by side: analyze against the floor and HTA, memory against its limit."""
+    say("## The shapes side by side")
+    say()
+    say("| set | JSON MB | events per MB | floor s | analyze s | analyze / floor | HTA load s | "
+        "HTA / analyze | largest process MB | limit MB (200 + 3x largest file) |")
+    say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for s in summary:
+        f, a, h = s["floor"], s["analyze"], s["hta-load"]
+        cells = [s["set"], f"{s['mb']:.0f}", f"{s['events'] / s['mb']:.0f}" if s["events"] else "",
+                 f"{f['wall_s']:.2f}" if _ok(f) else "", f"{a['wall_s']:.2f}" if _ok(a) else "",
+                 f"{a['wall_s'] / f['wall_s']:.2f}x" if _ok(a) and _ok(f) else "",
+                 f"{h['wall_s']:.2f}" if _ok(h) else "(not run)",
+                 f"{h['wall_s'] / a['wall_s']:.1f}x" if _ok(a) and _ok(h) else "",
+                 f"{a['peak_rss_mb']:.0f}" if _ok(a) else "", f"{200 + 3 * s['largest_mb']:.0f}"]
+        say("| " + " | ".join(cells) + " |")
+    say()
 
 
 JOBS_SETS = ["size_x4", "ranks_8", "large_r8"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import polars as pl
@@ -84,6 +85,14 @@ def pipeline_thread(ops: RankOps) -> str | None:
 def infer_actions(ops: RankOps, stage: int, split: bool = True) -> Inferred:
     """F/B action spans of one rank (one stage per rank), inferred from its ops. ``split``:
     whether a backward block that is one sequence k times over may be k backwards."""
+    try:
+        return _infer(ops, stage, split)
+    finally:  # the op sequences seen are this rank's: not kept past its reading
+        _primitive.cache_clear()
+        _bag.cache_clear()
+
+
+def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
     empty = Inferred(pl.DataFrame(schema=SPAN_SCHEMA), 0, 0, "none")
     tid = pipeline_thread(ops)
     if tid is None or not bool(ops.cpu_ops["p2p"].any()):
@@ -104,7 +113,7 @@ def infer_actions(ops: RankOps, stage: int, split: bool = True) -> Inferred:
     cls[p2p & send] = _SEND
     cls[p2p & ~send] = _RECV
     cls[_inside(starts, _excluded_spans(ops, tid))] = _EXCLUDED
-    _, codes = np.unique(seq["name"].to_numpy(), return_inverse=True)
+    codes = _name_codes(seq["name"])
     busy = ends - starts
 
     blocks = _blocks(cls)
@@ -149,38 +158,35 @@ def _inside(points: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndar
     return ok
 
 
+def _name_codes(names: pl.Series) -> np.ndarray:
+    """Each op name's rank among the distinct names (sorted), as ``np.unique``'s inverse."""
+    return (names.rank("dense").to_numpy() - 1).astype(np.int64)
+
+
 def _blocks(cls: np.ndarray) -> list[tuple[int, int]]:
     """Maximal runs of backward or of other compute ops: (first index, last index).
 
     Point-to-point ops and excluded ops end a run; collectives do not (tensor-parallel
     all-reduces run inside a forward or a backward) and belong to the run around them."""
-    out: list[tuple[int, int]] = []
-    kind = start = last = -1
-    for i in range(cls.size):
-        c = int(cls[i])
-        if c == _COMM:
-            continue
-        if c == kind:
-            last = i
-            continue
-        if kind >= 0:
-            out.append((start, last))
-            kind = -1
-        if c in (_COMPUTE, _BACKWARD):
-            kind, start, last = c, i, i
-    if kind >= 0:
-        out.append((start, last))
-    return out
+    at = np.flatnonzero(cls != _COMM)  # collectives neither end nor extend a run
+    if at.size == 0:
+        return []
+    kinds = cls[at]
+    first = np.flatnonzero(np.concatenate(([True], kinds[1:] != kinds[:-1])))
+    last = np.concatenate((first[1:], [kinds.size])) - 1
+    runs = (kinds[first] == _COMPUTE) | (kinds[first] == _BACKWARD)
+    return list(zip(at[first[runs]].tolist(), at[last[runs]].tolist()))
 
 
 def _modal(blocks: list[tuple[int, int]], codes: np.ndarray) -> tuple | None:
     """The commonest op sequence among the blocks' primitive roots (None if no block)."""
     if not blocks:
         return None
-    counts = Counter(_primitive(tuple(codes[a:b + 1])) for a, b in blocks)
+    counts = Counter(_primitive(tuple(codes[a:b + 1].tolist())) for a, b in blocks)
     return counts.most_common(1)[0][0]
 
 
+@lru_cache(maxsize=4096)
 def _primitive(seq: tuple) -> tuple:
     """The shortest ``u`` such that ``seq`` is ``u`` repeated (``seq`` itself if none)."""
     n = len(seq)
@@ -229,7 +235,7 @@ def _split_repeats(blocks: list[tuple[int, int]], codes: np.ndarray) -> list[tup
     out = []
     for a, b in blocks:
         length = b - a + 1
-        if length > n and length % n == 0 and _primitive(tuple(codes[a:b + 1])) == unit:
+        if length > n and length % n == 0 and _primitive(tuple(codes[a:b + 1].tolist())) == unit:
             out.extend((a + j * n, a + (j + 1) * n - 1) for j in range(length // n))
         else:
             out.append((a, b))
@@ -244,7 +250,7 @@ def _occurrences(unit: tuple, blocks: list[tuple[int, int]], codes: np.ndarray) 
     for a, b in blocks:
         i = a
         while i + n - 1 <= b:
-            if codes[i] == first and tuple(codes[i:i + n]) == unit:
+            if codes[i] == first and tuple(codes[i:i + n].tolist()) == unit:
                 out.append((i, i + n - 1))
                 i += n
             else:
@@ -265,14 +271,16 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
     if wanted == 0 or not blocks:
         return [], "none"
 
+    done = np.concatenate(([0], np.cumsum(busy)))
+
     def work(block: tuple[int, int]) -> int:
-        return int(busy[block[0]:block[1] + 1].sum())
+        return int(done[block[1] + 1] - done[block[0]])
 
     largest = sorted(blocks, key=lambda b: (-work(b), b[0]))[:wanted]
     best: tuple[int, list[tuple[int, int]]] | None = None
-    candidates = {_primitive(tuple(codes[a:b + 1])) for a, b in largest}
-    candidates |= {tuple(codes[a:b + 1]) for a, b in largest}  # a forward of repeated layers
-    candidates |= {u for u in (_tandem_unit(tuple(codes[a:b + 1])) for a, b in largest[:8]
+    candidates = {_primitive(tuple(codes[a:b + 1].tolist())) for a, b in largest}
+    candidates |= {tuple(codes[a:b + 1].tolist()) for a, b in largest}  # a forward of repeated layers
+    candidates |= {u for u in (_tandem_unit(tuple(codes[a:b + 1].tolist())) for a, b in largest[:8]
                                if b - a < TANDEM_MAX_OPS) if u}
     for unit in candidates:
         found = _occurrences(unit, blocks, codes)
@@ -319,7 +327,7 @@ def _similar_blocks(blocks: list[tuple[int, int]], backward: list[tuple[int, int
     wanted = len(backward)
     by_bag: dict[frozenset, list[tuple[int, int]]] = {}
     for blk in blocks:
-        by_bag.setdefault(frozenset(Counter(codes[blk[0]:blk[1] + 1].tolist()).items()), []).append(blk)
+        by_bag.setdefault(_bag(tuple(codes[blk[0]:blk[1] + 1].tolist())), []).append(blk)
     families: list[tuple[Counter, list[tuple[int, int]]]] = []
     for key, members in sorted(by_bag.items(), key=lambda kv: -sum(work(b) for b in kv[1])):
         bag = Counter(dict(key))
@@ -355,6 +363,12 @@ def _family_unions(families: list[list[tuple[int, int]]], wanted: int):
         for combo in combinations(fams, k):
             if sum(len(f) for f in combo) == wanted:
                 yield [b for f in combo for b in f]
+
+
+@lru_cache(maxsize=4096)
+def _bag(seq: tuple) -> frozenset:
+    """The multiset of an op sequence, as a hashable set of (op, count)."""
+    return frozenset(Counter(seq).items())
 
 
 def _jaccard(a: Counter, b: Counter) -> float:

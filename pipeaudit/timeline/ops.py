@@ -100,7 +100,7 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
         events = events.filter(pl.col("ph") == "X")  # decoded traces hold only X events
     x = events.with_columns(
         start=pl.col("ts"), end=pl.col("ts") + pl.col("dur"),
-        _lifetime=pl.col("name").str.contains(r"^(gloo|nccl):"),
+        _lifetime=pl.col("name").str.starts_with("gloo:") | pl.col("name").str.starts_with("nccl:"),
         external_id=_col(events, "external_id", pl.Int64()),
     )
     cats = x.get_column("cat")

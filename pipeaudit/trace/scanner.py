@@ -130,7 +130,7 @@ def _flags(name: str, mask: bytes) -> pl.Series:
     import numpy as np
     import polars as pl
 
-    return pl.Series(name, np.frombuffer(mask, dtype=np.uint8).astype(bool), dtype=pl.Boolean)
+    return pl.Series(name, np.frombuffer(mask, dtype=np.uint8).view(bool), dtype=pl.Boolean)
 
 
 def _nullable(name: str, values: bytes, mask: bytes, *, missing: bool = False) -> pl.Series:
@@ -140,8 +140,9 @@ def _nullable(name: str, values: bytes, mask: bytes, *, missing: bool = False) -
     import polars as pl
 
     series = pl.Series(name, np.frombuffer(values, dtype=np.int64), dtype=pl.Int64)
-    flags = np.frombuffer(mask, dtype=np.uint8).astype(bool)
-    null = flags if missing else ~flags
-    if not null.any():
+    flags = np.frombuffer(mask, dtype=np.uint8).view(bool)  # the scanner writes 0 or 1
+    valid = ~flags if missing else flags
+    if valid.all():
         return series
-    return series.scatter(np.flatnonzero(null), None)
+    # one vectorised pass (a scatter of the null positions costs as much per null)
+    return pl.select(pl.when(pl.Series(valid)).then(series).alias(name)).to_series()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.advise.memory import predicted_peaks, rank_memory
 from pipeaudit.errors import ConfigError, ScheduleError
+from pipeaudit.explain.layers import layer_shares, manifest_layers
 from pipeaudit.explain.whatif import Changes, whatif
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, canonical_name
 from pipeaudit.schedules.catalogue import CATALOGUE, HARNESS, config_problem
@@ -118,8 +119,8 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     if M0 not in ms:
         ms.append(M0)
     positions = {r: tl.layout.position(r)[1] for r in tl.layout.ranks if tl.layout.position(r)}
-    measured_sched = build_schedule(ran, P, M0, v0 if v0 > 1 else None)
-    memory = rank_memory(tl, {r: measured_sched.orders[p] for r, p in positions.items()}, v0)
+    memory = rank_memory(tl)
+    old_layers = manifest_layers(tl.manifest, result.num_stages)
     notes = []
     if memory is None:
         notes.append("no [memory] events in the traces (profile with profile_memory=True): "
@@ -148,8 +149,9 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                 pred = whatif(tl, Changes(schedule=name, chunks=v, microbatches=m), result)
                 peak = None
                 if memory is not None:
+                    shares = layer_shares(old_layers, sched.num_stages) if old_layers else None
                     peaks = predicted_peaks(memory, {r: sched.orders[p] for r, p in positions.items()},
-                                            sched.chunks, M0 / m)
+                                            sched.placement, M0 / m, positions, shares)
                     peak = max(peaks.values())
                 fits = None if peak is None or memory_cap is None else peak <= memory_cap
                 is_measured = (name, sched.chunks, m) == (ran, v0, M0)
@@ -176,10 +178,17 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     assumptions = [
         "each candidate replays the catalogue order for P ranks with the run's mean measured "
         "duration per (stage, kind), times M_measured/M (the same global batch; compute linear "
-        "in the microbatch's rows), each rank's work split evenly over its chunks",
+        "in the microbatch's rows); re-staged candidates take each stage's time from the layers it "
+        "holds (each layer its measured stage's time over that stage's layers, the manifest's "
+        "stage_layers), else each rank's work split evenly over its chunks",
         "cross-rank delays and host gaps per action as measured (not rescaled)",
-        "memory: static (held with no microbatch in flight) + activations per in-flight "
-        "microbatch, 1/v of them per chunk, linear in the rows" if memory else
+        "memory: each rank's order replayed with a level read from the [memory] events: base "
+        "(before the step), + the stage's forward rise per forward, - the stage's backward fall "
+        "at the microbatch's last backward piece, + gradients at the stage's first backward; "
+        "peaks at each forward's and backward's measured transient above the level (not "
+        "multiplied by the microbatches in flight); activations and transients linear in the "
+        "rows; re-staged candidates take each stage's terms from its layers (manifest), else "
+        "1/v of the rank's per chunk" if memory else
         "memory: not predicted (no [memory] events)",
         "ranking: the candidates that fit the memory cap first, each group by predicted step "
         "time; the measured configuration is predicted by the same model (its error is the "

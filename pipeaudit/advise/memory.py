@@ -1,19 +1,31 @@
 """Peak memory of a candidate schedule, from the measured run's ``[memory]`` events.
 
-The model, per rank: memory at each point of the rank's order is
-``base + grads (once its first backward ran) + unit x rows_ratio x units held``, and the peak is
-its largest value.
+The model replays one rank's order with a memory level, every term read from the measured
+run's memory timeline (the level at an action's start is ``Total Allocated`` at the last
+sample before it; an action's *delta* is the level at the next action's start minus the level
+at its own start; its *excess* is the most the level rises above its start until then):
 
-- ``base`` is what the rank holds before its first action of a step (weights, optimizer
-  state; gradients freed by ``zero_grad``), and ``grads`` what it holds more after its last
-  (the gradients), the medians over steps;
-- a rank's activations per in-flight microbatch are split evenly over its chunks, so one
-  (stage, microbatch) in flight holds 1/v of them; ``inflight_units`` is the most such units
-  the rank's order holds at once (+1/v at a forward, -1/v where the microbatch's last
-  backward piece of that stage runs: B, or W when the backward is split);
-- ``unit`` is measured: the value that makes the measured order's peak the measured peak;
-- ``rows_ratio`` = M_measured / M_candidate: the same global batch in M microbatches, with
-  activations linear in the rows of a microbatch.
+- the level starts at ``base``, what the rank holds before its first action of a step
+  (weights, optimizer state), the median over steps;
+- a forward of stage ``s`` raises the level by ``activation[s]`` (its median forward delta: what
+  one microbatch in flight holds) and peaks at ``forward_peak[s]`` above its start during it;
+- the microbatch's last backward piece on that stage (B, or W when the backward is split)
+  changes the level by ``release[s]`` (the median delta of the stage's backwards but its first
+  in a step: the activations freed, less what the step keeps, such as the last stage's loss);
+- the stage's first backward of a step leaves ``grads[s]`` more (the gradients, held to the
+  step's end);
+- every backward piece peaks at ``backward_peak`` above its start: its transient working set
+  (input gradients, weight-gradient temporaries) that exists while one microbatch's backward
+  runs and does not multiply by the microbatches in flight (why a peak solved as
+  ``in-flight x unit`` over-predicts GPipe).
+
+The peak is the largest level + excess along the order. For a candidate with ``rows_ratio`` =
+M_measured / M_candidate (the same global batch), the activation, release and both transients
+scale with the rows of a microbatch; base and gradients do not. Re-staged candidates take each
+new stage's terms from the layers it holds (:mod:`pipeaudit.explain.layers`: activations
+follow the layers, so a heavy layer's activations land on the rank that holds it), else each
+rank's measured terms split evenly over its chunks; a backward's transient stays the rank's
+(one layer's backward runs at a time, whatever the chunks).
 
 Without ``[memory]`` events (``profile_memory=False``) there is no prediction: the advice
 ranks on time only and says so.
@@ -21,23 +33,34 @@ ranks on time only and says so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
 
+import numpy as np
 import polars as pl
 
+from pipeaudit.explain.layers import Shares, restage
 from pipeaudit.timeline.model import Timeline
+
+BACKWARD = ("B", "I", "W")
+
+
+def _release_pieces(order: Sequence) -> dict[tuple[int, int], str]:
+    """(stage, microbatch) -> the kind of its last backward piece in ``order`` (B, or W)."""
+    release: dict[tuple[int, int], str] = {}
+    for a in order:
+        if a.kind in BACKWARD:
+            release[(a.stage, a.microbatch)] = a.kind
+    return release
 
 
 def _profile(order: Sequence, chunks: int) -> list[tuple[float, bool]]:
     """(units held, whether a backward ran yet) after each action of one rank's ``order``;
     each (stage, microbatch) is 1/``chunks`` of the rank's per-microbatch activations, held from
     its forward to its last backward piece on that stage (B, or W when the backward is split)."""
-    release: dict[tuple[int, int], str] = {}
-    for a in order:
-        if a.kind in ("B", "W"):
-            release[(a.stage, a.microbatch)] = a.kind
+    release = _release_pieces(order)
     held, backward, out = 0.0, False, []
     freed: set[tuple[int, int]] = set()
     for a in order:
@@ -61,23 +84,14 @@ def inflight_units(order: Sequence, chunks: int) -> float:
     return max((h for h, _ in _profile(order, chunks)), default=0.0)
 
 
-def order_peak(order: Sequence, chunks: int, base: float, grads: float, unit: float) -> float:
-    """The largest ``base + grads (after the first backward) + unit x units held``."""
-    return max((base + (grads if b else 0.0) + unit * h for h, b in _profile(order, chunks)),
-               default=base)
+@dataclass(frozen=True)
+class StageMemory:
+    """The memory terms of one stage (bytes, at the measured microbatch size)."""
 
-
-def _solve_unit(order: Sequence, chunks: int, base: float, grads: float, peak: float) -> float:
-    """The unit that makes ``order``'s peak ``peak`` (the peak grows with the unit)."""
-    lo, hi = 0.0, max(peak - base, 1.0)
-    if order_peak(order, chunks, base, grads, lo) >= peak:
-        return 0.0
-    while order_peak(order, chunks, base, grads, hi) < peak:
-        hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if order_peak(order, chunks, base, grads, mid) < peak else (lo, mid)
-    return (lo + hi) / 2
+    activation: float  #: level rise of a forward (held until the microbatch's backward)
+    forward_peak: float  #: most the level rises above a forward's start during it
+    release: float  #: level change of a backward but the stage's first (<= 0: freed)
+    grads: float  #: what the stage's first backward of a step leaves more (gradients)
 
 
 @dataclass(frozen=True)
@@ -86,44 +100,186 @@ class RankMemory:
 
     rank: int
     base: int  #: held before the first action of a step
-    grads: int  #: held more after the last (the gradients)
-    peak: int
-    unit: float  #: bytes per in-flight unit (a full microbatch on all the rank's chunks)
+    peak: int  #: the measured peak
+    backward_peak: float  #: most the level rises above a backward piece's start during it
+    stages: dict[int, StageMemory]  #: the rank's measured stages
+
+    @property
+    def grads(self) -> int:
+        """The gradients held after the step's backwards (all the rank's stages)."""
+        return int(sum(s.grads for s in self.stages.values()))
 
 
-def rank_memory(tl: Timeline, measured_orders: dict[int, Sequence], chunks: int
-                ) -> dict[int, RankMemory] | None:
-    """Each rank's static memory, peak and activation unit; None without ``[memory]`` events."""
+def order_peak(order: Sequence, base: float, backward_peak: float,
+               stages: Mapping[int, StageMemory]) -> float:
+    """The largest level + excess along one rank's ``order`` (the module's model)."""
+    release = _release_pieces(order)
+    level = peak = float(base)
+    seen: set[int] = set()
+    for a in order:
+        s = stages[a.stage]
+        if a.kind == "F":
+            peak = max(peak, level + max(s.forward_peak, s.activation))
+            level += s.activation
+            continue
+        peak = max(peak, level + backward_peak)
+        if a.kind != release.get((a.stage, a.microbatch)):
+            continue
+        level += s.release
+        if a.stage not in seen:
+            seen.add(a.stage)
+            level += s.grads
+        peak = max(peak, level)
+    return peak
+
+
+def _level_at(ts: np.ndarray, alloc: np.ndarray, t: int) -> int | None:
+    i = int(ts.searchsorted(t, side="right")) - 1
+    return int(alloc[i]) if i >= 0 else None
+
+
+def _max_in(ts: np.ndarray, alloc: np.ndarray, t0: int, t1: int, start_level: int) -> int:
+    lo, hi = int(ts.searchsorted(t0, side="left")), int(ts.searchsorted(t1, side="right"))
+    return max(start_level, int(alloc[lo:hi].max())) if hi > lo else start_level
+
+
+@dataclass
+class _Samples:
+    """Per-step observations of one rank's memory timeline."""
+
+    before: list[int]
+    fwd: dict[int, list[int]]
+    fwd_peak: dict[int, list[int]]
+    bwd: dict[int, list[int]]
+    first_bwd: dict[int, list[int]]
+    bwd_peak: list[int]
+
+
+def _observe(rt, ts: np.ndarray, alloc: np.ndarray) -> _Samples:
+    """Deltas and excesses of every action of one rank (``ts``/``alloc``: its memory series)."""
+    obs = _Samples([], defaultdict(list), defaultdict(list), defaultdict(list),
+                   defaultdict(list), [])
+    acts = rt.actions.sort("start")
+    for _, step in acts.group_by("step", maintain_order=True):
+        rows = list(step.iter_rows(named=True))
+        start0 = _level_at(ts, alloc, rows[0]["start"])
+        if start0 is None:
+            continue
+        obs.before.append(start0)
+        first: dict[int, bool] = {}
+        # a stage's backward pieces of one microbatch are summed, at its last piece
+        pending: dict[tuple[int, int], int] = defaultdict(int)
+        last_piece = _release_pieces([_Act(r) for r in rows])
+        for n, a in enumerate(rows):
+            t1 = rows[n + 1]["start"] if n + 1 < len(rows) else a["end"]
+            lv0, lv1 = _level_at(ts, alloc, a["start"]), _level_at(ts, alloc, t1)
+            if lv0 is None or lv1 is None:
+                continue
+            excess = _max_in(ts, alloc, a["start"], t1, lv0) - lv0
+            s, key = a["stage"], (a["stage"], a["microbatch"])
+            if a["kind"] == "F":
+                obs.fwd[s].append(lv1 - lv0)
+                obs.fwd_peak[s].append(excess)
+                continue
+            obs.bwd_peak.append(excess)
+            pending[key] += lv1 - lv0
+            if a["kind"] == last_piece.get(key):
+                (obs.bwd if first.get(s) else obs.first_bwd)[s].append(pending.pop(key))
+                first[s] = True
+    return obs
+
+
+@dataclass(frozen=True)
+class _Act:
+    """An action row seen as the (stage, microbatch, kind) that the order helpers read."""
+
+    row: dict
+
+    @property
+    def stage(self) -> int:
+        return self.row["stage"]
+
+    @property
+    def microbatch(self) -> int:
+        return self.row["microbatch"]
+
+    @property
+    def kind(self) -> str:
+        return self.row["kind"]
+
+
+def _stage_terms(obs: _Samples) -> dict[int, StageMemory] | None:
+    out = {}
+    for s, fwd in obs.fwd.items():
+        if not obs.first_bwd.get(s):
+            return None
+        activation = float(median(fwd))
+        release = float(median(obs.bwd[s])) if obs.bwd.get(s) else -activation
+        grads = max(0.0, float(median(obs.first_bwd[s])) - release)
+        out[s] = StageMemory(activation, float(median(obs.fwd_peak[s])), release, grads)
+    return out or None
+
+
+def rank_memory(tl: Timeline) -> dict[int, RankMemory] | None:
+    """Each rank's memory terms and measured peak; None without ``[memory]`` events."""
     out = {}
     for rt in tl.ranks:
         mem = rt.memory
-        if mem.height == 0 or rt.rank not in measured_orders or rt.actions.height == 0:
+        if mem.height == 0 or rt.actions.height == 0:
             return None
         dev = mem.group_by("device_id").agg(pl.col("total_allocated").max()).sort(
             "total_allocated", descending=True)["device_id"][0]
         mem = mem.filter(pl.col("device_id") == dev).sort("ts")
-        bounds = rt.actions.group_by("step").agg(pl.col("start").min(), pl.col("end").max())
-        ts = mem["ts"].to_numpy()
-        alloc = mem["total_allocated"].to_numpy()
-        before, after = [], []
-        for start, end in zip(bounds["start"].to_list(), bounds["end"].to_list()):
-            i = int(ts.searchsorted(start, side="right")) - 1
-            j = int(ts.searchsorted(end, side="right")) - 1
-            if i >= 0 and j >= 0:
-                before.append(int(alloc[i]))
-                after.append(int(alloc[j]))
-        if not before:
+        ts, alloc = mem["ts"].to_numpy(), mem["total_allocated"].to_numpy()
+        obs = _observe(rt, ts, alloc)
+        stages = _stage_terms(obs)
+        if not obs.before or stages is None:
             return None
-        base = int(median(before))
-        grads = max(0, int(median(after)) - base)
-        peak = int(alloc.max())
-        unit = _solve_unit(measured_orders[rt.rank], chunks, base, grads, peak)
-        out[rt.rank] = RankMemory(rt.rank, base, grads, peak, unit)
+        out[rt.rank] = RankMemory(rt.rank, int(median(obs.before)), int(alloc.max()),
+                                  float(median(obs.bwd_peak)) if obs.bwd_peak else 0.0, stages)
     return out
 
 
-def predicted_peaks(memory: dict[int, RankMemory], orders: dict[int, Sequence], chunks: int,
-                    rows_ratio: float) -> dict[int, int]:
-    """Each rank's predicted peak for a candidate's per-rank ``orders``."""
-    return {r: int(order_peak(orders[r], chunks, m.base, m.grads, m.unit * rows_ratio))
+def _scaled(s: StageMemory, rows_ratio: float) -> StageMemory:
+    return StageMemory(s.activation * rows_ratio, s.forward_peak * rows_ratio,
+                       s.release * rows_ratio, s.grads)
+
+
+def _restaged(memory: Mapping[int, RankMemory], placement: Sequence[int],
+              position: Mapping[int, int], shares: Shares | None) -> dict[int, StageMemory]:
+    """Each new stage's terms: from the layers it holds (``shares``), else its rank's measured
+    terms split evenly over the rank's new stages (``position``: rank id -> pipeline index)."""
+    old = {s: t for m in memory.values() for s, t in m.stages.items()}
+    if shares is not None and set(old) == set(range(len(old))):
+        fields = {f: restage({s: getattr(t, f) for s, t in old.items()}, shares)
+                  for f in ("activation", "forward_peak", "release", "grads")}
+        return {s: StageMemory(*(fields[f][s] for f in fields)) for s in shares}
+    out = {}
+    for r, m in memory.items():
+        new = [s for s, p in enumerate(placement) if p == position.get(r)]
+        for s in new:
+            out[s] = StageMemory(*(sum(getattr(t, f) for t in m.stages.values()) / len(new)
+                                   for f in ("activation", "forward_peak", "release", "grads")))
+    return out
+
+
+def predicted_peaks(memory: Mapping[int, RankMemory], orders: Mapping[int, Sequence],
+                    placement: Sequence[int], rows_ratio: float,
+                    position: Mapping[int, int] | None = None,
+                    shares: Shares | None = None) -> dict[int, int]:
+    """Each rank's predicted peak for a candidate: its per-rank ``orders`` (rank id -> order),
+    the candidate's stage ``placement``, ``rows_ratio`` = M_measured / M; ``shares`` re-stages
+    per layer (None: the measured stages when the placement keeps them, else an even split of
+    each rank's terms over its chunks); ``position``: rank id -> pipeline index (default: the
+    rank id)."""
+    position = dict(position) if position is not None else {r: r for r in memory}
+    old_stages = sorted(s for m in memory.values() for s in m.stages)
+    same = old_stages == list(range(len(placement))) and all(
+        s in memory[r].stages for r in memory for s, p in enumerate(placement)
+        if p == position.get(r))
+    stages = ({s: t for m in memory.values() for s, t in m.stages.items()} if same
+              else _restaged(memory, placement, position, shares))
+    stages = {s: _scaled(t, rows_ratio) for s, t in stages.items()}
+    return {r: int(order_peak(orders[r], m.base, m.backward_peak * rows_ratio, stages))
             for r, m in memory.items() if r in orders}
+

@@ -20,6 +20,7 @@ from pipeaudit.errors import ConfigError
 from pipeaudit.explain.calibrate import Calibration
 from pipeaudit.explain.explain import prepared_graphs
 from pipeaudit.explain.graph import StepGraph
+from pipeaudit.explain.layers import Shares, layer_shares, manifest_layers, restage
 from pipeaudit.explain.model import measured_model, run_model, typical_model
 from pipeaudit.schedules import build_schedule, canonical_name, default_chunks
 from pipeaudit.schedules.catalogue import torch_runtime
@@ -146,7 +147,7 @@ def whatif(tl: Timeline, changes: Changes, result: AuditResult | None = None) ->
                   before=before, changes=changes.describe(), inputs=list(tl.inputs), notes=notes)
     if not changes.reorders:
         return _same_order(graphs, changes, common)
-    return _new_order(graphs, cal, changes, result.schedule, common)
+    return _new_order(graphs, cal, changes, result.schedule, common, tl.manifest)
 
 
 def _check_scales(changes: Changes, graphs: list[StepGraph], S: int) -> None:
@@ -217,12 +218,20 @@ def _stage_tables(cal: Calibration, changes: Changes, S: int
 
 
 def _rederive(dur: dict, comp: dict, old_place: list[int], new_place: tuple[int, ...],
-              mb: float) -> tuple[dict, dict, bool]:
-    """Per new (stage, kind) durations: the old ones when the stages are the same, else each
-    rank's total per kind split evenly over its new stages; all times ``mb``."""
+              mb: float, shares: Shares | None = None) -> tuple[dict, dict, str | None]:
+    """Per new (stage, kind) durations, all times ``mb``: the old ones when the stages are the
+    same; else, with ``shares`` (:mod:`pipeaudit.explain.layers`), the sum of the new stage's
+    layers (each its old stage's value over that stage's layers); else each rank's total per
+    kind split evenly over its new stages. The third value says which re-derivation ran."""
     if tuple(new_place) == tuple(old_place):
-        return ({k: v * mb for k, v in dur.items()}, {k: v * mb for k, v in comp.items()}, False)
+        return ({k: v * mb for k, v in dur.items()}, {k: v * mb for k, v in comp.items()}, None)
     new_dur, new_comp = {}, {}
+    if shares is not None:
+        for k in KINDS:
+            for table, src in ((new_dur, dur), (new_comp, comp)):
+                per_stage = restage({o: src[(o, k)] for o in range(len(old_place))}, shares)
+                table.update({(s, k): v * mb for s, v in per_stage.items()})
+        return new_dur, new_comp, "layers"
     for r in set(new_place):
         old = [s for s, x in enumerate(old_place) if x == r]
         new = [s for s, x in enumerate(new_place) if x == r]
@@ -230,11 +239,11 @@ def _rederive(dur: dict, comp: dict, old_place: list[int], new_place: tuple[int,
             for s in new:
                 new_dur[(s, k)] = sum(dur[(o, k)] for o in old) / len(new) * mb
                 new_comp[(s, k)] = sum(comp[(o, k)] for o in old) / len(new) * mb
-    return new_dur, new_comp, True
+    return new_dur, new_comp, "ranks"
 
 
 def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran: str | None,
-               common: dict) -> Prediction:
+               common: dict, manifest: dict | None = None) -> Prediction:
     g0 = graphs[0]
     P, S = len(g0.ranks), len(g0.placement)
     v_old = S // P if S % P == 0 else None
@@ -254,8 +263,16 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
     latency = None if changes.comm_latency_us is None else changes.comm_latency_us * US
     mb = M_old / M_new
 
-    new_dur, new_comp, moved = _rederive(dur, comp, g0.placement, sched.placement, mb)
-    if moved:
+    old_layers = manifest_layers(manifest, S)
+    shares = layer_shares(old_layers, sched.num_stages) if old_layers else None
+    new_dur, new_comp, moved = _rederive(dur, comp, g0.placement, sched.placement, mb, shares)
+    if moved == "layers":
+        assumptions.append(
+            f"stages re-derived per layer ({len(g0.placement)} -> {sched.num_stages} stages): "
+            f"each of the {sum(old_layers)} layers (manifest) takes its measured stage's time "
+            "over that stage's layers, and the new stages take the layers contiguously, as "
+            "evenly as possible; a heavy layer stays heavy on the rank that now holds it")
+    elif moved == "ranks":
         assumptions.append(
             f"stages re-derived: each rank's measured compute per kind is split evenly over its "
             f"{sched.chunks} new stage(s) ({len(g0.placement)} -> {sched.num_stages} stages); a "

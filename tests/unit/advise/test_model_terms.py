@@ -1,0 +1,120 @@
+"""The advise model's terms on inputs with a known answer: the per-layer re-staging (time and
+memory) and the memory timeline's activation, transient and gradient terms."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import polars as pl
+import pytest
+
+from pipeaudit.actions import KINDS
+from pipeaudit.advise.memory import RankMemory, StageMemory, order_peak, predicted_peaks, rank_memory
+from pipeaudit.explain.layers import even_layers, layer_shares, manifest_layers, restage
+from pipeaudit.explain.whatif import _rederive
+from pipeaudit.schedules import build_schedule
+
+MB = 1_000_000
+
+
+def test_even_layers_give_the_extra_to_the_earlier_stages():
+    assert even_layers(8, 8) == [1] * 8
+    assert even_layers(10, 4) == [3, 3, 2, 2]
+
+
+def test_layer_shares_put_a_heavy_stage_on_the_ranks_that_hold_its_layers():
+    """4 stages of 2 layers re-staged to 8 of 1: new stages 2 and 3 hold stage 1's layers."""
+    shares = layer_shares([2, 2, 2, 2], 8)
+    assert shares[2] == {1: 0.5} and shares[3] == {1: 0.5}
+    per_stage = restage({0: 10.0, 1: 30.0, 2: 10.0, 3: 10.0}, shares)
+    assert per_stage == {0: 5.0, 1: 5.0, 2: 15.0, 3: 15.0, 4: 5.0, 5: 5.0, 6: 5.0, 7: 5.0}
+    assert sum(per_stage.values()) == 60.0  # the model's total is kept
+    assert layer_shares([2, 2], 8) is None  # fewer layers than stages
+    assert manifest_layers({"stage_layers": [2, 2, 2, 2]}, 4) == [2, 2, 2, 2]
+    assert manifest_layers({"stage_layers": [2, 2]}, 4) is None
+    assert manifest_layers(None, 4) is None
+
+
+def test_rederive_per_layer_moves_the_heavy_layers_time():
+    """Time re-derived per layer: the heavy stage 1 (3x) of a 4-stage run lands on new stages 2
+    and 3 (ranks 2 and 3 in a loop of 4 ranks, v=2), not on rank 1's two chunks."""
+    dur = {(s, k): (3.0 if s == 1 else 1.0) * (2.0 if k == "B" else 1.0)
+           for s in range(4) for k in KINDS}
+    new_place = tuple(s % 4 for s in range(8))
+    new_dur, _, how = _rederive(dur, dur, [0, 1, 2, 3], new_place, 0.5, layer_shares([2] * 4, 8))
+    assert how == "layers"
+    assert new_dur[(2, "F")] == new_dur[(3, "F")] == pytest.approx(3.0 / 2 * 0.5)
+    assert new_dur[(1, "F")] == new_dur[(5, "F")] == pytest.approx(1.0 / 2 * 0.5)
+    _, _, how = _rederive(dur, dur, [0, 1, 2, 3], new_place, 0.5)
+    assert how == "ranks"
+    _, _, how = _rederive(dur, dur, [0, 1, 2, 3], (0, 1, 2, 3), 0.5)
+    assert how is None
+
+
+def _synthetic_rank(order, act: int, fwd_extra: int, bwd_extra: int, grads: int, steps: int = 2):
+    """A rank running ``order`` each step, its memory level built from known terms: each
+    forward holds ``act`` (rising ``fwd_extra`` above that during it), each backward peaks
+    ``bwd_extra`` above its start and frees ``act``, the first backward of a step leaves
+    ``grads`` more (freed at the next step's start, as zero_grad does)."""
+    rows, mem, t = [], [], 0
+    for step in range(steps):
+        level, seen = 0, False
+        mem.append((t, level))
+        for a in order:
+            start, end = t + 10, t + 100
+            rows.append({"stage": a.stage, "kind": a.kind, "microbatch": a.microbatch,
+                         "step": step, "start": start, "end": end})
+            if a.kind == "F":
+                mem.append((start + 5, level + act + fwd_extra))
+                level += act
+            else:
+                mem.append((start + 5, level + bwd_extra))
+                level -= act
+                if not seen:
+                    level += grads
+                    seen = True
+            mem.append((start + 50, level))
+            t = end
+        t += 1000
+    actions = pl.DataFrame(rows)
+    memory = pl.DataFrame({"ts": [m[0] for m in mem], "total_allocated": [m[1] for m in mem],
+                           "device_id": [0] * len(mem)})
+    return SimpleNamespace(rank=0, actions=actions, memory=memory)
+
+
+def test_rank_memory_reads_the_terms_back_from_the_timeline():
+    order = build_schedule("1f1b", 4, 8, None).orders[0]
+    rt = _synthetic_rank(order, act=10 * MB, fwd_extra=MB // 2, bwd_extra=3 * MB, grads=5 * MB)
+    m = rank_memory(SimpleNamespace(ranks=[rt]))[0]
+    s = m.stages[0]
+    assert (s.activation, s.release, s.grads) == (10 * MB, -10 * MB, 5 * MB)
+    assert s.forward_peak == 10 * MB + MB // 2
+    assert m.backward_peak == 3 * MB and m.base == 0
+    # the model replays the measured order to the measured peak: 4 in flight + grads + transient
+    assert m.peak == 4 * 10 * MB + 5 * MB + 3 * MB
+    assert predicted_peaks({0: m}, {0: order}, (0, 1, 2, 3), 1.0) == {0: m.peak}
+
+
+def test_the_backward_transient_does_not_multiply_by_the_microbatches_in_flight():
+    """GPipe's peak is M activations + one backward's transient (gradients come after the
+    first backward), where in-flight x (peak solved from 1F1B) would count the transient M
+    times."""
+    terms = StageMemory(activation=10.0, forward_peak=10.5, release=-10.0, grads=5.0)
+    mem = {0: RankMemory(0, base=1, peak=0, backward_peak=3.0, stages={0: terms})}
+    gpipe = build_schedule("gpipe", 4, 8, None).orders[0]
+    assert order_peak(gpipe, 1, 3.0, {0: terms}) == 1 + 8 * 10.0 + 3.0
+    # half the rows (M=16 for the same batch): activations and transient halve, gradients not
+    gpipe16 = build_schedule("gpipe", 4, 16, None).orders[0]
+    assert predicted_peaks(mem, {0: gpipe16}, (0, 1, 2, 3), 0.5) == {0: int(1 + 16 * 5.0 + 1.5)}
+
+
+def test_restaged_memory_follows_the_layers():
+    """A 3x heavier stage 1 re-staged to v=2: its activations land on ranks 2 and 3."""
+    def terms(a):
+        return StageMemory(activation=a, forward_peak=a, release=-a, grads=0.0)
+    mem = {r: RankMemory(r, 0, 0, 0.0, {r: terms(30.0 if r == 1 else 10.0)}) for r in range(4)}
+    sched = build_schedule("interleaved-1f1b", 4, 4, 2)
+    orders = {r: sched.orders[r] for r in range(4)}
+    by_layers = predicted_peaks(mem, orders, sched.placement, 1.0, shares=layer_shares([2] * 4, 8))
+    even = predicted_peaks(mem, orders, sched.placement, 1.0)
+    assert by_layers[1] < even[1] and by_layers[2] > even[2]

@@ -10,6 +10,13 @@ the regret: the advised configuration's measured step time against the best meas
     python benchmarks/advise_accuracy.py --out DIR              # make the runs, then read them
     python benchmarks/advise_accuracy.py --out DIR --make-only  # the runs alone (harness, torch)
     python benchmarks/advise_accuracy.py --out DIR --read-only [--json out.json]
+    python benchmarks/advise_accuracy.py --out DIR --read-only --repeats DIR2 [DIR3 ...]
+
+A single rerun is a noisy measure on CPU (the same configuration ran 0.91x and 1.14x its first
+run). ``--repeats`` reads other ``--make-only`` outputs of the same runs: each candidate's
+measured step time is then the median over the repeats, and the drift the median of the
+reruns of the measured configuration over the run advised from. ``--models`` makes or reads only some models (repeats can be made side by side
+on disjoint cores, e.g. under ``taskset``).
 
 ``--make-only`` needs only torch and the harness (no polars): it can run on a machine with one
 core per rank, and ``--read-only`` where the analysis is installed.
@@ -44,12 +51,14 @@ def grid(imbalance: dict) -> list[tuple[str, int, int]]:
     return out
 
 
-def make(out: Path, steps: int, hidden: int) -> None:
+def make(out: Path, steps: int, hidden: int, models: list[str]) -> None:
     from pipeaudit.harness import HarnessError, ModelConfig, ProfileConfig, run_profile
     from pipeaudit.harness.manifest import read_manifest
     from pipeaudit.harness.rerun import harness_config
 
     for model, imbalance in MODELS.items():
+        if model not in models:
+            continue
         base = out / model / "measured"
         run_profile(ProfileConfig(
             out=str(base), schedule="1f1b", stages=P, microbatches=8, steps=steps,
@@ -65,22 +74,34 @@ def make(out: Path, steps: int, hidden: int) -> None:
                 print(f"  failed: {str(exc).splitlines()[0][:160]}", flush=True)
 
 
-def read(out: Path) -> list[dict]:
+def _median_run(runs: list[dict]) -> dict:
+    """The run of median step time among repeats (its memory and bubble with it)."""
+    ordered = sorted(runs, key=lambda r: r["step_time_us"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
     import pipeaudit
     from pipeaudit.advise import advise
     from pipeaudit.advise.verify import measure_run, verified_row
 
     results = []
     for model, imbalance in MODELS.items():
+        if model not in models:
+            continue
         run = pipeaudit.load(out / model / "measured")
         a = advise(run, schedules=SCHEDULES_IMBALANCED if imbalance else SCHEDULES,
                    microbatches=MICROBATCHES)
         by_key = {(c.schedule, c.chunks, c.microbatches): c for c in a.candidates}
-        runs = {k: out / model / "reruns" / f"{k[0]}_v{k[1]}_m{k[2]}" for k in grid(imbalance)}
-        measured = {k: measure_run(str(d)) for k, d in runs.items()
-                    if (d / "manifest.json").exists()}
+        tries: dict[tuple, list[dict]] = {}
+        for root in [out, *repeats]:
+            for k in grid(imbalance):
+                d = root / model / "reruns" / f"{k[0]}_v{k[1]}_m{k[2]}"
+                if (d / "manifest.json").exists():
+                    tries.setdefault(k, []).append(measure_run(str(d)))
+        measured = {k: _median_run(v) for k, v in tries.items()}
         base_key = ("1f1b", 1, 8)
-        drift = measured[base_key]["step_time_us"] / a.measured["step_time_us"]
+        drift = median(r["step_time_us"] for r in tries[base_key]) / a.measured["step_time_us"]
         rows = [verified_row(by_key[k], got, "", drift) for k, got in measured.items()]
         # the advice among the configurations that ran here (torch 2.11 cannot run ZBV over gloo)
         advised = next(c for c in a.candidates
@@ -95,7 +116,8 @@ def read(out: Path) -> list[dict]:
              "best_measured": [best["schedule"], best["chunks"], best["microbatches"]],
              "regret": chosen["measured_step_time_us"] / best["measured_step_time_us"] - 1.0,
              "median_abs_error": median(errs), "max_abs_error": max(errs),
-             "max_abs_memory_error": max(mem) if mem else None}
+             "max_abs_memory_error": max(mem) if mem else None,
+             "repeats": {"_".join(map(str, k)): len(v) for k, v in tries.items()}}
         results.append(r)
         print(f"{model}:\n{'schedule':18} v  M   predicted ms  measured ms  error  calibrated  mem error")
         for v in sorted(rows, key=lambda v: v["predicted_step_time_us"]):
@@ -117,12 +139,15 @@ def main() -> None:
     ap.add_argument("--make-only", action="store_true")
     ap.add_argument("--read-only", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--repeats", nargs="*", default=[], help="other --make-only outputs of the same runs")
+    ap.add_argument("--models", default=",".join(MODELS), help="models to make or read")
     args = ap.parse_args()
     out = Path(args.out)
+    models = args.models.split(",")
     if not args.read_only:
-        make(out, args.steps, args.hidden)
+        make(out, args.steps, args.hidden, models)
     if not args.make_only:
-        results = read(out)
+        results = read(out, [Path(r) for r in args.repeats], models)
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
 

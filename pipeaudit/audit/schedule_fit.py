@@ -7,63 +7,105 @@ order in the schedule, not with the first rank's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 
 from pipeaudit.audit import findings as F
 from pipeaudit.audit.result import Finding
 from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, replay, theory
-from pipeaudit.schedules.catalogue import build_uncached
+from pipeaudit.schedules.catalogue import CATALOGUE, checked_config
+from pipeaudit.schedules.model import flatten_steps
 from pipeaudit.timeline.model import Timeline
 
 
-@dataclass(frozen=True)
 class _Signature:
-    """What detection compares of a catalogue schedule: its placement and a hash of each
-    rank's order. A 64-stage schedule of 64 microbatches holds 8,000-25,000 actions; a
-    1,024-rank job's detection kept every candidate's (about 11 MB) for the rest of the
-    audit, where these take a few KB."""
+    """What detection compares of a catalogue schedule: its placement, its declared action
+    kinds and a hash of each rank's order, that rank's order built when first asked for
+    (the catalogue builds a schedule rank by rank): a candidate that differs from the
+    observed order at its first position observed costs one rank's order, not the whole
+    schedule's (a 64-stage schedule of 128 microbatches holds 16,000-50,000 actions; the 15
+    candidates took 0.9 s to build). Only the hashes are kept: a 1,024-rank job's detection
+    kept every candidate's schedule (about 11 MB) for the rest of the audit, where these
+    take a few KB."""
 
-    placement: tuple[int, ...]
-    order_hashes: tuple[int, ...]
+    def __init__(self, canon: str, P: int, M: int, v: int) -> None:
+        entry = CATALOGUE[canon]
+        self._key = (canon, P, M, v)
+        self.placement: tuple[int, ...] = entry.placement_of(P, v)
+        self.kinds = frozenset(entry.kinds)
+        self.stages_at: dict[int, set[int]] = {}  #: position -> the stages it holds
+        for s, p in enumerate(self.placement):
+            self.stages_at.setdefault(p, set()).add(s)
+        self._hashes: dict[int, int | None] = {}  #: position -> its order's hash (None: no order)
+
+    def order_hash(self, p: int) -> int | None:
+        """The hash of position ``p``'s order; None where the schedule cannot build it."""
+        if p not in self._hashes:
+            canon, P, M, v = self._key
+            try:
+                flat, _ = flatten_steps(CATALOGUE[canon].orders(P, M, v, p))
+                self._hashes[p] = hash(tuple(flat))
+            except ScheduleError:
+                self._hashes[p] = None
+        return self._hashes[p]
 
 
 @lru_cache(maxsize=256)
 def _signature(name: str, P: int, M: int, v: int) -> _Signature | None:
-    """The :class:`_Signature` of catalogue schedule ``name`` (None where it cannot run),
-    built without keeping the schedule (:func:`pipeaudit.schedules.catalogue.build_uncached`)."""
+    """The :class:`_Signature` of catalogue schedule ``name`` (None where it cannot run)."""
     try:
-        sched = build_uncached(name, P, M, v if v > 1 else None)
+        canon, P, M, v = checked_config(name, P, M, v if v > 1 else None)
     except ScheduleError:
         return None
-    return _Signature(sched.placement, tuple(hash(o) for o in sched.orders))
+    return _Signature(canon, P, M, v)
 
 
 def detect_on_positions(orders: dict[int, list], stage_pos: dict[int, int], P: int, M: int,
                         v: int) -> list[str]:
     """Catalogue schedules whose placement and per-position orders equal the observed ones at
     every position present (``orders``: position -> its actions in execution order). Each
-    candidate is screened by its :class:`_Signature`; one that passes is compared in full."""
+    candidate is screened by its :class:`_Signature`: its placement, then what every
+    schedule's order at a position holds (an action of every stage placed there, of its
+    declared kinds only), then its orders' hashes, a position at a time; one that passes is
+    compared in full."""
     if not orders or P < 1:
         return []
     found = []
     observed = {p: tuple(o) for p, o in orders.items()}
     hashes = {p: hash(o) for p, o in observed.items()}  # equal orders hash equal
+    stages = {p: {a.stage for a in o} for p, o in observed.items()}
+    kinds = {p: {a.kind for a in o} for p, o in observed.items()}
     for name in SCHEDULE_NAMES:
         sig = _signature(name, P, M, v)
-        if sig is None or not _fits(sig.placement, sig.order_hashes, stage_pos, hashes):
+        if sig is None or not _may_fit(sig, stage_pos, hashes, stages, kinds):
             continue
-        sched = build_schedule(name, P, M, v if v > 1 else None)
+        try:
+            sched = build_schedule(name, P, M, v if v > 1 else None)
+        except ScheduleError:
+            continue
         if _fits(sched.placement, sched.orders, stage_pos, observed):
             found.append(name)
     return found
 
 
+def _may_fit(sig: _Signature, stage_pos: dict[int, int], hashes: dict[int, int],
+             stages: dict[int, set[int]], kinds: dict[int, set[str]]) -> bool:
+    """Whether the schedule of ``sig`` passes the screens of :func:`detect_on_positions`
+    (every observed position counts, as in :func:`_fits`, up to the schedule's ranks)."""
+    placement = sig.placement
+    if any(s >= len(placement) or placement[s] != p for s, p in stage_pos.items()):
+        return False
+    shown = [p for p in hashes if p < len(sig.stages_at)]
+    if any(not kinds[p] <= sig.kinds or not sig.stages_at[p] <= stages[p] for p in shown):
+        return False
+    return all(hashes[p] == sig.order_hash(p) for p in sorted(shown))
+
+
 def _fits(placement: tuple[int, ...], per_rank: tuple, stage_pos: dict[int, int],
           observed: dict[int, object]) -> bool:
     """Whether every observed stage sits at its schedule position and every observed
-    position's order (or its hash) equals the schedule's."""
+    position's order equals the schedule's."""
     if any(s >= len(placement) or placement[s] != p for s, p in stage_pos.items()):
         return False
     return all(o == per_rank[p] for p, o in observed.items() if p < len(per_rank))

@@ -313,19 +313,11 @@ def build_schedule(
 
     Raises :class:`ScheduleError` for unknown names and invalid combinations.
     """
-    return _build(*_checked(name, num_ranks, num_microbatches, chunks))
+    return _build(*checked_config(name, num_ranks, num_microbatches, chunks))
 
 
-def build_uncached(
-    name: str, num_ranks: int, num_microbatches: int, chunks: int | None = None
-) -> Schedule:
-    """:func:`build_schedule`, without keeping the result in its cache (a 64-rank schedule
-    holds up to a few MB of actions): for a caller that reads it once."""
-    return _build.__wrapped__(*_checked(name, num_ranks, num_microbatches, chunks))
-
-
-def _checked(name: str, num_ranks: int, num_microbatches: int,
-             chunks: int | None) -> tuple[str, int, int, int]:
+def checked_config(name: str, num_ranks: int, num_microbatches: int,
+                   chunks: int | None) -> tuple[str, int, int, int]:
     """(canonical name, P, M, v) of a buildable configuration; :class:`ScheduleError` else."""
     canon = canonical_name(name)
     v = default_chunks(canon) if chunks is None else chunks

@@ -67,6 +67,14 @@ def _check_structure(sched):
                 assert i == 0
     if sched.name in ("zb-h1", "zb-h2", "interleaved-zb", "zbv"):
         assert not any(a.kind == "B" for o in sched.orders for a in o)
+    # what schedule detection's screen relies on (audit.schedule_fit._may_fit): each rank's
+    # order runs every stage placed on it, and only the schedule's declared kinds
+    from pipeaudit.schedules.catalogue import CATALOGUE
+
+    kinds = set(CATALOGUE[sched.name].kinds)
+    for r, order in enumerate(sched.orders):
+        assert {a.kind for a in order} <= kinds, (r, kinds)
+        assert {s for s in range(S) if sched.placement[s] == r} <= {a.stage for a in order}
 
 
 @pytest.mark.parametrize("name", SCHEDULE_NAMES)

@@ -129,23 +129,29 @@ def replay_ideals(arr: ActionArrays, groups: list[ReplayGroup]) -> list[ReplayId
     same_rank[1:] = (g_of[1:] == g_of[:-1]) & (p_of[1:] == p_of[:-1])
     prev = np.where(same_rank, np.arange(n) - 1, NONE_PREV)
 
-    # rounds: an action is done once its rank's previous action and its producers are
-    live = ok[g_of]
+    # rounds: an action is done once its rank's previous action and its producers are, so
+    # a round can only do the next action of each rank (lane): each round looks at those
+    # alone, not at every action left
     vals = np.full(n + 2, np.nan)
     vals[NONE_PREV], vals[NONE_DEP] = 0.0, -np.inf
     start = np.full(n, np.nan)
-    todo = np.flatnonzero(live)
-    while todo.size:
-        s = np.maximum(np.maximum(vals[prev[todo]], vals[dep1[todo]]), vals[dep2[todo]])
+    lane_lo = np.flatnonzero(~same_rank)
+    lane_hi = np.append(lane_lo[1:], n)
+    live = ok[g_of[lane_lo]] if n else np.zeros(0, dtype=bool)
+    at, end = lane_lo[live], lane_hi[live]  # each live lane's next action, its end
+    while at.size:
+        s = np.maximum(np.maximum(vals[prev[at]], vals[dep1[at]]), vals[dep2[at]])
         ready = ~np.isnan(s)
         if not ready.any():
             break
-        done = todo[ready]
+        done = at[ready]
         start[done] = s[ready]
         vals[done] = s[ready] + dur[done]
-        todo = todo[~ready]
-    if todo.size:  # a cycle: the event loop deadlocks
-        ok[np.unique(g_of[todo])] = False
+        at = at + ready
+        more = at < end
+        at, end = at[more], end[more]
+    if at.size:  # a cycle: the event loop deadlocks
+        ok[np.unique(g_of[at])] = False
 
     out: list[ReplayIdeal | None] = []
     bounds = np.searchsorted(g_of, np.arange(G + 1))

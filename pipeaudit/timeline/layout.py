@@ -27,7 +27,7 @@ the ranks.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -277,8 +277,12 @@ def detect_layout(*, headers: Sequence[Mapping[str, Any]], ranks: Sequence[int],
                   world_size: int | None, manifest: Mapping[str, Any] | None = None,
                   rank_stages: Mapping[int, frozenset[int]] | None = None,
                   spec: str | None = None,
-                  peers: Sequence[tuple[int, ...]] | None = None) -> Layout:
-    """The layout from the evidence named in the module docstring."""
+                  peers: Sequence[tuple[int, ...]] | Callable[[], Sequence[tuple[int, ...]] | None]
+                  | None = None) -> Layout:
+    """The layout from the evidence named in the module docstring. ``peers`` may be a
+    function that finds them (:func:`~pipeaudit.timeline.peers.pipelines_from_peers`, quadratic
+    in ranks): called only when the process groups, the manifest and the stage ids do not
+    give the layout."""
     groups = process_groups(headers)
     from_groups = layout_from_groups(groups, world_size)
     if spec is not None:
@@ -295,7 +299,9 @@ def detect_layout(*, headers: Sequence[Mapping[str, Any]], ranks: Sequence[int],
         return from_manifest
     # who sends to whom places ranks whose stage the trace does not name; stage ids, where
     # the annotations give them, place every rank already (and tell a V's two ends apart)
-    from_peers = None if any((rank_stages or {}).values()) else layout_from_peers(peers, ranks, world_size)
+    from_peers = None
+    if not any((rank_stages or {}).values()):
+        from_peers = layout_from_peers(peers() if callable(peers) else peers, ranks, world_size)
     if from_peers is not None:
         return from_peers
     from_stages = layout_from_stages(rank_stages or {}, world_size)

@@ -23,11 +23,19 @@ have it:
   so that the replicas do not start at the same nanosecond; all times in the events are
   relative to it (Kineto's format), so the events themselves are untouched.
 
-Replica d of the job is a copy of the run's replica d % 2, ranks relabelled to the job's
-layout: the rank at stage position p of replica d is ``p * D + d``. The files are written as
-``rank{r}_trace.json.gz`` (torchtitan's name; one gzip member each, ISA-L level 2) or, with
-``--json``, as plain ``rank{r}_trace.json``. On this 2-core machine a 1,024-rank set takes
-about a minute (the harness source run once: 0.5 to 15 min).
+Two sets run M = 128 microbatches for 5 steps (issue 34's "64-rank job, M = 128, 5 steps",
+whose audit must take at most 10 % of ``pipeaudit analyze``: ``benchmarks/scale.py
+--audit-share``): ``job_p64_r1_m128``, one replica of 64 stages, and ``job_p8_r8_m128``, 8
+replicas of 8 stages. The first is built from a run of one replica (``--dp 1``, no FSDP: 128
+processes of that run need more memory than this machine's 23 GB), the only source a job
+of one replica may have.
+
+Replica d of the job is a copy of the run's replica d % 2 (or its only one), ranks relabelled
+to the job's layout: the rank at stage position p of replica d is ``p * D + d``. The files are
+written as ``rank{r}_trace.json.gz`` (torchtitan's name; one gzip member each, ISA-L level 2)
+or, with ``--json``, as plain ``rank{r}_trace.json``. On this 2-core machine a 1,024-rank set
+takes about a minute (the harness source run once: 0.5 to 15 min; src_p8_dp2_m128 2 min,
+src_p64_dp1_m128 4 min, 22 GB at its peak).
 """
 
 from __future__ import annotations
@@ -53,6 +61,9 @@ MAX_SHIFT_NS = 500_000
 SOURCES: dict[str, list[str]] = {
     "src_p8_dp2": ["-P", "8", "--dp", "2", "-M", "16", "--steps", "3", "--layers", "16"],
     "src_p64_dp2": ["-P", "64", "--dp", "2", "-M", "64", "--steps", "2", "--layers", "64"],
+    "src_p8_dp2_m128": ["-P", "8", "--dp", "2", "-M", "128", "--steps", "5", "--layers", "16"],
+    # one replica: 128 processes of M = 128 and 5 steps need more than this machine's 23 GB
+    "src_p64_dp1_m128": ["-P", "64", "--dp", "1", "-M", "128", "--steps", "5", "--layers", "64"],
 }
 COMMON = ["--schedule", "1f1b", "--record-shapes", "--hidden", "64", "--seq-len", "16",
           "--timeout", "3000"]
@@ -64,6 +75,8 @@ JOBS: dict[str, tuple[str, int]] = {
     "job_p64_r1": ("src_p64_dp2", 1),  # 64 ranks
     "job_p64_r4": ("src_p64_dp2", 4),  # 256 ranks
     "job_p64_r16": ("src_p64_dp2", 16),  # 1,024 ranks
+    "job_p8_r8_m128": ("src_p8_dp2_m128", 8),  # 64 ranks, M = 128, 5 steps
+    "job_p64_r1_m128": ("src_p64_dp1_m128", 1),  # 64 ranks, M = 128, 5 steps (issue 34's audit share)
 }
 _INFO_RE = re.compile(rb'"distributedInfo": (\{.*?\}),?\s*\n')
 _HOST_RE = re.compile(rb'"host_name": "[^"]*"')
@@ -138,14 +151,14 @@ def _compress(data: bytes) -> bytes:
 
 def _write_position(args: tuple) -> int:
     """Write every replica's rank at one source rank's stage position; bytes of JSON."""
-    src_file, out, P, D, p, src_d, plain, per_host = args
+    src_file, out, P, D, p, src_d, src_dp, plain, per_host = args
     import gzip
 
     raw = Path(src_file).read_bytes()
     doc = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
     header, body = split_header(doc)
     total = 0
-    for d in range(src_d, D, 2):
+    for d in range(src_d, D, src_dp):
         rank = p * D + d
         text = new_header(header, rank=rank, P=P, D=D, p=p, d=d, shift_ns=shift_of(d),
                           ranks_per_host=per_host) + body
@@ -168,8 +181,8 @@ def make_job(name: str, data: Path, *, plain: bool, force: bool, workers: int,
     src = make_source(source, data)
     manifest = json.loads((src / "manifest.json").read_text())
     P, src_dp = manifest["layout"]["pp"], manifest["layout"]["dp"]
-    if src_dp != 2:
-        raise SystemExit(f"{src}: expected a run of 2 replicas, got {src_dp}")
+    if src_dp not in (1, 2) or (src_dp == 1 and D != 1):
+        raise SystemExit(f"{src}: expected a run of 2 replicas (or 1, for a job of one), got {src_dp}")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -177,7 +190,8 @@ def make_job(name: str, data: Path, *, plain: bool, force: bool, workers: int,
     tasks = []
     for sd, pipe in enumerate(manifest["pipelines"]):
         for p, r in enumerate(pipe):
-            tasks.append((str(src / f"rank{r}.json.gz"), str(out), P, D, p, sd, plain, ranks_per_host))
+            tasks.append((str(src / f"rank{r}.json.gz"), str(out), P, D, p, sd, src_dp, plain,
+                          ranks_per_host))
     tasks = [t for t in tasks if t[5] < D]  # one replica: source replica 0 only
     with ProcessPoolExecutor(max_workers=workers) as pool:
         total = sum(pool.map(_write_position, tasks))
@@ -206,7 +220,7 @@ def main() -> None:
     if args.list:
         for name, (source, D) in JOBS.items():
             P = int(SOURCES[source][1])
-            print(f"{name:12} {P} stages x {D} replicas = {P * D} ranks, from {source}: "
+            print(f"{name:16} {P} stages x {D} replicas = {P * D} ranks, from {source}: "
                   f"pipeaudit profile {' '.join(SOURCES[source] + COMMON)}")
         return
     for name in args.sets or list(JOBS):

@@ -4,6 +4,7 @@
     python benchmarks/scale.py job_p64_r1 job_p64_r4    # other sets (benchmarks/make_job.py --list)
     python benchmarks/scale.py --modes j2 --gz job_p8_r32   # gz against plain JSON on one set
     python benchmarks/scale.py --start                  # the start phase and -X importtime only
+    python benchmarks/scale.py --audit-share            # issue 34: the audit's share of a 64-rank run
 
 The job sets are made by ``benchmarks/make_job.py`` (real harness rank files, relabelled
 into D replicas x P stages with DeviceMesh ``pg_config``; made here when missing, into the
@@ -24,7 +25,13 @@ as :mod:`benchmarks.run` does:
 * "others' cores": the machine's busy CPU time during the run that was not this run's,
   per second of wall time (other users' work on a shared machine);
 * the number of actions audited (the sum of the report's per-stage action counts) and the
-  audit phase per action, whose ratio between sets says whether the audit grows linearly.
+  audit phase per action, whose ratio between sets says whether the audit grows linearly;
+* after the table, the audit's share of the run (audit / total, the cross-rank part that runs
+  once in the parent after every rank is reduced) of every run, not only the best.
+
+``--audit-share`` is ``job_p64_r1_m128 --modes j2 --repeat 3``: issue 34's figure, the audit of
+a 64-rank job (64 stages, M = 128, 5 steps; ``make_job.py --list``) at most 10 % of the run
+(``--jobs 2`` is analyze's default on this 2-core machine).
 
 Modes: ``j1`` (``--jobs 1``), ``j2`` (``--jobs 2``), ``dask`` (``--executor dask://`` on a
 ``LocalCluster`` of 2 worker processes, 1 thread each, started by this script; the workers
@@ -54,6 +61,8 @@ from run import TICK, _sample, _tree, communicate_watched, cpu_ticks, start_log 
 ROOT = HERE.parent
 DATA = HERE / "data"
 SETS = ["job_p8_r8", "job_p8_r32", "job_p8_r128"]
+#: ``--audit-share``: the set, mode and runs of issue 34's audit share
+AUDIT_SHARE = (["job_p64_r1_m128"], "j2", 3)
 MODES = ["j1", "j2", "dask"]
 _TIMINGS = re.compile(r"pipeaudit timings: (.*)")
 _PHASE = re.compile(r"(start|ranks|audit|report|total) ([0-9.]+) s")
@@ -206,6 +215,17 @@ def row(label: str, mode: str, r: dict, target: float) -> str:
             f"| {r['steal']:.0f} |")
 
 
+def share_line(key: str, mode: str, runs: list[dict]) -> str:
+    """Every run's audit / total, with the phases it comes from."""
+    ok = [r["phases"] for r in runs if r["rc"] == 0 and "audit" in r["phases"] and r["phases"].get("total")]
+    if not ok:
+        return f"- {key} {mode}: no run gave its phases"
+    pct = ", ".join(f"{100 * p['audit'] / p['total']:.1f} %" for p in ok)
+    audit = ", ".join(f"{p['audit']:.2f}" for p in ok)
+    total = ", ".join(f"{p['total']:.2f}" for p in ok)
+    return f"- {key} {mode}: {pct} (audit {audit} s of total {total} s)"
+
+
 def growth(results: dict[tuple[str, str], dict], sets: list[str], modes: list[str], ranks: dict[str, int],
            say) -> None:
     """Ratios from each set to the next and from the first to the last: ranks, actions,
@@ -265,9 +285,14 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated: j1, j2, dask")
     ap.add_argument("--gz", metavar="SET", help="only: this set as .json.gz against plain .json (modes)")
     ap.add_argument("--start", action="store_true", help="only: the start phase and imports")
+    ap.add_argument("--audit-share", action="store_true",
+                    help=f"{' '.join(AUDIT_SHARE[0])} --modes {AUDIT_SHARE[1]} --repeat "
+                         f"{AUDIT_SHARE[2]}: the audit's share of a 64-rank run (issue 34)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per measurement (best wall kept)")
     ap.add_argument("--out", type=Path, help="also write the tables here (markdown)")
     args = ap.parse_args()
+    if args.audit_share:
+        args.sets, args.modes, args.repeat = AUDIT_SHARE
     modes = [m for m in args.modes.split(",") if m]
     lines, say, ticks0 = start_log()
     results: dict[tuple[str, str], dict] = {}
@@ -277,6 +302,7 @@ def main() -> None:
         pairs = ([(args.gz, False), (args.gz, True)] if args.gz else [(s, False) for s in args.sets])
         cluster = DaskCluster() if "dask" in modes else None
         ranks: dict[str, int] = {}
+        shares: list[str] = []
         try:
             say(ROW_HEAD)
             for name, plain in pairs:
@@ -295,6 +321,11 @@ def main() -> None:
                     r = min(ok, key=lambda r: r["wall_s"]) if ok else runs[-1]
                     results[(key, mode)] = r
                     say(row(label, mode, r, 200 + 3 * largest / 1e6))
+                    shares.append(share_line(key, mode, runs))
+            say()
+            say("audit share of the run (audit / total; target: at most 10 %):")
+            for line in shares:
+                say(line)
             say()
             keys = [n + ("_json" if p else "") for n, p in pairs]
             if len(keys) > 1 and not args.gz:

@@ -143,7 +143,8 @@ def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
 
 
 def _excluded_spans(ops: RankOps, tid: str) -> tuple[np.ndarray, np.ndarray]:
-    ex = ops.spans.filter(pl.col("name").str.contains(EXCLUDED_SPAN_RE)).sort("start")
+    ex = ops.spans.filter(pl.col("name").str.starts_with("Optimizer."))  # before the regex
+    ex = ex.filter(pl.col("name").str.contains(EXCLUDED_SPAN_RE)).sort("start")
     return ex["start"].to_numpy(), ex["end"].to_numpy()
 
 

@@ -67,7 +67,7 @@ def _drop_nested_duplicates(spans: pl.DataFrame) -> pl.DataFrame:
 
 def torch_runtime_spans(ops: RankOps) -> pl.DataFrame:
     """Action spans from ``PP:`` annotations, OVERLAP_F_B split into sub-actions."""
-    s = ops.spans
+    s = ops.spans.filter(pl.col("name").str.starts_with("PP:"))  # a cheap pass before the regexes
     plain = s.filter(pl.col("name").str.contains(PP_ACTION_RE)).select(
         stage=pl.col("name").str.extract(PP_ACTION_RE, 1).cast(pl.Int64, strict=False),
         kind=pl.col("name").str.extract(PP_ACTION_RE, 2),
@@ -152,7 +152,9 @@ def pattern_spans(ops: RankOps, pattern: str, default_stage: int) -> pl.DataFram
 
 def gpipe_spans(ops: RankOps, default_stage: int) -> pl.DataFrame:
     """Action spans from ``Forward <mb>`` / ``Backward <mb>`` (torch ScheduleGPipe)."""
-    s = ops.spans.filter(pl.col("name").str.contains(GPIPE_RE))
+    s = ops.spans.filter(pl.col("name").str.starts_with("Forward ")
+                         | pl.col("name").str.starts_with("Backward "))  # before the regex
+    s = s.filter(pl.col("name").str.contains(GPIPE_RE))
     spans = s.select(
         stage=pl.lit(default_stage, dtype=pl.Int64),
         kind=pl.col("name").str.extract(GPIPE_RE, 1).str.slice(0, 1),

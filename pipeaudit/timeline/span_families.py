@@ -119,10 +119,10 @@ def _roles(key: tuple, slots: list[int], values: list[Counter]) -> list[str]:
 
 def family_of_spans(spans: pl.DataFrame) -> SpanFamily | None:
     """:func:`detect_family` over a rank's host spans (``name`` column), by distinct name."""
-    names = spans.filter(pl.col("name").str.contains(r"\d") & (pl.col("name").str.len_chars() <= MAX_NAME))
-    if names.height == 0:
+    counts = spans.group_by("name").len()  # the distinct names first: far fewer than spans
+    counts = counts.filter(pl.col("name").str.contains(r"\d") & (pl.col("name").str.len_chars() <= MAX_NAME))
+    if counts.height == 0:
         return None
-    counts = names.group_by("name").len()
     return detect_family(zip(counts["name"].to_list(), counts["len"].to_list()))
 
 

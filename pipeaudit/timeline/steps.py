@@ -16,7 +16,8 @@ import numpy as np
 import polars as pl
 
 PROFILER_STEP_RE = r"^ProfilerStep#(\d+)$"
-OPTIMIZER_STEP_RE = r"^Optimizer\.step#"
+#: The optimizer step spans torch writes (``Optimizer.step#<class>.step``) start with this.
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
 #: Evidence names, as reports give them.
 PROFILER_EVIDENCE = "ProfilerStep spans"
 OPTIMIZER_EVIDENCE = "optimizer annotations (Optimizer.step#...)"
@@ -27,7 +28,8 @@ _MIN, _MAX = -(2**62), 2**62
 
 def profiler_steps(spans: pl.DataFrame) -> pl.DataFrame:
     """``ProfilerStep#N`` spans of a rank: columns ``profiler_step``, ``start``, ``end``."""
-    steps = spans.filter(pl.col("name").str.contains(PROFILER_STEP_RE)).select(
+    named = spans.filter(pl.col("name").str.starts_with("ProfilerStep#"))  # before the regex
+    steps = named.filter(pl.col("name").str.contains(PROFILER_STEP_RE)).select(
         profiler_step=pl.col("name").str.extract(PROFILER_STEP_RE, 1).cast(pl.Int64, strict=False),
         start="start",
         end="end",
@@ -38,7 +40,7 @@ def profiler_steps(spans: pl.DataFrame) -> pl.DataFrame:
 def optimizer_steps(spans: pl.DataFrame) -> pl.DataFrame:
     """Step windows cut at the end of each ``Optimizer.step#…`` span (``profiler_step`` null):
     before the first, between consecutive ones, and after the last."""
-    ends = np.unique(spans.filter(pl.col("name").str.contains(OPTIMIZER_STEP_RE))["end"].to_numpy())
+    ends = np.unique(spans.filter(pl.col("name").str.starts_with(OPTIMIZER_STEP_PREFIX))["end"].to_numpy())
     if ends.size == 0:
         return pl.DataFrame(schema=WINDOW_SCHEMA)
     bounds = np.concatenate([[_MIN], ends, [_MAX]]).astype(np.int64)

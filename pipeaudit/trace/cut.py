@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PARTIAL_KEY = "pipeaudit_incomplete_step"
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_OPTIMIZER_STEP = r"^Optimizer\.step#"  # as pipeaudit.timeline.steps.OPTIMIZER_STEP_RE
+_OPTIMIZER_STEP = r"^Optimizer\.step#"  # as pipeaudit.timeline.steps.OPTIMIZER_STEP_PREFIX
 PROFILER_LABEL = "ProfilerStep#"
 OPTIMIZER_LABEL = "optimizer step #"
 _GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")

@@ -28,8 +28,10 @@ if TYPE_CHECKING:  # pragma: no cover
 #: needs 0.5-1 s to start (one forkserver importing polars), about what decoding 64 MB
 #: takes in-process; below 128 MB the saving is too small to be worth it.
 POOL_MIN_JSON_BYTES = 128 * 1024 * 1024
-#: What the pool's workers import before their first task.
-PRELOAD = ["msgspec", "numpy", "polars", "pipeaudit.trace.decode", "pipeaudit.timeline.rank"]
+#: What the pool's workers import before their first task: numpy.ma too (polars imports it
+#: when it makes a column from a numpy array), and the module of analyze's per-rank job.
+PRELOAD = ["msgspec", "numpy", "numpy.ma", "polars", "pipeaudit.trace.decode",
+           "pipeaudit.timeline.rank", "pipeaudit.timeline.build"]
 #: This process helps the starting pool only in runs of at most this many items. With more,
 #: the time it saves is a small part of the run, and the memory its own decodes leave
 #: behind adds to the results it holds until the audit (1,024 ranks: 205 MB at the end of

@@ -7,8 +7,7 @@ Runs ``pipeaudit analyze DIR --format json`` with a ``sitecustomize`` hook on ``
 Python process of the run (the CLI, the forkserver, its workers, multiprocessing's resource
 tracker), the interpreter's start, the CLI's ``start_early``, each rank task and the exit,
 each with the seconds since the command started and the process's CPU time. The hook costs
-about 0.05 s of wall. Used for run P in docs/performance.md (where the CPU of a 2-core run
-goes).
+about 0.05 s of wall. It shows where the CPU of a 2-core run goes.
 """
 
 from __future__ import annotations

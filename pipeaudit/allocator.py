@@ -9,7 +9,7 @@ of MB of cross-rank tables (the transfers of a chunk of replicas, the audit's pe
 tables) in well under that, so the transient tables piled up in the process's resident
 memory: on a 1,024-rank job, the parent's peak fell from 376 to 339 MB (``job_p64_r16``) and
 from 233 to 221 MB (``job_p8_r128``) with this setting, in the same time
-(docs/performance.md, "Run K").
+(measured when it was introduced; git log -S "Run K" docs/performance.md).
 
 The setting is jemalloc's environment variable (``_RJEM_MALLOC_CONF``, polars' symbol
 prefix), which polars appends to its own configuration when it is imported (a later option
@@ -47,7 +47,7 @@ def cores() -> int:
 #: One arena per core (jemalloc's default is four): the threads that free a table and the
 #: ones that build the next share arenas, so freed pages are reused before the purge. On 2
 #: cores, the largest process of ``analyze`` on 4 x 100 MB: 264-270 -> 237-242 MB; the
-#: parent on ``job_p64_r16``: 221-229 -> 221-223 MB (docs/performance.md, run O); no slower.
+#: parent on ``job_p64_r16``: 221-229 -> 221-223 MB (measured when introduced; git history of docs/performance.md); no slower.
 CONF = f"background_thread:true,dirty_decay_ms:50,muzzy_decay_ms:0,narenas:{cores()}"
 
 

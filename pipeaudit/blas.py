@@ -4,9 +4,9 @@ numpy's wheels bundle OpenBLAS, which starts a thread per core when numpy is imp
 idle threads spin before they sleep (``blas_thread_server``). pipeaudit never multiplies a
 matrix, so on 2 cores that spin only takes CPU from the decode: about 0.05 s of CPU in each
 process that imports numpy (the CLI and its pool's forkserver), and ``analyze`` on 4 x 100 MB
-took 2.37-2.42 s of CPU with one BLAS thread against 2.42-2.65 s without
-(docs/performance.md, run O). The console entry point sets it before a trace-reading command
-imports anything (:func:`one_blas_thread`), unless the user chose a value; the pool's workers
+took 2.37-2.42 s of CPU with one BLAS thread against 2.42-2.65 s without (measured
+when introduced; git history of docs/performance.md). The console entry point sets it before
+a trace-reading command imports anything (:func:`one_blas_thread`), unless the user chose a value; the pool's workers
 inherit it. A library caller's process (a notebook) is left alone.
 """
 

@@ -35,7 +35,8 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
              "dimension outermost), when the traces' process groups do not say.")),
     "jobs": ("--jobs", dict(
         type=click.IntRange(min=1), default=None, metavar="N",
-        help="Ranks decoded in parallel on this machine (default: the cores).")),
+        help="Ranks decoded in parallel on this machine (default: the cores, or a process per "
+             "rank for up to two ranks per core).")),
     "executor": ("--executor", dict(
         default=None, metavar="local|processes|dask://HOST:PORT",
         help="Where ranks are decoded and reduced: this machine (a process pool when it pays), "

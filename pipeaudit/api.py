@@ -124,7 +124,7 @@ def load(
     The keywords are :class:`~pipeaudit.options.LoadOptions`' (see there what each means);
     ``options`` gives them all at once instead. ``jobs``: ranks decoded at once on this
     machine, this process included (default: the cores, or every rank at once for up to two
-    ranks per core); ``executor``: ``"local"``
+    ranks per core and 16 ranks); ``executor``: ``"local"``
     (default), ``"processes"`` or ``"dask://host:port"``; ``max_memory``: the decode's memory
     budget (bytes or text such as ``"4G"``; default half the available memory; files too
     big for a job's share are streamed). See docs/performance.md; :mod:`pipeaudit.progress`

@@ -36,7 +36,7 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "jobs": ("--jobs", dict(
         type=click.IntRange(min=1), default=None, metavar="N",
         help="Ranks decoded in parallel on this machine (default: the cores, or a process per "
-             "rank for up to two ranks per core).")),
+             "rank for up to two ranks per core and 16 ranks).")),
     "executor": ("--executor", dict(
         default=None, metavar="local|processes|dask://HOST:PORT",
         help="Where ranks are decoded and reduced: this machine (a process pool when it pays), "

@@ -37,12 +37,16 @@ PRELOAD = ["msgspec", "numpy", "numpy.ma", "polars", "pipeaudit.trace.decode",
 #: behind adds to the results it holds until the audit (1,024 ranks: 205 MB at the end of
 #: the ranks phase with its help, 162 MB without).
 HELP_MAX_ITEMS = 64
-#: With ``jobs=None``, a run of more files than cores but at most this many per core gets a
-#: process per file (this one and a worker for each other file), sharing the cores: every
-#: rank is in flight at once, so that none is left running alone at the end while the other
-#: cores wait (4 ranks on 2 cores with 2 workers: the last rank alone for about a quarter of
-#: the ranks phase).
+#: With ``jobs=None``, a run of more files than cores but at most this many per core (and at
+#: most :data:`RANK_PER_PROCESS_FILES` files) gets a process per file (this one and a worker
+#: for each other file), sharing the cores: every rank is in flight at once, so that none is
+#: left running alone at the end while the other cores wait (4 ranks on 2 cores with 2
+#: workers: the last rank alone for about a quarter of the ranks phase). Each process holds
+#: one rank at a time, so the largest process is the same; the machine holds one rank per file.
 RANK_PER_PROCESS_MAX = 2
+#: ... and at most this many files: beyond, the tail is a small part of the ranks phase and a
+#: process per file would hold too many ranks at once.
+RANK_PER_PROCESS_FILES = 16
 
 
 
@@ -117,11 +121,13 @@ def workers_and_pool(n_files: int, jobs: int | None, json_bytes: int,
                      processes: bool = False) -> tuple[int, bool]:
     """(workers, whether the local pool is used) for ``n_files`` files holding ``json_bytes``
     of JSON: ``jobs`` workers (None: the cores, or a process per file for up to
-    :data:`RANK_PER_PROCESS_MAX` files per core), at most one per file; the pool for two
+    :data:`RANK_PER_PROCESS_MAX` files per core and :data:`RANK_PER_PROCESS_FILES` files), at
+    most one per file; the pool for two
     workers or more when ``jobs`` is given or the executor is ``processes``, else from
     :data:`POOL_MIN_JSON_BYTES` of JSON."""
     n_cores = cores()
-    if jobs is None and not processes and n_cores < n_files <= RANK_PER_PROCESS_MAX * n_cores:
+    if (jobs is None and not processes and n_cores < n_files
+            <= min(RANK_PER_PROCESS_MAX * n_cores, RANK_PER_PROCESS_FILES)):
         workers = n_files - 1  # this process reads the first
     else:
         workers = min(n_files, jobs if jobs is not None else n_cores)

@@ -1,0 +1,32 @@
+"""How many workers the local pool gets (pipeaudit.trace.pool.workers_and_pool)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeaudit.trace import pool
+
+BIG = 10**9  # JSON bytes: the pool pays
+
+
+@pytest.mark.parametrize(("cores", "files", "jobs", "expected"), [
+    (2, 4, None, (3, True)),     # up to 2 files per core: a process per file (this one + 3)
+    (2, 5, None, (2, True)),     # more: a worker per core
+    (2, 3, None, (2, True)),
+    (2, 2, None, (2, True)),     # no more files than cores: as before
+    (8, 16, None, (15, True)),
+    (8, 17, None, (8, True)),
+    (16, 20, None, (16, True)),  # at most 16 files get a process each
+    (1, 4, None, (1, False)),    # one core: no pool
+    (2, 4, 2, (2, True)),        # --jobs is what the user asked for
+    (2, 4, 4, (4, True)),
+])
+def test_workers(monkeypatch, cores, files, jobs, expected):
+    monkeypatch.setattr(pool, "cores", lambda: cores)
+    assert pool.workers_and_pool(files, jobs, BIG) == expected
+
+
+def test_small_inputs_stay_in_this_process(monkeypatch):
+    monkeypatch.setattr(pool, "cores", lambda: 2)
+    workers, use = pool.workers_and_pool(4, None, pool.POOL_MIN_JSON_BYTES - 1)
+    assert (workers, use) == (3, False)  # below the pool's threshold: read here

@@ -10,8 +10,8 @@ from pipeaudit.cli.runopts import (
     load_options,
     load_run,
     one_pipeline,
+    replica_report_options,
     require_every_rank,
-    run_options,
 )
 from pipeaudit.report import render
 
@@ -48,14 +48,7 @@ def _ints(text: str | None, flag: str) -> list[int] | None:
 @click.option("--check", is_flag=True,
               help="PATHS are BEFORE AFTER: hold a rerun made by hand (AFTER) to the prediction "
                    "advise makes from BEFORE.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
-              show_default=True, help="Report format on stdout.")
-@click.option("--pipeline", type=click.IntRange(min=0), default=None, metavar="D",
-              help="Pipeline replica to advise on (default: the slowest, when the job has several).")
-@run_options(flags=WHATIF_FLAGS)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the report to this file instead of stdout.")
-@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@replica_report_options("advise on", flags=WHATIF_FLAGS)
 def command(paths, memory_cap, schedules, microbatches_list, global_batch, top, verify_top,
             out_dir, check, fmt, pipeline, output, force, **run) -> None:
     """Rank the schedules, chunks and microbatch counts to run instead of PATHS' run."""

@@ -10,27 +10,20 @@ from pipeaudit.cli.runopts import (
     load_options,
     load_run,
     one_pipeline,
+    replica_report_options,
     require_every_rank,
-    run_options,
 )
 
 
 @click.command("explain")
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
-              show_default=True, help="Report format on stdout.")
 @click.option("--step", type=int, default=None,
               help="Step to show in detail (text/markdown). [default: the median step]")
 @click.option("--top", type=click.IntRange(1), default=5, show_default=True,
               help="Causes listed (text/markdown; json lists all).")
 @click.option("--width", type=click.IntRange(20), default=96, show_default=True,
               help="Timeline width in characters.")
-@click.option("--pipeline", type=click.IntRange(min=0), default=None, metavar="D",
-              help="Pipeline replica to explain (default: the slowest, when the job has several).")
-@run_options
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the report to this file instead of stdout.")
-@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@replica_report_options("explain")
 def command(paths, fmt, step, top, width, pipeline, output, force, **run) -> None:
     """Critical path, slack and top causes of each step: PATHS are one run's traces."""
     from pipeaudit.errors import ConfigError

@@ -72,6 +72,24 @@ def run_options(f: Callable[..., Any] | None = None, *, flags: dict[str, str] | 
     return decorate(f) if f is not None else decorate
 
 
+def replica_report_options(verb: str, *, flags: dict[str, str] | None = None):
+    """The options of a command that reports on one pipeline replica of a run: ``--format``,
+    ``--pipeline`` (the replica to ``verb``), the run's flags (:func:`run_options`),
+    ``-o/--output`` and ``--force``, in that order in ``--help``."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = click.option("--force", is_flag=True, help="Overwrite --output if it exists.")(fn)
+        fn = click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+                          help="Write the report to this file instead of stdout.")(fn)
+        fn = run_options(fn, flags=flags)
+        fn = click.option("--pipeline", type=click.IntRange(min=0), default=None, metavar="D",
+                          help=f"Pipeline replica to {verb} (default: the slowest, when the job "
+                               "has several).")(fn)
+        return click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]),
+                            default="text", show_default=True, help="Report format on stdout.")(fn)
+
+    return decorate
+
+
 def load_options(params: dict[str, Any], *, flags: dict[str, str] | None = None,
                  **overrides: Any) -> LoadOptions:
     """The LoadOptions of a command's parsed flags (removed from ``params``); a bad value is a

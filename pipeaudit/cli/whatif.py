@@ -11,8 +11,8 @@ from pipeaudit.cli.runopts import (
     load_options,
     load_run,
     one_pipeline,
+    replica_report_options,
     require_every_rank,
-    run_options,
 )
 
 
@@ -30,14 +30,7 @@ from pipeaudit.cli.runopts import (
               help="Replay the catalogue order of another schedule (see `pipeaudit simulate`).")
 @click.option("--chunks", "-v", type=click.IntRange(1), default=None,
               help="Stages per rank of the replayed schedule.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
-              show_default=True, help="Report format on stdout.")
-@click.option("--pipeline", type=click.IntRange(min=0), default=None, metavar="D",
-              help="Pipeline replica to replay (default: the slowest, when the job has several).")
-@run_options(flags=WHATIF_FLAGS)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the report to this file instead of stdout.")
-@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@replica_report_options("replay", flags=WHATIF_FLAGS)
 def command(paths, scales, comm_latency, microbatches, schedule, chunks, fmt, pipeline, output,
             force, **run) -> None:
     """Predict the step time and bubble of PATHS' run with changes applied."""

@@ -277,12 +277,11 @@ def detect_layout(*, headers: Sequence[Mapping[str, Any]], ranks: Sequence[int],
                   world_size: int | None, manifest: Mapping[str, Any] | None = None,
                   rank_stages: Mapping[int, frozenset[int]] | None = None,
                   spec: str | None = None,
-                  peers: Sequence[tuple[int, ...]] | Callable[[], Sequence[tuple[int, ...]] | None]
-                  | None = None) -> Layout:
-    """The layout from the evidence named in the module docstring. ``peers`` may be a
-    function that finds them (:func:`~pipeaudit.timeline.peers.pipelines_from_peers`, quadratic
-    in ranks): called only when the process groups, the manifest and the stage ids do not
-    give the layout."""
+                  peers: Callable[[], Sequence[tuple[int, ...]] | None] | None = None) -> Layout:
+    """The layout from the evidence named in the module docstring. ``peers`` finds the
+    pipelines from who sends to whom (:func:`~pipeaudit.timeline.peers.pipelines_from_peers`,
+    quadratic in ranks): called only when the process groups, the manifest and the stage ids
+    do not give the layout."""
     groups = process_groups(headers)
     from_groups = layout_from_groups(groups, world_size)
     if spec is not None:
@@ -301,7 +300,7 @@ def detect_layout(*, headers: Sequence[Mapping[str, Any]], ranks: Sequence[int],
     # the annotations give them, place every rank already (and tell a V's two ends apart)
     from_peers = None
     if not any((rank_stages or {}).values()):
-        from_peers = layout_from_peers(peers() if callable(peers) else peers, ranks, world_size)
+        from_peers = layout_from_peers(peers() if peers else None, ranks, world_size)
     if from_peers is not None:
         return from_peers
     from_stages = layout_from_stages(rank_stages or {}, world_size)

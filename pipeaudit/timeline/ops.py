@@ -83,13 +83,59 @@ def _col(df: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
 
 
 def _top_level(ops: pl.DataFrame) -> pl.DataFrame:
-    """Keep the ops not nested inside another op of the same thread. An op of no duration
+    """Keep the ops not nested inside another op of the same thread, ordered by thread, start,
+    then those of no duration first and the longest first. An op of no duration
     that starts with another comes before it, not inside it (a recv that found its data
     already there, then the forward that uses it)."""
     if ops.height == 0:
         return ops
-    ops = ops.with_columns(_lasts=pl.col("end") > pl.col("start")).sort(
-        ["tid", "start", "_lasts", "end"], descending=[False, False, False, True]).drop("_lasts")
+    start, end = ops["start"].to_numpy(), ops["end"].to_numpy()
+    if not _in_start_order(start, end):
+        return _top_level_sorted(ops)
+    keep = np.empty(ops.height, dtype=bool)
+    for rows in _thread_rows(ops["tid"]):
+        keep[rows] = _outermost(start[rows], end[rows])
+    return _in_thread_order(ops.filter(pl.Series(keep)))
+
+
+def _in_start_order(start: np.ndarray, end: np.ndarray) -> bool:
+    """True when the rows are in the decoded events' order: by start, the longest first."""
+    later = start[1:] > start[:-1]
+    return bool((later | ((start[1:] == start[:-1]) & (end[1:] <= end[:-1]))).all())
+
+
+def _thread_rows(tid: pl.Series) -> list[np.ndarray | slice]:
+    """The rows of each thread, in row order."""
+    if bool((tid == tid[0]).all()):
+        return [slice(None)]  # CPU training: one thread runs every op
+    groups = tid.to_frame("tid").with_row_index("row").group_by("tid").agg("row")
+    return [np.asarray(rows, dtype=np.int64) for rows in groups["row"].to_list()]
+
+
+def _outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Which of one thread's ops (by start, the longest first) no earlier op contains: a
+    lasting op starts at or after the end of every op before it; an op of no duration at or
+    after the end of every op that started strictly before it."""
+    reach = np.maximum.accumulate(end)
+    keep = np.empty(start.size, dtype=bool)
+    keep[0] = True
+    np.less_equal(reach[:-1], start[1:], out=keep[1:])
+    at = np.flatnonzero(end == start)  # of no duration: only what started strictly before
+    if at.size:
+        first = np.searchsorted(start, start[at], side="left")
+        keep[at] = (first == 0) | (reach[np.maximum(first - 1, 0)] <= start[at])
+    return keep
+
+
+def _in_thread_order(ops: pl.DataFrame) -> pl.DataFrame:
+    return ops.with_columns(_lasts=pl.col("end") > pl.col("start")).sort(
+        ["tid", "start", "_lasts", "end"], descending=[False, False, False, True],
+        maintain_order=True).drop("_lasts")
+
+
+def _top_level_sorted(ops: pl.DataFrame) -> pl.DataFrame:
+    """:func:`_top_level` of rows in any order."""
+    ops = _in_thread_order(ops)
     prev_end = pl.col("end").cum_max().shift(1).over("tid")
     return ops.filter(prev_end.is_null() | (pl.col("start") >= prev_end))
 

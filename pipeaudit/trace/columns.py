@@ -32,6 +32,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import polars as pl
 
 from pipeaudit.errors import TraceError, TraceErrorKind as Kind
@@ -295,8 +296,7 @@ def finish_tables(parts: TableParts, base_ns: int, warnings: list[str]) -> tuple
     df = df.select([pl.lit("X", dtype=pl.Utf8).alias(c) if c == "ph" else
                     (pl.col(c) + base_ns) if c == "ts" else pl.col(c)
                     for c in EVENT_SCHEMA if c in df.columns or c == "ph"])
-    if df.height == 0 or not df["ts"].is_sorted() or _has_ties(df["ts"]):
-        df = df.sort(["ts", "dur"], descending=[False, True], maintain_order=True)
+    df = in_time_order(df)
     df = df.cast({c: t for c, t in EVENT_SCHEMA.items() if c in df.columns})  # type: ignore[arg-type]
 
     # ---- memory samples
@@ -325,7 +325,33 @@ def finish_tables(parts: TableParts, base_ns: int, warnings: list[str]) -> tuple
     return df, mdf
 
 
-def _has_ties(ts: pl.Series) -> bool:
-    """Equal neighbours in a sorted column (then the dur order may need the full sort)."""
-    return bool((ts.diff() == 0).any())
+#: :func:`in_time_order` lays the table's sorted runs end to end (no copy) up to this many
+#: runs; beyond, it gathers the rows once.
+MAX_RUNS = 64
+
+
+def in_time_order(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` (``ts`` and ``dur`` without nulls) sorted by ``ts``, then longest first, the file's
+    order breaking ties: the same table as polars' stable sort on ``(ts, dur descending)``.
+
+    A trace is nearly in time order already (Kineto writes the host events by start and the
+    profiler's own span, which starts first, last of all: one row out of place in a 100 MB
+    rank). Without two events at the same ``ts``, the sorted table is the file's runs of
+    rows in order, laid end to end as chunks (nothing copied), instead of every column
+    gathered anew (12-15 ms for 350k events)."""
+    if df.height < 2:
+        return df
+    ts = df["ts"].to_numpy()
+    order = np.argsort(ts, kind="stable")  # adaptive: a few sorted runs cost a few passes
+    in_order = ts[order]
+    if bool((in_order[1:] == in_order[:-1]).any()):  # ties: the duration decides
+        return df.sort(["ts", "dur"], descending=[False, True], maintain_order=True)
+    starts = np.flatnonzero(np.diff(order) != 1) + 1
+    if starts.size >= MAX_RUNS:
+        df = df[order]
+    elif starts.size:
+        bounds = [0, *starts.tolist(), order.size]
+        df = pl.concat([df.slice(int(order[a]), b - a) for a, b in zip(bounds, bounds[1:])],
+                       how="vertical", rechunk=False)
+    return df.with_columns(pl.col("ts").set_sorted())
 

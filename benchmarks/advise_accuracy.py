@@ -83,7 +83,7 @@ def _median_run(runs: list[dict]) -> dict:
 def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
     import pipeaudit
     from pipeaudit.advise import advise
-    from pipeaudit.advise.verify import measure_run, verified_row
+    from pipeaudit.advise.verify import measure_run, predicted_again, verified_row
 
     results = []
     for model, imbalance in MODELS.items():
@@ -98,23 +98,40 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
             for k in grid(imbalance):
                 d = root / model / "reruns" / f"{k[0]}_v{k[1]}_m{k[2]}"
                 if (d / "manifest.json").exists():
-                    tries.setdefault(k, []).append(measure_run(str(d)))
+                    tries.setdefault(k, []).append({**measure_run(str(d)), "path": str(d)})
         measured = {k: _median_run(v) for k, v in tries.items()}
         base_key = ("1f1b", 1, 8)
         drift = median(r["step_time_us"] for r in tries[base_key]) / a.measured["step_time_us"]
-        rows = [verified_row(by_key[k], got, "", drift) for k, got in measured.items()]
+        # calibrated: predicted again from the rerun of the measured configuration (the one of
+        # median step time among the repeats), as ``advise --verify`` does
+        base_rerun = _median_run(tries[base_key])["path"]
+        again = predicted_again(base_rerun, [by_key[k] for k in measured], None)
+        rows = [verified_row(by_key[k], got, got["path"], again.get(k))
+                for k, got in measured.items()]
         # the advice among the configurations that ran here (torch 2.11 cannot run ZBV over gloo)
         advised = next(c for c in a.candidates
                        if (c.schedule, c.chunks, c.microbatches) in measured)
         best = min(rows, key=lambda v: v["measured_step_time_us"])
         chosen = next(v for v in rows if (v["schedule"], v["chunks"], v["microbatches"]) ==
                       (advised.schedule, advised.chunks, advised.microbatches))
+        # the advice from every repeat's own measured run: how the regret moves with the
+        # measurement advised from
+        regret_each = []
+        for root in [out, *repeats]:
+            if (root / model / "measured" / "manifest.json").exists():
+                other = advise(pipeaudit.load(root / model / "measured"),
+                               schedules=SCHEDULES_IMBALANCED if imbalance else SCHEDULES,
+                               microbatches=MICROBATCHES)
+                k = next((c.schedule, c.chunks, c.microbatches) for c in other.candidates
+                         if (c.schedule, c.chunks, c.microbatches) in measured)
+                regret_each.append(measured[k]["step_time_us"] / best["measured_step_time_us"] - 1.0)
         errs = [abs(v["error"]) for v in rows if not v["is_measured_configuration"]]
         mem = [abs(v["memory_error"]) for v in rows if v["memory_error"] is not None]
         r = {"model": model, "rows": rows, "calibration": a.calibration, "drift": drift,
              "advised": [advised.schedule, advised.chunks, advised.microbatches],
              "best_measured": [best["schedule"], best["chunks"], best["microbatches"]],
              "regret": chosen["measured_step_time_us"] / best["measured_step_time_us"] - 1.0,
+             "regret_each_measured_run": regret_each,
              "median_abs_error": median(errs), "max_abs_error": max(errs),
              "max_abs_memory_error": max(mem) if mem else None,
              "repeats": {"_".join(map(str, k)): len(v) for k, v in tries.items()}}
@@ -127,7 +144,8 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
                   f"{v['error_raw']:+6.1%} {v['error']:+10.1%}  {me}")
         print(f"advised {r['advised']}, best measured {r['best_measured']}, regret {r['regret']:+.1%}; "
               f"|error| median {r['median_abs_error']:.1%}, max {r['max_abs_error']:.1%}; memory "
-              f"|error| max {r['max_abs_memory_error']:.1%}; drift {drift:.3f}")
+              f"|error| max {r['max_abs_memory_error']:.1%}; drift {drift:.3f}; regret advised "
+              f"from each repeat's measured run: {', '.join(f'{x:+.1%}' for x in regret_each)}")
     return results
 
 

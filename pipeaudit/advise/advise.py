@@ -62,6 +62,8 @@ class Advice:
     inputs: list[str] = field(default_factory=list)
     verified: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the global batch the candidates keep (None: not known, the measured run's)
+    global_batch: int | None = None
 
     @property
     def best(self) -> Candidate | None:
@@ -195,7 +197,8 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         "calibration)",
     ]
     return Advice(measured, candidates, memory_cap, memory is not None, calibration, assumptions,
-                  inputs=list(tl.inputs), notes=notes + list(pred0.notes))
+                  inputs=list(tl.inputs), notes=notes + list(pred0.notes),
+                  global_batch=global_batch)
 
 
 def _layers(manifest: dict | None) -> int | None:

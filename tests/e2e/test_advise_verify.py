@@ -30,10 +30,21 @@ def test_verify_reruns_and_reports(tmp_path):
         assert row["predicted_peak_memory_bytes"] > 0
         assert (tmp_path / "reruns" / f"{row['schedule']}_v{row['chunks']}_m{row['microbatches']}"
                 / "manifest.json").exists()
-    # the rerun of the measured configuration is the drift: calibrated, its error is the
-    # model's own error on the original measurement
-    assert rows[0]["error"] == pytest.approx(
-        doc["measured"]["step_time_us"] / rows[0]["predicted_step_time_us"] - 1.0)
+    # calibrated: every candidate predicted again from the rerun of the measured configuration,
+    # as advise predicts from that rerun itself
+    base_rerun = tmp_path / "reruns" / f"{rows[0]['schedule']}_v1_m{rows[0]['microbatches']}"
+    res = invoke("advise", base_rerun, "--schedules", "1f1b,interleaved-1f1b", "--microbatches",
+                 "2,4", "--format", "json")
+    assert res.exit_code == 0, res.output
+    again = {(c["schedule"], c["chunks"], c["microbatches"]): c["predicted_step_time_us"]
+             for c in json.loads(res.stdout)["candidates"]}
+    for row in rows:
+        key = (row["schedule"], row["chunks"], row["microbatches"])
+        assert row["calibrated_predicted_step_time_us"] == pytest.approx(again[key])
+        assert row["error"] == pytest.approx(
+            row["measured_step_time_us"] / row["calibrated_predicted_step_time_us"] - 1.0)
+        assert row["error_raw"] == pytest.approx(
+            row["measured_step_time_us"] / row["predicted_step_time_us"] - 1.0)
     # the measured configuration's memory is its own: the model reproduces it
     assert rows[0]["memory_error"] == pytest.approx(0.0, abs=0.05)
     # a hand-made rerun held to the prediction

@@ -106,7 +106,7 @@ def _in_start_order(start: np.ndarray, end: np.ndarray) -> bool:
 
 def _thread_rows(tid: pl.Series) -> list[np.ndarray | slice]:
     """The rows of each thread, in row order."""
-    if bool((tid == tid[0]).all()):
+    if tid.null_count() == 0 and bool((tid == tid[0]).all()):
         return [slice(None)]  # CPU training: one thread runs every op
     groups = tid.to_frame("tid").with_row_index("row").group_by("tid").agg("row")
     return [np.asarray(rows, dtype=np.int64) for rows in groups["row"].to_list()]

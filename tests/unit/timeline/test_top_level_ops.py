@@ -42,6 +42,11 @@ def test_of_two_identical_ops_the_first_in_the_file_is_kept():
     assert _top_level(_decoded(ops))["name"].to_list() == ["a"]
 
 
+def test_ops_without_a_thread_are_a_thread_of_their_own():
+    ops = _ops([(None, 0, 100, "outer"), ("1", 10, 20, "other thread"), (None, 10, 20, "inner")])
+    assert _top_level(_decoded(ops))["name"].to_list() == ["outer", "other thread"]
+
+
 def test_rows_in_any_other_order_take_the_sort():
     ops = _ops([("1", 10, 20, "inner"), ("1", 0, 100, "outer")])
     assert _top_level(ops)["name"].to_list() == ["outer"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeaudit import SCHEMA_VERSION
-from pipeaudit.advise.memory import predicted_peaks, rank_memory
+from pipeaudit.advise.memory import held_sends, message_bytes, predicted_peaks, rank_memory
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.explain.layers import layer_shares, manifest_layers
 from pipeaudit.explain.whatif import Changes, whatif
@@ -152,8 +152,10 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                 peak = None
                 if memory is not None:
                     shares = layer_shares(old_layers, sched.num_stages) if old_layers else None
+                    held = held_sends(ran, name, message_bytes(tl.manifest, m)) \
+                        if torch_run else None
                     peaks = predicted_peaks(memory, {r: sched.orders[p] for r, p in positions.items()},
-                                            sched.placement, M0 / m, positions, shares)
+                                            sched.placement, M0 / m, positions, shares, held)
                     peak = max(peaks.values())
                 fits = None if peak is None or memory_cap is None else peak <= memory_cap
                 is_measured = (name, sched.chunks, m) == (ran, v0, M0)
@@ -189,7 +191,11 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         "at the microbatch's last backward piece, + gradients at the stage's first backward; "
         "peaks at each forward's and backward's measured transient above the level (not "
         "multiplied by the microbatches in flight); activations and transients linear in the "
-        "rows; re-staged candidates take each stage's terms from its layers (manifest), else "
+        "rows; a candidate whose torch runtime waits its sends only at the step's end (the "
+        "multi-stage schedules' action runtime: outputs and input gradients; GPipe: input "
+        "gradients) holds each sent message from the microbatch's backward to the step's end, "
+        "one message being rows x seq_len x hidden float32 values (harness manifest; not "
+        "modelled without it); re-staged candidates take each stage's terms from its layers (manifest), else "
         "1/v of the rank's per chunk" if memory else
         "memory: not predicted (no [memory] events)",
         "ranking: the candidates that fit the memory cap first, each group by predicted step "

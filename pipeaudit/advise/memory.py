@@ -19,6 +19,11 @@ at its own start; its *excess* is the most the level rises above its start until
   runs and does not multiply by the microbatches in flight (why a peak solved as
   ``in-flight x unit`` over-predicts GPipe).
 
+- sends a candidate's runtime waits for only at the step's end (:func:`held_by_runtime`, read
+  from torch's ``schedules.py``) and the measured run's did not stay allocated from the
+  microbatch's last backward piece to the step's end: one message (``rows x seq_len x hidden``
+  float32 values, from a harness manifest) per sent output and per sent input gradient.
+
 The peak is the largest level + excess along the order. For a candidate with ``rows_ratio`` =
 M_measured / M_candidate (the same global batch), the activation, release and both transients
 scale with the rows of a microbatch; base and gradients do not. Re-staged candidates take each
@@ -110,10 +115,61 @@ class RankMemory:
         return int(sum(s.grads for s in self.stages.values()))
 
 
+@dataclass(frozen=True)
+class HeldSends:
+    """Sent tensors a schedule's runtime keeps until the step's end, beyond what the measured
+    run's runtime kept (bytes of one message at the candidate's microbatch size)."""
+
+    message: float  #: one activation (or its gradient) between two stages
+    outputs: bool  #: a forward's sent output outlives the microbatch's backward
+    gradients: bool  #: a backward's sent input gradient stays
+
+
+#: Which sends torch's runtimes wait for only at the end of the step (torch 2.11-2.13,
+#: ``schedules.py``): the action runtime of the multi-stage schedules waits every send at the
+#: step's end; ScheduleGPipe waits its backward sends after the last backward (its forward
+#: sends after the last forward, while autograd holds those outputs anyway); Schedule1F1B
+#: waits each send at the next action.
+def held_by_runtime(name: str) -> tuple[bool, bool]:
+    """(forward outputs, backward gradients) held to the step's end by ``name``'s torch runtime."""
+    from pipeaudit.schedules.catalogue import ACTION_RUNTIME, torch_runtime
+
+    if torch_runtime(name) == ACTION_RUNTIME:
+        return True, True
+    return False, name == "gpipe"
+
+
+def held_sends(measured: str, candidate: str, message: float | None) -> HeldSends | None:
+    """What ``candidate``'s runtime holds beyond ``measured``'s (canonical schedule names), one
+    message being ``message`` bytes; None when nothing more (or the size is unknown)."""
+    if not message:
+        return None
+    (mo, mg), (co, cg) = held_by_runtime(measured), held_by_runtime(candidate)
+    if (co and not mo) or (cg and not mg):
+        return HeldSends(message, co and not mo, cg and not mg)
+    return None
+
+
+def message_bytes(manifest: dict | None, microbatches: int) -> float | None:
+    """One stage-to-stage message at ``microbatches`` microbatches, for a harness run of the
+    transformer blocks (rows x seq_len x hidden float32 values; the manifest's model); None
+    for another model."""
+    model = (manifest or {}).get("model") or {}
+    framework = ((manifest or {}).get("framework") or {}).get("name", "torch")
+    dims = [model.get(k) for k in ("batch_size", "seq_len", "hidden")]
+    if framework != "torch" or not all(isinstance(d, int) and d > 0 for d in dims):
+        return None
+    batch, seq, hidden = dims
+    return batch / microbatches * seq * hidden * 4
+
+
 def order_peak(order: Sequence, base: float, backward_peak: float,
-               stages: Mapping[int, StageMemory]) -> float:
-    """The largest level + excess along one rank's ``order`` (the module's model)."""
+               stages: Mapping[int, StageMemory], held: HeldSends | None = None) -> float:
+    """The largest level + excess along one rank's ``order`` (the module's model); ``held``:
+    sends kept to the step's end, added at the microbatch's last backward piece on a stage (an
+    output unless the stage is the last, an input gradient unless it is the first)."""
     release = _release_pieces(order)
+    last_stage = max(stages)
     level = peak = float(base)
     seen: set[int] = set()
     for a in order:
@@ -126,6 +182,9 @@ def order_peak(order: Sequence, base: float, backward_peak: float,
         if a.kind != release.get((a.stage, a.microbatch)):
             continue
         level += s.release
+        if held is not None:
+            level += held.message * ((held.outputs and a.stage != last_stage)
+                                     + (held.gradients and a.stage != 0))
         if a.stage not in seen:
             seen.add(a.stage)
             level += s.grads
@@ -266,12 +325,13 @@ def _restaged(memory: Mapping[int, RankMemory], placement: Sequence[int],
 def predicted_peaks(memory: Mapping[int, RankMemory], orders: Mapping[int, Sequence],
                     placement: Sequence[int], rows_ratio: float,
                     position: Mapping[int, int] | None = None,
-                    shares: Shares | None = None) -> dict[int, int]:
+                    shares: Shares | None = None,
+                    held: HeldSends | None = None) -> dict[int, int]:
     """Each rank's predicted peak for a candidate: its per-rank ``orders`` (rank id -> order),
     the candidate's stage ``placement``, ``rows_ratio`` = M_measured / M; ``shares`` re-stages
     per layer (None: the measured stages when the placement keeps them, else an even split of
     each rank's terms over its chunks); ``position``: rank id -> pipeline index (default: the
-    rank id)."""
+    rank id); ``held``: sends the candidate's runtime keeps to the step's end."""
     position = dict(position) if position is not None else {r: r for r in memory}
     old_stages = sorted(s for m in memory.values() for s in m.stages)
     same = old_stages == list(range(len(placement))) and all(
@@ -280,6 +340,6 @@ def predicted_peaks(memory: Mapping[int, RankMemory], orders: Mapping[int, Seque
     stages = ({s: t for m in memory.values() for s, t in m.stages.items()} if same
               else _restaged(memory, placement, position, shares))
     stages = {s: _scaled(t, rows_ratio) for s, t in stages.items()}
-    return {r: int(order_peak(orders[r], m.base, m.backward_peak * rows_ratio, stages))
+    return {r: int(order_peak(orders[r], m.base, m.backward_peak * rows_ratio, stages, held))
             for r, m in memory.items() if r in orders}
 

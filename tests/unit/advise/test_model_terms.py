@@ -9,7 +9,10 @@ import polars as pl
 import pytest
 
 from pipeaudit.actions import KINDS
-from pipeaudit.advise.memory import RankMemory, StageMemory, order_peak, predicted_peaks, rank_memory
+from pipeaudit.advise.memory import (
+    HeldSends, RankMemory, StageMemory, held_by_runtime, held_sends, message_bytes, order_peak,
+    predicted_peaks, rank_memory,
+)
 from pipeaudit.explain.layers import even_layers, layer_shares, manifest_layers, restage
 from pipeaudit.explain.whatif import _rederive
 from pipeaudit.schedules import build_schedule
@@ -118,3 +121,44 @@ def test_restaged_memory_follows_the_layers():
     by_layers = predicted_peaks(mem, orders, sched.placement, 1.0, shares=layer_shares([2] * 4, 8))
     even = predicted_peaks(mem, orders, sched.placement, 1.0)
     assert by_layers[1] < even[1] and by_layers[2] > even[2]
+
+
+def test_runtimes_that_wait_sends_at_the_step_end_hold_them():
+    """torch's action runtime keeps every sent output and input gradient to the step's end;
+    GPipe its backward sends; 1F1B none (it waits each send at the next action)."""
+    assert held_by_runtime("interleaved-1f1b") == (True, True)
+    assert held_by_runtime("zbv") == (True, True)
+    assert held_by_runtime("gpipe") == (False, True)
+    assert held_by_runtime("1f1b") == (False, False)
+    # measured 1F1B: an interleaved candidate holds both, a GPipe one its gradients
+    assert held_sends("1f1b", "interleaved-1f1b", 2.0) == HeldSends(2.0, True, True)
+    assert held_sends("1f1b", "gpipe", 2.0) == HeldSends(2.0, False, True)
+    assert held_sends("1f1b", "1f1b", 2.0) is None
+    assert held_sends("interleaved-1f1b", "1f1b", 2.0) is None  # nothing beyond the measured
+    assert held_sends("1f1b", "interleaved-1f1b", None) is None  # size unknown
+
+
+def test_held_sends_add_a_message_per_backward_but_at_the_pipelines_ends():
+    """One rank holding stages 0 and 1 of 2 (M=2): each microbatch's backward on stage 1 keeps
+    its input gradient (stage 1 is the last: its output is not sent); on stage 0 its output
+    (stage 0 is the first: no gradient is sent)."""
+    terms = {s: StageMemory(activation=10.0, forward_peak=10.0, release=-10.0, grads=0.0)
+             for s in (0, 1)}
+    order = [SimpleNamespace(stage=s, kind=k, microbatch=mb) for s, k, mb in
+             [(0, "F", 0), (1, "F", 0), (0, "F", 1), (1, "F", 1),
+              (1, "B", 0), (0, "B", 0), (1, "B", 1), (0, "B", 1)]]
+    plain = order_peak(order, 0.0, 0.0, terms)
+    assert plain == 40.0
+    held = HeldSends(1.0, outputs=True, gradients=True)
+    # 4 messages held by the end; the peak is still the forwards'
+    assert order_peak(order, 0.0, 0.0, terms, held) == 40.0
+    big = HeldSends(25.0, outputs=True, gradients=True)
+    assert order_peak(order, 0.0, 0.0, terms, big) == 4 * 25.0
+
+
+def test_message_bytes_from_the_harness_manifest():
+    manifest = {"model": {"batch_size": 64, "seq_len": 64, "hidden": 256}}
+    assert message_bytes(manifest, 16) == 4 * 64 * 256 * 4
+    assert message_bytes({"model": {}}, 16) is None
+    assert message_bytes({**manifest, "framework": {"name": "deepspeed"}}, 16) is None
+    assert message_bytes(None, 8) is None

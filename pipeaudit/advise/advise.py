@@ -171,6 +171,15 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     for c in candidates:
         c.why = _why(c, base)
     candidates.sort(key=lambda c: (c.fits is False, c.predicted_step_time_us))
+    model_error = abs(base.predicted_step_time_us / result.step_time_us - 1.0)
+    close = close_to_best(candidates, model_error)
+    if close:
+        notes.append(
+            f"{len(close)} other candidate(s) predicted within "
+            f"{max(TYPICAL_ERROR, model_error):.0%} of the advised one (the "
+            "model's typical error: their order is not certain): " + ", ".join(
+                f"{c.schedule} v={c.chunks} M={c.microbatches}" for c in close)
+            + f"; `--verify {len(close)}` reruns them")
     measured = {"schedule": ran, "chunks": v0, "microbatches": M0,
                 "step_time_us": result.step_time_us, "bubble": result.bubble.measured,
                 "peak_memory_bytes": max(m.peak for m in memory.values()) if memory else None,
@@ -205,6 +214,24 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     return Advice(measured, candidates, memory_cap, memory is not None, calibration, assumptions,
                   inputs=list(tl.inputs), notes=notes + list(pred0.notes),
                   global_batch=global_batch)
+
+
+#: The model's typical step-time error (median over the accuracy benchmark's candidates,
+#: calibrated: docs/advise.md): candidates predicted closer than this to the advised one are
+#: not certainly slower.
+TYPICAL_ERROR = 0.05
+
+
+def close_to_best(candidates: list[Candidate], model_error: float) -> list[Candidate]:
+    """The fitting candidates after the first (``candidates`` ranked) predicted within the
+    model's error of it: :data:`TYPICAL_ERROR`, or ``model_error`` (its error on the measured
+    configuration) when larger."""
+    fitting = [c for c in candidates if c.fits is not False]
+    if not fitting:
+        return []
+    tol = max(TYPICAL_ERROR, model_error)
+    best = fitting[0].predicted_step_time_us
+    return [c for c in fitting[1:] if c.predicted_step_time_us <= best * (1.0 + tol)]
 
 
 def _layers(manifest: dict | None) -> int | None:

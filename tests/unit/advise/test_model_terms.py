@@ -162,3 +162,17 @@ def test_message_bytes_from_the_harness_manifest():
     assert message_bytes({"model": {}}, 16) is None
     assert message_bytes({**manifest, "framework": {"name": "deepspeed"}}, 16) is None
     assert message_bytes(None, 8) is None
+
+
+def test_candidates_within_the_models_error_of_the_advised_one_are_named():
+    from pipeaudit.advise.advise import TYPICAL_ERROR, Candidate, close_to_best
+
+    def cand(name, t, fits=True):
+        return Candidate(name, 1, 8, t, 0.1, None, fits)
+
+    ranked = [cand("a", 100.0), cand("b", 100.0 * (1 + TYPICAL_ERROR)), cand("c", 110.0),
+              cand("d", 101.0, fits=False)]
+    assert [c.schedule for c in close_to_best(ranked, 0.01)] == ["b"]
+    # a larger error on the measured configuration widens the band
+    assert [c.schedule for c in close_to_best(ranked, 0.12)] == ["b", "c"]
+    assert close_to_best([cand("d", 1.0, fits=False)], 0.0) == []

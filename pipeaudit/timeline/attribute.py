@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from pipeaudit.timeline import intervals as iv
 from pipeaudit.timeline.ops import RankOps
 
 COMPUTE_SCHEMA = {"action": pl.Int64, "start": pl.Int64, "end": pl.Int64}
@@ -116,9 +117,7 @@ def merge_per_action(df: pl.DataFrame, keys: tuple[str, ...] = ("action",)) -> p
     """Merge overlapping intervals within each action (or each group of ``keys``): rows by
     key, then start; intervals that overlap or touch become one."""
     if keys == ("action",):
-        merged = _merge_by_action(df)
-        if merged is not None:
-            return merged
+        return _merge_by_action(df)
     k = list(keys)
     df = df.filter(pl.col("end") > pl.col("start")).sort(k + ["start"])
     prev_end = pl.col("end").cum_max().shift(1).over(k)
@@ -131,30 +130,10 @@ def merge_per_action(df: pl.DataFrame, keys: tuple[str, ...] = ("action",)) -> p
     )
 
 
-def _merge_by_action(df: pl.DataFrame) -> pl.DataFrame | None:
-    """:func:`merge_per_action` by ``action`` alone, in numpy (a few ms for 10^5 units where
-    polars' window takes about 15); None when the times are too far apart for its encoding."""
-    df = df.filter(pl.col("end") > pl.col("start"))
-    if df.height == 0:
-        return df.select("action", "start", "end")
-    action, start, end = (df[c].to_numpy() for c in ("action", "start", "end"))
-    order = np.lexsort((start, action))
-    action, start, end = action[order], start[order], end[order]
-    first = np.empty(action.size, dtype=bool)
-    first[0] = True
-    np.not_equal(action[1:], action[:-1], out=first[1:])
-    # one running maximum for every action at once: the k-th action's times are lifted by k
-    # spans of the whole range, above every earlier action's
-    t0, span = int(start.min()), int(end.max()) - int(start.min()) + 1
-    group = np.cumsum(first) - 1
-    if int(group[-1]) + 1 >= (1 << 62) // span:
-        return None
-    lift = group * span - t0
-    reach = np.maximum.accumulate(end + lift)
-    new = first.copy()
-    new[1:] |= start[1:] + lift[1:] > reach[:-1]
-    at = np.flatnonzero(new)
-    return pl.DataFrame({"action": action[at], "start": start[at],
-                         "end": np.maximum.reduceat(end, at)},
-                        schema={"action": df.schema["action"], "start": df.schema["start"],
-                                "end": df.schema["end"]})
+def _merge_by_action(df: pl.DataFrame) -> pl.DataFrame:
+    """:func:`merge_per_action` by ``action`` alone: :func:`intervals.merge_grouped` (numpy, a
+    few ms for 10^5 units where polars' window takes about 15)."""
+    action, start, end = iv.merge_grouped(df["action"].to_numpy(), df["start"].to_numpy(),
+                                          df["end"].to_numpy())
+    return pl.DataFrame({"action": action, "start": start, "end": end},
+                        schema={c: df.schema[c] for c in ("action", "start", "end")})

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from statistics import median
 
 import numpy as np
@@ -59,34 +59,6 @@ def _release_pieces(order: Sequence) -> dict[tuple[int, int], str]:
         if a.kind in BACKWARD:
             release[(a.stage, a.microbatch)] = a.kind
     return release
-
-
-def _profile(order: Sequence, chunks: int) -> list[tuple[float, bool]]:
-    """(units held, whether a backward ran yet) after each action of one rank's ``order``;
-    each (stage, microbatch) is 1/``chunks`` of the rank's per-microbatch activations, held from
-    its forward to its last backward piece on that stage (B, or W when the backward is split)."""
-    release = _release_pieces(order)
-    held, backward, out = 0.0, False, []
-    freed: set[tuple[int, int]] = set()
-    for a in order:
-        key = (a.stage, a.microbatch)
-        if a.kind == "F":
-            held += 1.0 / chunks
-        else:
-            backward = True
-            if a.kind == release.get(key) and key not in freed:
-                freed.add(key)
-                out.append((held, backward))  # the piece runs with its activations held
-                held -= 1.0 / chunks
-                continue
-        out.append((held, backward))
-    return out
-
-
-def inflight_units(order: Sequence, chunks: int) -> float:
-    """Most (stage, microbatch) activations held at once by one rank's ``order``, each
-    1/``chunks`` of the rank's per-microbatch share."""
-    return max((h for h, _ in _profile(order, chunks)), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -309,16 +281,16 @@ def _restaged(memory: Mapping[int, RankMemory], placement: Sequence[int],
     """Each new stage's terms: from the layers it holds (``shares``), else its rank's measured
     terms split evenly over the rank's new stages (``position``: rank id -> pipeline index)."""
     old = {s: t for m in memory.values() for s, t in m.stages.items()}
+    terms = [f.name for f in fields(StageMemory)]
     if shares is not None and set(old) == set(range(len(old))):
-        fields = {f: restage({s: getattr(t, f) for s, t in old.items()}, shares)
-                  for f in ("activation", "forward_peak", "release", "grads")}
-        return {s: StageMemory(*(fields[f][s] for f in fields)) for s in shares}
+        per_term = {f: restage({s: getattr(t, f) for s, t in old.items()}, shares) for f in terms}
+        return {s: StageMemory(*(per_term[f][s] for f in terms)) for s in shares}
     out = {}
     for r, m in memory.items():
         new = [s for s, p in enumerate(placement) if p == position.get(r)]
         for s in new:
             out[s] = StageMemory(*(sum(getattr(t, f) for t in m.stages.values()) / len(new)
-                                   for f in ("activation", "forward_peak", "release", "grads")))
+                                   for f in terms))
     return out
 
 

@@ -129,7 +129,7 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                      "candidates are ranked on time only")
     candidates: list[Candidate] = []
     measured_pred = None
-    layers = _layers(tl.manifest)
+    layers = sum(old_layers) if old_layers else None
     # a run of torch's schedules is advised what torch runs; DeepSpeed's and Megatron's take
     # any M for 1F1B
     framework = ((tl.manifest or {}).get("framework") or {}).get("name", "torch")
@@ -152,8 +152,7 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                 peak = None
                 if memory is not None:
                     shares = layer_shares(old_layers, sched.num_stages) if old_layers else None
-                    held = held_sends(ran, name, message_bytes(tl.manifest, m)) \
-                        if torch_run else None
+                    held = held_sends(ran, name, message_bytes(tl.manifest, m))
                     peaks = predicted_peaks(memory, {r: sched.orders[p] for r, p in positions.items()},
                                             sched.placement, M0 / m, positions, shares, held)
                     peak = max(peaks.values())
@@ -171,12 +170,12 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     for c in candidates:
         c.why = _why(c, base)
     candidates.sort(key=lambda c: (c.fits is False, c.predicted_step_time_us))
-    model_error = abs(base.predicted_step_time_us / result.step_time_us - 1.0)
-    close = close_to_best(candidates, model_error)
+    model_error = base.predicted_step_time_us / result.step_time_us - 1.0
+    close = close_to_best(candidates, abs(model_error))
     if close:
         notes.append(
             f"{len(close)} other candidate(s) predicted within "
-            f"{max(TYPICAL_ERROR, model_error):.0%} of the advised one (the "
+            f"{max(TYPICAL_ERROR, abs(model_error)):.0%} of the advised one (the "
             "model's typical error: their order is not certain): " + ", ".join(
                 f"{c.schedule} v={c.chunks} M={c.microbatches}" for c in close)
             + f"; `--verify {len(close)}` reruns them")
@@ -186,7 +185,7 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                 "predicted_step_time_us": base.predicted_step_time_us}
     calibration = {"measured_step_time_us": result.step_time_us,
                    "predicted_step_time_us": base.predicted_step_time_us,
-                   "error": base.predicted_step_time_us / result.step_time_us - 1.0,
+                   "error": model_error,
                    "what": "the measured configuration predicted by the same model"}
     assumptions = [
         "each candidate replays the catalogue order for P ranks with the run's mean measured "
@@ -232,12 +231,6 @@ def close_to_best(candidates: list[Candidate], model_error: float) -> list[Candi
     tol = max(TYPICAL_ERROR, model_error)
     best = fitting[0].predicted_step_time_us
     return [c for c in fitting[1:] if c.predicted_step_time_us <= best * (1.0 + tol)]
-
-
-def _layers(manifest: dict | None) -> int | None:
-    layers = (manifest or {}).get("stage_layers")
-    return sum(layers) if isinstance(layers, list) and all(isinstance(x, int) for x in layers) \
-        else None
 
 
 def _global_batch(manifest: dict | None) -> int | None:

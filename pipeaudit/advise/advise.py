@@ -173,12 +173,15 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     model_error = base.predicted_step_time_us / result.step_time_us - 1.0
     close = close_to_best(candidates, abs(model_error))
     if close:
+        # --verify K reruns the measured configuration and the first K others that fit
+        rerun = sum(not c.measured for c in [candidates[0], *close])
         notes.append(
             f"{len(close)} other candidate(s) predicted within "
             f"{max(TYPICAL_ERROR, abs(model_error)):.0%} of the advised one (the "
             "model's typical error: their order is not certain): " + ", ".join(
-                f"{c.schedule} v={c.chunks} M={c.microbatches}" for c in close)
-            + f"; `--verify {len(close)}` reruns them")
+                f"{c.schedule} v={c.chunks} M={c.microbatches}" + (" (the run's)" if c.measured
+                                                                   else "") for c in close)
+            + (f"; `--verify {rerun}` reruns them" if tl.manifest is not None else ""))
     measured = {"schedule": ran, "chunks": v0, "microbatches": M0,
                 "step_time_us": result.step_time_us, "bubble": result.bubble.measured,
                 "peak_memory_bytes": max(m.peak for m in memory.values()) if memory else None,

@@ -94,3 +94,18 @@ def test_the_html_report_gets_the_table(tmp_path):
     assert "What to run instead" in page and "gpipe" in page and "the configuration the run ran" in page
     res = invoke("analyze", MEMORY_RUN, "--html", tmp_path / "r.html")
     assert res.exit_code == 0 and "What to run instead" in (tmp_path / "r.html").read_text()
+
+
+def test_the_close_candidates_note_counts_the_reruns_verify_makes():
+    """The note names the candidates too close to the advised one to call, marks the run's own
+    configuration among them, and gives the --verify K that reruns them all (--verify always
+    reruns the measured configuration, then the first K others)."""
+    import re
+
+    a = advise(pipeaudit.load(MEMORY_RUN))
+    note = next(n for n in a.notes if "predicted within" in n)
+    named = note.split("not certain): ", 1)[1].split(";", 1)[0].split(", ")
+    others = [n for n in named if not n.endswith("(the run's)")]
+    assert len(others) < len(named)  # 1F1B M=4, what the sample ran, is among them
+    k = int(re.search(r"--verify (\d+)", note).group(1))
+    assert k == len(others) + (0 if a.best.measured else 1)

@@ -64,8 +64,7 @@ def build_pipeline(config: ProfileConfig, rank: int, device: torch.device, group
     indices = rank_stages(spec.placement, config.stages, config.num_chunks, pp_rank)
     modules = []
     for s in indices:
-        module = build_stage_module(config, s, compute_device or device,
-                                    repeat=config.stage_repeat(s, rank))
+        module = build_stage_module(config, s, compute_device or device, rank)
         if compute_device is not None:
             module = HostBoundary(module, compute_device)
         if place is not None and place.tp_mesh is not None:

@@ -117,10 +117,6 @@ class ProfileConfig:
         ranks = self.layout.pipeline(0, 0)
         return [ranks[p] for p in positions]
 
-    def stage_repeat(self, stage: int, rank: int) -> int:
-        """How many times ``rank`` applies each block of ``stage``: --imbalance x --slow-rank."""
-        return self.imbalance.get(stage, 1) * self.slow_ranks.get(rank, 1)
-
     @property
     def stage_layers(self) -> list[int]:
         """Blocks per stage: contiguous, as even as possible (earlier stages get the extra)."""

@@ -34,26 +34,29 @@ from pipeaudit.harness.profiling import run_steps
 
 
 class RepeatedBlock(nn.Module):
-    """A harness block applied ``repeat`` times (a DeepSpeed layer: built only on its stage)."""
+    """One layer of the harness model as DeepSpeed builds it (only on its stage): ``copies``
+    blocks with their own weights (a heavier stage, ``--imbalance``), each applied ``repeat``
+    times (a slower rank, ``--slow-rank``), as :mod:`pipeaudit.harness.model` does."""
 
-    def __init__(self, hidden: int, ffn_mult: int, repeat: int, seed: int) -> None:
+    def __init__(self, hidden: int, ffn_mult: int, copies: int, repeat: int, seed: int) -> None:
         super().__init__()
         gen_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
         try:
-            self.block = Block(hidden, ffn_mult)
+            self.blocks = nn.ModuleList(Block(hidden, ffn_mult) for _ in range(copies))
         finally:
             torch.random.set_rng_state(gen_state)
         self.repeat = repeat
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for _ in range(self.repeat):
-            x = self.block(x)
+        for block in self.blocks:
+            for _ in range(self.repeat):
+                x = block(x)
         return x
 
 
 def layer_specs(config: ProfileConfig, rank: int) -> list:
-    """The model as DeepSpeed LayerSpecs, each block repeated by its stage's imbalance factor.
+    """The model as DeepSpeed LayerSpecs, each layer ``--imbalance`` blocks of its stage.
 
     DeepSpeed partitions ``uniform`` by layer count (``partition_uniform``); the factors follow
     the stage each layer lands on, so ``--imbalance 1=3`` makes DeepSpeed's stage 1 3x heavier.
@@ -66,9 +69,9 @@ def layer_specs(config: ProfileConfig, rank: int) -> list:
     specs = []
     for stage in range(config.stages):
         for layer in range(bounds[stage], bounds[stage + 1]):
-            repeat = config.imbalance.get(stage, 1) * config.slow_ranks.get(rank, 1)
             specs.append(LayerSpec(RepeatedBlock, config.model.hidden, config.model.ffn_mult,
-                                   repeat, config.seed * 100_003 + layer))
+                                   config.imbalance.get(stage, 1), config.slow_ranks.get(rank, 1),
+                                   config.seed * 100_003 + layer))
     return specs
 
 

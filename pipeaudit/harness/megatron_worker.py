@@ -151,8 +151,7 @@ def run_megatron_rank(config: ProfileConfig, rank: int, world_size: int, local_r
         pipeline_dtype=torch.float32, batch_p2p_comm=False, deallocate_pipeline_outputs=False)
     placement = stage_to_rank("loop", config.stages, v)
     chunks = [s for s in range(config.num_stages) if placement[s] == rank]
-    modules = [MegatronChunk(build_stage_module(config, s, device,
-                                                repeat=config.stage_repeat(s, rank)),
+    modules = [MegatronChunk(build_stage_module(config, s, device, rank),
                              mp_config, first=(s == 0)) for s in chunks]
     params = [p for m in modules for p in m.parameters()]
     optimizer = torch.optim.SGD(params, lr=1e-3)

@@ -3,13 +3,17 @@
 A stack of ``layers`` pre-norm MLP blocks ``x + fc2(gelu(fc1(ln(x))))`` split
 into contiguous slices, one per global stage (see ``ProfileConfig.stage_layers``).
 
-Imbalance: a stage with factor k applies each of its blocks k times in a row
-(same weights, ``x = block(x)`` repeated). Forward and backward compute of that
-stage are therefore exactly k times those of an equal stage (the block's
-matmuls dominate; parameters and memory for weights do not change, activation
-memory grows k times). Only integer factors are accepted for that reason.
-``--imbalance STAGE=k`` does it to a stage in every pipeline replica,
-``--slow-rank RANK=k`` to the stages of one rank only (both given: the factors multiply).
+Imbalance: ``--imbalance STAGE=k`` gives that stage k blocks, each with its own weights, for
+every block of an equal stage: a heavier stage, in every pipeline replica. Its forward and
+backward compute are exactly k times those of an equal stage (the same matmuls, k times), and
+so are its weights, gradients and activations. ``--slow-rank RANK=k`` makes one rank slower,
+not its model: each block of its stages is applied k times in a row (the same weights,
+``x = block(x)`` repeated), so its data-parallel peers hold the same parameters. Both given,
+the factors multiply. Only integer factors are accepted.
+
+Distinct weights for the heavier stage are what the zero-bubble schedules need: torch's split
+backward (ZBV's I then W) cannot take the weight gradients of a block applied several times in
+one forward ("backward through the graph a second time").
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ class Block(nn.Module):
 
 
 class StageModule(nn.Module):
-    """The blocks of one stage; each block applied ``repeat`` times (imbalance)."""
+    """The blocks of one stage; each block applied ``repeat`` times (a slow rank)."""
 
     def __init__(self, stage: int, num_blocks: int, hidden: int, ffn_mult: int, repeat: int = 1):
         super().__init__()
@@ -51,20 +55,22 @@ class StageModule(nn.Module):
 
 
 def build_stage_module(config: ProfileConfig, stage: int, device: torch.device,
-                       repeat: int | None = None) -> StageModule:
-    """The module of global stage ``stage``; weights depend only on (seed, stage).
+                       rank: int | None = None) -> StageModule:
+    """The module of global stage ``stage`` as ``rank`` runs it; weights depend only on
+    (seed, stage).
 
-    ``repeat``: how many times each block is applied (default: the stage's ``--imbalance``).
+    The stage holds ``--imbalance`` times its layers' blocks (a heavier stage), each applied
+    ``--slow-rank`` times on ``rank`` (a slower rank; None: not slowed).
     """
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(config.seed * 100_003 + stage)
     try:
         module = StageModule(
             stage,
-            config.stage_layers[stage],
+            config.stage_layers[stage] * config.imbalance.get(stage, 1),
             config.model.hidden,
             config.model.ffn_mult,
-            repeat if repeat is not None else config.imbalance.get(stage, 1),
+            config.slow_ranks.get(rank, 1) if rank is not None else 1,
         )
     finally:
         torch.random.set_rng_state(gen_state)

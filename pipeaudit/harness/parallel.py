@@ -21,8 +21,8 @@ As torchtitan applies them, in this order:
   One FSDP unit per stage, where torchtitan wraps each transformer block and then the root:
   torch 2.13's pipelining runs a real forward and backward at its first step to infer shapes,
   with FSDP's default resharding after backward, so a per-block unit applied several times
-  (``--imbalance``, ``--slow-rank``) all-gathers again for every application there; a slowed
-  rank would then run more all-gathers than its data-parallel peers and hang them.
+  (``--slow-rank``) all-gathers again for every application there; a slowed rank would then
+  run more all-gathers than its data-parallel peers and hang them.
 """
 
 from __future__ import annotations

@@ -70,9 +70,23 @@ def test_stage_to_rank_is_replica_0(tmp_path):
     assert single.stage_to_rank == [0, 0, 0] and single.world_size == 1
 
 
-def test_slow_rank_and_imbalance_multiply(tmp_path):
-    cfg = _cfg(tmp_path, stages=2, dp=2, imbalance={1: 2}, slow_ranks={3: 3})
-    assert [cfg.stage_repeat(s, r) for s, r in ((0, 0), (0, 1), (1, 2), (1, 3))] == [1, 1, 2, 6]
+def test_imbalance_adds_blocks_and_slow_rank_repeats_them(tmp_path):
+    """A heavier stage holds k blocks of its own weights per layer; a slow rank applies each
+    block k times (its data-parallel peers keep the same parameters)."""
+    torch = pytest.importorskip("torch")
+    from pipeaudit.harness.model import build_stage_module
+
+    cfg = _cfg(tmp_path, stages=2, dp=2, imbalance={1: 2}, slow_ranks={3: 3},
+               model=ModelConfig(layers=2, hidden=16))
+    cpu = torch.device("cpu")
+    shape = {(s, r): (len(m.blocks), m.repeat) for s, r in ((0, 0), (0, 1), (1, 2), (1, 3))
+             for m in [build_stage_module(cfg, s, cpu, r)]}
+    assert shape == {(0, 0): (1, 1), (0, 1): (1, 1), (1, 2): (2, 1), (1, 3): (2, 3)}
+    heavy = build_stage_module(cfg, 1, cpu, 2)
+    assert not torch.equal(heavy.blocks[0].fc1.weight, heavy.blocks[1].fc1.weight)
+    # the same stage on two data-parallel ranks: the same weights, slowed or not
+    slowed = build_stage_module(cfg, 1, cpu, 3)
+    assert all(torch.equal(a, b) for a, b in zip(heavy.parameters(), slowed.parameters()))
 
 
 def test_manifest_layout_fields(tmp_path):

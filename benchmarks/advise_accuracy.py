@@ -1,11 +1,13 @@
 """How right is ``pipeaudit advise``? Real harness runs, predicted and rerun.
 
-For a balanced model and one with a 3x heavier stage (P=4, 8 layers, profile_memory), one
-measured run of 1F1B with M=8 is advised over GPipe, 1F1B, interleaved 1F1B (v=2) and ZBV with
-M in 2, 4, 8, 16 (the same global batch), and every candidate is run: an exhaustive sweep of the
+For a balanced model and one with a 3x heavier stage (P=4 by default, 8 layers,
+profile_memory), one measured run of 1F1B with M=2P is advised over GPipe, 1F1B, interleaved
+1F1B (v=2) and ZBV with M in P/2, P, 2P, 4P (the same global batch), and every candidate is run: an exhaustive sweep of the
 candidate space, the measured configuration's rerun calibrating the machine's drift. Prints each
 candidate's predicted and measured step time (error raw and calibrated) and peak memory, and
-the regret: the advised configuration's measured step time against the best measured one.
+the regret: the advised configuration's measured step time against the best measured one,
+from the prediction alone and after ``advise --verify auto`` (the fastest measured of the
+measured configuration, the advised one and the candidates too close to it to order).
 
     python benchmarks/advise_accuracy.py --out DIR              # make the runs, then read them
     python benchmarks/advise_accuracy.py --out DIR --make-only  # the runs alone (harness, torch)
@@ -15,8 +17,8 @@ the regret: the advised configuration's measured step time against the best meas
 A single rerun is a noisy measure on CPU (the same configuration ran 0.91x and 1.14x its first
 run). ``--repeats`` reads other ``--make-only`` outputs of the same runs: each candidate's
 measured step time is then the median over the repeats, and the drift the median of the
-reruns of the measured configuration over the run advised from. ``--models`` makes or reads only some models (repeats can be made side by side
-on disjoint cores, e.g. under ``taskset``).
+reruns of the measured configuration over the run advised from. ``--models`` makes or reads
+only some models (repeats can be made side by side on disjoint cores, e.g. under ``taskset``).
 
 ``--make-only`` needs only torch and the harness (no polars): it can run on a machine with one
 core per rank, and ``--read-only`` where the analysis is installed.
@@ -30,28 +32,29 @@ from pathlib import Path
 from statistics import median
 
 SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "zbv"]
-#: torch 2.13's split backward (ZBV's I/W) fails on the harness's heavier stage, whose blocks
-#: are one module applied three times ("backward through the graph a second time")
-SCHEDULES_IMBALANCED = ["gpipe", "1f1b", "interleaved-1f1b"]
-MICROBATCHES = [2, 4, 8, 16]
 MODELS = {"balanced": {}, "stage1x3": {1: 3}}
-P, LAYERS = 4, 8
+LAYERS = 8
 
 
-def grid(imbalance: dict) -> list[tuple[str, int, int]]:
+def microbatches(P: int) -> list[int]:
+    """M from P/2 to 4P."""
+    return [max(1, P // 2), P, 2 * P, 4 * P]
+
+
+def grid(P: int) -> list[tuple[str, int, int]]:
     """Every (schedule, chunks, M) torch runs for the model."""
     from pipeaudit.schedules.catalogue import CATALOGUE, HARNESS, config_problem
 
     out = []
-    for name in SCHEDULES_IMBALANCED if imbalance else SCHEDULES:
+    for name in SCHEDULES:
         v = CATALOGUE[name].fixed_chunks or 2
-        for m in MICROBATCHES:
+        for m in microbatches(P):
             if not config_problem(name, P, m, v, HARNESS):
                 out.append((name, v, m))
     return out
 
 
-def make(out: Path, steps: int, hidden: int, models: list[str]) -> None:
+def make(out: Path, P: int, steps: int, hidden: int, models: list[str]) -> None:
     from pipeaudit.harness import HarnessError, ModelConfig, ProfileConfig, run_profile
     from pipeaudit.harness.manifest import read_manifest
     from pipeaudit.harness.rerun import harness_config
@@ -61,11 +64,11 @@ def make(out: Path, steps: int, hidden: int, models: list[str]) -> None:
             continue
         base = out / model / "measured"
         run_profile(ProfileConfig(
-            out=str(base), schedule="1f1b", stages=P, microbatches=8, steps=steps,
+            out=str(base), schedule="1f1b", stages=P, microbatches=2 * P, steps=steps,
             model=ModelConfig(layers=LAYERS, hidden=hidden, batch_size=64), imbalance=imbalance,
             profile_memory=True, force=True, backend="gloo", device="cpu"))
         manifest = read_manifest(base)
-        for name, v, m in grid(imbalance):
+        for name, v, m in grid(P):
             print(f"{model}: {name} v={v} M={m}", flush=True)
             try:
                 run_profile(harness_config(
@@ -83,24 +86,25 @@ def _median_run(runs: list[dict]) -> dict:
 def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
     import pipeaudit
     from pipeaudit.advise import advise
+    from pipeaudit.advise.advise import close_to_best
     from pipeaudit.advise.verify import measure_run, predicted_again, verified_row
 
     results = []
-    for model, imbalance in MODELS.items():
+    for model in MODELS:
         if model not in models:
             continue
         run = pipeaudit.load(out / model / "measured")
-        a = advise(run, schedules=SCHEDULES_IMBALANCED if imbalance else SCHEDULES,
-                   microbatches=MICROBATCHES)
+        P = run.audit().num_ranks
+        a = advise(run, schedules=SCHEDULES, microbatches=microbatches(P))
         by_key = {(c.schedule, c.chunks, c.microbatches): c for c in a.candidates}
         tries: dict[tuple, list[dict]] = {}
         for root in [out, *repeats]:
-            for k in grid(imbalance):
+            for k in grid(P):
                 d = root / model / "reruns" / f"{k[0]}_v{k[1]}_m{k[2]}"
                 if (d / "manifest.json").exists():
                     tries.setdefault(k, []).append({**measure_run(str(d)), "path": str(d)})
         measured = {k: _median_run(v) for k, v in tries.items()}
-        base_key = ("1f1b", 1, 8)
+        base_key = ("1f1b", 1, a.measured["microbatches"])
         drift = median(r["step_time_us"] for r in tries[base_key]) / a.measured["step_time_us"]
         # calibrated: predicted again from the rerun of the measured configuration (the one of
         # median step time among the repeats), as ``advise --verify`` does
@@ -115,16 +119,27 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
         chosen = next(v for v in rows if (v["schedule"], v["chunks"], v["microbatches"]) ==
                       (advised.schedule, advised.chunks, advised.microbatches))
         # the advice from every repeat's own measured run: how the regret moves with the
-        # measurement advised from
-        regret_each = []
+        # measurement advised from; and the advice proven by ``--verify auto`` (the fastest
+        # measured of the measured configuration, the advised one and those too close to it)
+        regret_each, proven_each, reruns_each = [], [], []
         for root in [out, *repeats]:
             if (root / model / "measured" / "manifest.json").exists():
                 other = advise(pipeaudit.load(root / model / "measured"),
-                               schedules=SCHEDULES_IMBALANCED if imbalance else SCHEDULES,
-                               microbatches=MICROBATCHES)
-                k = next((c.schedule, c.chunks, c.microbatches) for c in other.candidates
-                         if (c.schedule, c.chunks, c.microbatches) in measured)
-                regret_each.append(measured[k]["step_time_us"] / best["measured_step_time_us"] - 1.0)
+                               schedules=SCHEDULES,
+                               microbatches=microbatches(P))
+                ran = [(c.schedule, c.chunks, c.microbatches) for c in other.candidates
+                       if (c.schedule, c.chunks, c.microbatches) in measured]
+                regret_each.append(measured[ran[0]]["step_time_us"] /
+                                   best["measured_step_time_us"] - 1.0)
+                close = close_to_best(other.candidates, abs(other.calibration["error"]))
+                rerun = [key for key in ((c.schedule, c.chunks, c.microbatches)
+                                         for c in other.candidates[:1] + close)
+                         if key in measured and key != base_key]
+                proven = min([base_key, *rerun], key=lambda key: measured[key]["step_time_us"])
+                proven_each.append(measured[proven]["step_time_us"] /
+                                   best["measured_step_time_us"] - 1.0)
+                # the reruns --verify auto makes, and those of them this sweep ran
+                reruns_each.append((max(1, other.reruns_to_settle), len(rerun)))
         errs = [abs(v["error"]) for v in rows if not v["is_measured_configuration"]]
         mem = [abs(v["memory_error"]) for v in rows if v["memory_error"] is not None]
         r = {"model": model, "rows": rows, "calibration": a.calibration, "drift": drift,
@@ -132,6 +147,8 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
              "best_measured": [best["schedule"], best["chunks"], best["microbatches"]],
              "regret": chosen["measured_step_time_us"] / best["measured_step_time_us"] - 1.0,
              "regret_each_measured_run": regret_each,
+             "regret_verified_each_measured_run": proven_each,
+             "verify_auto_reruns_each_measured_run": reruns_each,
              "median_abs_error": median(errs), "max_abs_error": max(errs),
              "max_abs_memory_error": max(mem) if mem else None,
              "repeats": {"_".join(map(str, k)): len(v) for k, v in tries.items()}}
@@ -145,13 +162,17 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
         print(f"advised {r['advised']}, best measured {r['best_measured']}, regret {r['regret']:+.1%}; "
               f"|error| median {r['median_abs_error']:.1%}, max {r['max_abs_error']:.1%}; memory "
               f"|error| max {r['max_abs_memory_error']:.1%}; drift {drift:.3f}; regret advised "
-              f"from each repeat's measured run: {', '.join(f'{x:+.1%}' for x in regret_each)}")
+              f"from each repeat's measured run: {', '.join(f'{x:+.1%}' for x in regret_each)}; "
+              f"after --verify auto ({', '.join(f'{k} ({n} here)' for k, n in reruns_each)} "
+              f"reruns besides the measured configuration): "
+              f"{', '.join(f'{x:+.1%}' for x in proven_each)}")
     return results
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--stages", type=int, default=4, help="P (--make-only; read from the runs)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--make-only", action="store_true")
@@ -163,7 +184,7 @@ def main() -> None:
     out = Path(args.out)
     models = args.models.split(",")
     if not args.read_only:
-        make(out, args.steps, args.hidden, models)
+        make(out, args.stages, args.steps, args.hidden, models)
     if not args.make_only:
         results = read(out, [Path(r) for r in args.repeats], models)
         if args.json:

@@ -61,9 +61,14 @@ class Advice:
     assumptions: list[str]
     inputs: list[str] = field(default_factory=list)
     verified: list[dict] = field(default_factory=list)
+    #: after ``--verify``: the rerun measured fastest among those that fit (None: not verified)
+    proven: dict | None = None
     notes: list[str] = field(default_factory=list)
     #: the global batch the candidates keep (None: not known, the measured run's)
     global_batch: int | None = None
+    #: the K of ``--verify K`` that reruns every candidate whose order against the advised one
+    #: is not certain (:func:`close_to_best`), and the advised one
+    reruns_to_settle: int = 1
 
     @property
     def best(self) -> Candidate | None:
@@ -75,6 +80,7 @@ class Advice:
                 "memory_model": self.memory_model,
                 "candidates": [c.to_dict() for c in self.candidates],
                 "calibration": self.calibration, "verified": self.verified,
+                "proven": self.proven,
                 "assumptions": self.assumptions, "notes": self.notes}
 
 
@@ -135,8 +141,9 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     framework = ((tl.manifest or {}).get("framework") or {}).get("name", "torch")
     torch_run = framework == "torch"
     if layers is not None:
-        notes.append(f"the model has {layers} layers (manifest): at most {layers // P} chunks "
-                     "per rank")
+        most = layers // P
+        notes.append(f"the model has {layers} layers (manifest): at most {most} "
+                     f"chunk{'' if most == 1 else 's'} per rank")
     for name in names:
         for v in chunk_choices(name, (ran, v0)):
             if layers is not None and P * v > layers:
@@ -172,16 +179,16 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     candidates.sort(key=lambda c: (c.fits is False, c.predicted_step_time_us))
     model_error = base.predicted_step_time_us / result.step_time_us - 1.0
     close = close_to_best(candidates, abs(model_error))
+    # --verify K reruns the measured configuration and the first K others that fit
+    settle = sum(not c.measured for c in candidates[:1] + close)
     if close:
-        # --verify K reruns the measured configuration and the first K others that fit
-        rerun = sum(not c.measured for c in [candidates[0], *close])
         notes.append(
             f"{len(close)} other candidate(s) predicted within "
-            f"{max(TYPICAL_ERROR, abs(model_error)):.0%} of the advised one (the "
+            f"{order_band(abs(model_error)):.0%} of the advised one (twice the "
             "model's typical error: their order is not certain): " + ", ".join(
                 f"{c.schedule} v={c.chunks} M={c.microbatches}" + (" (the run's)" if c.measured
                                                                    else "") for c in close)
-            + (f"; `--verify {rerun}` reruns them" if tl.manifest is not None else ""))
+            + (f"; `--verify {settle}` reruns them" if tl.manifest is not None else ""))
     measured = {"schedule": ran, "chunks": v0, "microbatches": M0,
                 "step_time_us": result.step_time_us, "bubble": result.bubble.measured,
                 "peak_memory_bytes": max(m.peak for m in memory.values()) if memory else None,
@@ -215,23 +222,29 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     ]
     return Advice(measured, candidates, memory_cap, memory is not None, calibration, assumptions,
                   inputs=list(tl.inputs), notes=notes + list(pred0.notes),
-                  global_batch=global_batch)
+                  global_batch=global_batch, reruns_to_settle=settle)
 
 
 #: The model's typical step-time error (median over the accuracy benchmark's candidates,
-#: calibrated: docs/advise.md): candidates predicted closer than this to the advised one are
-#: not certainly slower.
+#: calibrated: docs/advise.md).
 TYPICAL_ERROR = 0.05
 
 
+def order_band(model_error: float) -> float:
+    """How far apart two predictions must be for their order to be trusted: twice the model's
+    error (each may be off by it, in opposite directions), the error being
+    :data:`TYPICAL_ERROR` or ``model_error`` (its error on the measured configuration) when
+    larger."""
+    return 2.0 * max(TYPICAL_ERROR, model_error)
+
+
 def close_to_best(candidates: list[Candidate], model_error: float) -> list[Candidate]:
-    """The fitting candidates after the first (``candidates`` ranked) predicted within the
-    model's error of it: :data:`TYPICAL_ERROR`, or ``model_error`` (its error on the measured
-    configuration) when larger."""
+    """The fitting candidates after the first (``candidates`` ranked) predicted within
+    :func:`order_band` of it: those not certainly slower."""
     fitting = [c for c in candidates if c.fits is not False]
     if not fitting:
         return []
-    tol = max(TYPICAL_ERROR, model_error)
+    tol = order_band(model_error)
     best = fitting[0].predicted_step_time_us
     return [c for c in fitting[1:] if c.predicted_step_time_us <= best * (1.0 + tol)]
 

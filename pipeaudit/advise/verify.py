@@ -67,7 +67,9 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int,
     drift = rows[0][1]["step_time_us"] / m["step_time_us"]
     again = predicted_again(rows[0][2], [c for c, _, _ in rows], advice.global_batch)
     advice.verified = [verified_row(c, got, path, again.get(_key(c))) for c, got, path in rows]
+    advice.proven = proven_best(advice.verified, advice.memory_cap_bytes)
     advice.notes.extend(failed)
+    advice.notes.extend(rerun_notes(advice))
     advice.notes.append(f"machine drift since the run: the measured configuration's rerun took "
                         f"{drift:.3f}x its original step time; calibrated errors hold each "
                         "rerun to the prediction made from that rerun")
@@ -99,13 +101,67 @@ def verified_row(c: Candidate, got: dict, path: str, calibrated_us: float | None
     pm, mm = c.predicted_peak_memory_bytes, got["peak_memory_bytes"]
     cal = pred if calibrated_us is None else calibrated_us
     return {"schedule": c.schedule, "chunks": c.chunks, "microbatches": c.microbatches,
-            "is_measured_configuration": c.measured,
+            "is_measured_configuration": c.measured, "fits_predicted": c.fits is not False,
             "predicted_step_time_us": pred, "measured_step_time_us": meas,
             "calibrated_predicted_step_time_us": cal,
             "predicted_bubble": c.predicted_bubble, "measured_bubble": got["bubble"],
             "predicted_peak_memory_bytes": pm, "measured_peak_memory_bytes": mm,
             "error_raw": meas / pred - 1.0, "error": meas / cal - 1.0,
             "memory_error": (mm / pm - 1.0) if pm and mm else None, "trace": path}
+
+
+def _fits_measured(row: dict, cap: int | None) -> bool:
+    """Whether a rerun fits ``cap`` by its measured peak (by its prediction when the rerun
+    recorded no memory)."""
+    if cap is None:
+        return True
+    peak = row["measured_peak_memory_bytes"] or row["predicted_peak_memory_bytes"]
+    return peak is None or peak <= cap
+
+
+def proven_best(rows: list[dict], cap: int | None) -> dict | None:
+    """The advice proven by reruns: of the verified ``rows`` that fit ``cap`` when run, the one
+    measured fastest, with its speed-up over the rerun of the measured configuration (None: no
+    rerun fits)."""
+    fitting = [r for r in rows if _fits_measured(r, cap)]
+    if not fitting:
+        return None
+    best = min(fitting, key=lambda r: r["measured_step_time_us"])
+    base = next((r for r in rows if r["is_measured_configuration"]), None)
+    return {"schedule": best["schedule"], "chunks": best["chunks"],
+            "microbatches": best["microbatches"],
+            "is_measured_configuration": best["is_measured_configuration"],
+            "measured_step_time_us": best["measured_step_time_us"],
+            "measured_peak_memory_bytes": best["measured_peak_memory_bytes"],
+            "speedup": (base["measured_step_time_us"] / best["measured_step_time_us"]
+                        if base else None),
+            "reruns": len(rows)}
+
+
+def rerun_notes(advice: Advice) -> list[str]:
+    """What the reruns changed: a predicted fit that did not fit when run, and a proven best
+    other than the predicted one."""
+    out = []
+    cap = advice.memory_cap_bytes
+    for r in advice.verified:
+        if r["fits_predicted"] and not _fits_measured(r, cap):
+            out.append(f"{_name(r)} was predicted to fit the cap but its rerun peaked at "
+                       f"{r['measured_peak_memory_bytes'] / 2**20:.1f} MiB, over it")
+    p, first = advice.proven, advice.best
+    if p is not None and first is not None and _key(first) != (p["schedule"], p["chunks"],
+                                                                p["microbatches"]):
+        row = next((r for r in advice.verified if _key(first) == (r["schedule"], r["chunks"],
+                                                                     r["microbatches"])), None)
+        ran = (f" ran {row['measured_step_time_us'] / 1000:.1f} ms" if row is not None else
+               " was not rerun")
+        out.append(f"the reruns reorder the advice: {_name(p)} measured fastest "
+                   f"({p['measured_step_time_us'] / 1000:.1f} ms); the predicted best, "
+                   f"{_name(first.to_dict())},{ran}")
+    return out
+
+
+def _name(row: dict) -> str:
+    return f"{row['schedule']} v={row['chunks']} M={row['microbatches']}"
 
 
 def how_to_run(c: Candidate) -> list[str]:

@@ -28,6 +28,24 @@ def _ints(text: str | None, flag: str) -> list[int] | None:
     return values
 
 
+class VerifyCount(click.ParamType):
+    """``--verify``: a count K, or ``auto`` (the candidates too close to the advised one to
+    order, and the advised one)."""
+
+    name = "K|auto"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or value == "auto":
+            return value
+        try:
+            k = int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither a count nor 'auto'", param, ctx)
+        if k < 0:
+            self.fail(f"{value!r}: a count >= 0 please", param, ctx)
+        return k
+
+
 @click.command("advise")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--memory-cap", default=None, metavar="SIZE",
@@ -40,9 +58,11 @@ def _ints(text: str | None, flag: str) -> list[int] | None:
               help="Samples per step: only M that divide it. [default: the manifest's batch size]")
 @click.option("--top", type=click.IntRange(1), default=10, show_default=True,
               help="Candidates shown (text/markdown; json lists all).")
-@click.option("--verify", "verify_top", type=click.IntRange(0), default=0, metavar="K",
+@click.option("--verify", "verify_top", type=VerifyCount(), default=0, metavar="K|auto",
               help="Rerun the measured configuration and the top K candidates with the harness "
-                   "(runs made by `pipeaudit profile` only) and report predicted against measured.")
+                   "(runs made by `pipeaudit profile` only), report predicted against measured "
+                   "and advise the fastest rerun that fits; auto: as many as the candidates "
+                   "too close to the advised one to order.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Where --verify writes its reruns (one folder each).")
 @click.option("--check", is_flag=True,
@@ -82,6 +102,7 @@ def command(paths, memory_cap, schedules, microbatches_list, global_batch, top, 
         if base.timeline.manifest is None:
             raise ConfigError(f"{paths[0]}: --verify reruns runs made by `pipeaudit profile` "
                               "(no manifest.json here)")
-        verify(advice, base.timeline.manifest, out_dir, verify_top,
+        k = max(1, advice.reruns_to_settle) if verify_top == "auto" else verify_top
+        verify(advice, base.timeline.manifest, out_dir, k,
                on_start=lambda name: click.echo(f"rerunning {name} ...", err=True))
     write_output(render("advise", advice, fmt, top=top), output, force=force)

@@ -56,6 +56,16 @@ def summary_lines(a: Advice) -> list[str]:
                       f", predicted {ms(best.predicted_step_time_us)} ms per step"))
         from pipeaudit.advise.verify import how_to_run
         out += [f"  {line}" for line in how_to_run(best)]
+    p = a.proven
+    if p is not None:
+        what = ("the measured configuration: keep it" if p["is_measured_configuration"] else
+                f"{1 - 1 / p['speedup']:.1%} less step time than the measured configuration's rerun"
+                if p["speedup"] else "")
+        out.append(f"proven by {p['reruns']} reruns: {p['schedule']} v={p['chunks']} "
+                   f"M={p['microbatches']} ran fastest of those that fit, "
+                   f"{ms(p['measured_step_time_us'])} ms per step ({what})")
+    elif a.verified:
+        out.append("proven by reruns: none of the reruns fit the memory cap")
     return out
 
 

@@ -5,6 +5,7 @@ candidate, predicted against measured (the accuracy itself is measured by
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -45,6 +46,13 @@ def test_verify_reruns_and_reports(tmp_path):
             row["measured_step_time_us"] / row["calibrated_predicted_step_time_us"] - 1.0)
         assert row["error_raw"] == pytest.approx(
             row["measured_step_time_us"] / row["predicted_step_time_us"] - 1.0)
+    # the advice proven by the reruns: the fastest of them (no cap: all fit)
+    fastest = min(rows, key=lambda r: r["measured_step_time_us"])
+    proven = doc["proven"]
+    assert (proven["schedule"], proven["microbatches"]) == (fastest["schedule"],
+                                                            fastest["microbatches"])
+    assert proven["speedup"] == pytest.approx(rows[0]["measured_step_time_us"] /
+                                              fastest["measured_step_time_us"])
     # the measured configuration's memory is its own: the model reproduces it
     assert rows[0]["memory_error"] == pytest.approx(0.0, abs=0.05)
     # a hand-made rerun held to the prediction
@@ -55,3 +63,37 @@ def test_verify_reruns_and_reports(tmp_path):
     assert res.exit_code == 0, res.output
     checked = json.loads(res.stdout)["verified"][0]
     assert (checked["schedule"], checked["microbatches"]) == (other["schedule"], other["microbatches"])
+
+
+def test_verify_auto_reruns_the_candidates_too_close_to_order(tmp_path):
+    """``--verify auto`` reruns as many candidates as the close-candidates note names, and the
+    advice it proves is the fastest rerun that fits the cap when run."""
+    base = tmp_path / "base"
+    res = invoke("profile", "-P", "2", "-M", "4", "--layers", "4", "--hidden", "64",
+                 "--seq-len", "8", "--steps", "2", "--profile-memory", "--out", base)
+    assert res.exit_code == 0, res.output
+    flags = ["--schedules", "gpipe,1f1b,interleaved-1f1b", "--microbatches", "2,4,8"]
+    res = invoke("advise", base, *flags, "--format", "json")
+    assert res.exit_code == 0, res.output
+    plain = json.loads(res.stdout)
+    cap = sorted(c["predicted_peak_memory_bytes"] for c in plain["candidates"])[-2]
+    res = invoke("advise", base, *flags, "--memory-cap", str(cap), "--format", "json")
+    ranked = json.loads(res.stdout)
+    fitting = [c for c in ranked["candidates"] if c["fits"] and not c["is_measured_configuration"]]
+    close = next((n for n in ranked["notes"] if "predicted within" in n), None)
+    expected = int(re.search(r"--verify (\d+)", close).group(1)) if close else 1
+    res = invoke("advise", base, *flags, "--memory-cap", str(cap), "--verify", "auto",
+                 "--out", tmp_path / "reruns", "--format", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    rows = doc["verified"]
+    assert [(r["schedule"], r["microbatches"]) for r in rows[1:]] == \
+        [(c["schedule"], c["microbatches"]) for c in fitting[:expected]]
+    fits = [r for r in rows if r["measured_peak_memory_bytes"] <= cap]
+    if fits:
+        fastest = min(fits, key=lambda r: r["measured_step_time_us"])
+        assert (doc["proven"]["schedule"], doc["proven"]["microbatches"]) == \
+            (fastest["schedule"], fastest["microbatches"])
+        assert doc["proven"]["measured_peak_memory_bytes"] <= cap
+    else:
+        assert doc["proven"] is None

@@ -67,6 +67,9 @@ def test_text_report_and_usage_errors():
     assert res.exit_code == 0, res.output
     assert "advice:" in res.output and "(stages, n_microbatches=" in res.output
     assert invoke("advise", MEMORY_RUN, "--verify", "1").exit_code == 2
+    assert invoke("advise", MEMORY_RUN, "--verify", "auto").exit_code == 2  # no --out
+    res = invoke("advise", MEMORY_RUN, "--verify", "some", "--out", "x")
+    assert res.exit_code == 2 and "neither a count nor 'auto'" in res.output
     assert invoke("advise", MEMORY_RUN, "--check").exit_code == 2
     assert invoke("advise", MEMORY_RUN, "--microbatches", "0,x").exit_code == 2
 

@@ -165,14 +165,61 @@ def test_message_bytes_from_the_harness_manifest():
 
 
 def test_candidates_within_the_models_error_of_the_advised_one_are_named():
-    from pipeaudit.advise.advise import TYPICAL_ERROR, Candidate, close_to_best
+    from pipeaudit.advise.advise import TYPICAL_ERROR, Candidate, close_to_best, order_band
 
     def cand(name, t, fits=True):
         return Candidate(name, 1, 8, t, 0.1, None, fits)
 
-    ranked = [cand("a", 100.0), cand("b", 100.0 * (1 + TYPICAL_ERROR)), cand("c", 110.0),
+    # two predictions each off by the typical error, in opposite directions
+    assert order_band(0.01) == pytest.approx(2 * TYPICAL_ERROR)
+    band = order_band(0.01)
+    ranked = [cand("a", 100.0), cand("b", 100.0 * (1 + band)), cand("c", 100.0 * (1 + band) + 1),
               cand("d", 101.0, fits=False)]
     assert [c.schedule for c in close_to_best(ranked, 0.01)] == ["b"]
     # a larger error on the measured configuration widens the band
+    assert order_band(0.12) == pytest.approx(0.24)
     assert [c.schedule for c in close_to_best(ranked, 0.12)] == ["b", "c"]
     assert close_to_best([cand("d", 1.0, fits=False)], 0.0) == []
+
+
+def _rerun(name, measured_ms, peak_mib, run=False, fits=True):
+    from pipeaudit.advise.advise import Candidate
+    from pipeaudit.advise.verify import verified_row
+
+    c = Candidate(name, 1, 8, measured_ms * 1000.0, 0.1, int(peak_mib * 2**20), fits, run)
+    got = {"step_time_us": measured_ms * 1000.0, "bubble": 0.1,
+           "peak_memory_bytes": int(peak_mib * 2**20)}
+    return verified_row(c, got, name, None)
+
+
+def test_the_advice_proven_by_reruns_is_the_fastest_that_fits_when_run():
+    from pipeaudit.advise.verify import proven_best
+
+    rows = [_rerun("ran", 100.0, 40, run=True), _rerun("fast_but_big", 70.0, 90),
+            _rerun("fits", 80.0, 60), _rerun("slow", 95.0, 30)]
+    p = proven_best(rows, 64 * 2**20)
+    assert p["schedule"] == "fits" and p["speedup"] == pytest.approx(100.0 / 80.0)
+    assert p["reruns"] == 4 and not p["is_measured_configuration"]
+    # without a cap the fastest rerun; the measured configuration when it ran fastest
+    assert proven_best(rows, None)["schedule"] == "fast_but_big"
+    assert proven_best(rows[:1] + rows[3:], None)["is_measured_configuration"] is False
+    assert proven_best([rows[0], _rerun("slower", 120.0, 10)], None)["is_measured_configuration"]
+    # nothing fits when run
+    assert proven_best(rows, 10 * 2**20) is None
+
+
+def test_the_reruns_notes_name_a_broken_fit_and_a_reordered_advice():
+    from pipeaudit.advise.advise import Advice, Candidate
+    from pipeaudit.advise.verify import proven_best, rerun_notes
+
+    rows = [_rerun("ran", 100.0, 40, run=True), _rerun("predicted_best", 90.0, 70),
+            _rerun("fits", 80.0, 60)]
+    first = Candidate("predicted_best", 1, 8, 75_000.0, 0.1, 50 * 2**20, True)
+    a = Advice({}, [first], 64 * 2**20, True, {}, [], verified=rows)
+    a.proven = proven_best(rows, a.memory_cap_bytes)
+    notes = rerun_notes(a)
+    assert any("predicted_best v=1 M=8 was predicted to fit" in n and "70.0 MiB" in n
+               for n in notes)
+    assert any(n.startswith("the reruns reorder the advice: fits v=1 M=8 measured fastest "
+                            "(80.0 ms)") and "predicted_best v=1 M=8, ran 90.0 ms" in n
+               for n in notes)

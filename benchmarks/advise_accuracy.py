@@ -17,7 +17,9 @@ measured configuration, the advised one and the candidates too close to it to or
 A single rerun is a noisy measure on CPU (the same configuration ran 0.91x and 1.14x its first
 run). ``--repeats`` reads other ``--make-only`` outputs of the same runs: each candidate's
 measured step time is then the median over the repeats, and the drift the median of the
-reruns of the measured configuration over the run advised from. ``--models`` makes or reads
+reruns of the measured configuration over the run advised from. "Per session" holds each
+repeat's reruns to the predictions from the same repeat's rerun of the measured configuration,
+as one ``advise --verify`` does, and takes each candidate's median error over the repeats. ``--models`` makes or reads
 only some models (repeats can be made side by side on disjoint cores, e.g. under ``taskset``).
 
 ``--make-only`` needs only torch and the harness (no polars): it can run on a machine with one
@@ -77,6 +79,10 @@ def make(out: Path, P: int, steps: int, hidden: int, models: list[str]) -> None:
                 print(f"  failed: {str(exc).splitlines()[0][:160]}", flush=True)
 
 
+def _name(key: tuple[str, int, int]) -> str:
+    return f"{key[0]}_v{key[1]}_m{key[2]}"
+
+
 def _median_run(runs: list[dict]) -> dict:
     """The run of median step time among repeats (its memory and bubble with it)."""
     ordered = sorted(runs, key=lambda r: r["step_time_us"])
@@ -100,7 +106,7 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
         tries: dict[tuple, list[dict]] = {}
         for root in [out, *repeats]:
             for k in grid(P):
-                d = root / model / "reruns" / f"{k[0]}_v{k[1]}_m{k[2]}"
+                d = root / model / "reruns" / _name(k)
                 if (d / "manifest.json").exists():
                     tries.setdefault(k, []).append({**measure_run(str(d)), "path": str(d)})
         measured = {k: _median_run(v) for k, v in tries.items()}
@@ -112,6 +118,20 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
         again = predicted_again(base_rerun, [by_key[k] for k in measured], None)
         rows = [verified_row(by_key[k], got, got["path"], again.get(k))
                 for k, got in measured.items()]
+        # per session, as one ``advise --verify`` makes them: each repeat's reruns held to the
+        # predictions from the same repeat's rerun of the measured configuration
+        step_of = {t["path"]: t["step_time_us"] for v in tries.values() for t in v}
+        session: dict[tuple, list[float]] = {}
+        for root in [out, *repeats]:
+            base_dir = root / model / "reruns" / _name(base_key)
+            if str(base_dir) not in step_of:
+                continue
+            again_here = predicted_again(str(base_dir), [by_key[k] for k in measured], None)
+            for k in measured:
+                d = str(root / model / "reruns" / _name(k))
+                if d in step_of and k != base_key:
+                    session.setdefault(k, []).append(step_of[d] / again_here[k] - 1.0)
+        session_err = {k: median(v) for k, v in session.items()}
         # the advice among the configurations that ran here (torch 2.11 cannot run ZBV over gloo)
         advised = next(c for c in a.candidates
                        if (c.schedule, c.chunks, c.microbatches) in measured)
@@ -150,17 +170,24 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
              "regret_verified_each_measured_run": proven_each,
              "verify_auto_reruns_each_measured_run": reruns_each,
              "median_abs_error": median(errs), "max_abs_error": max(errs),
+             "session_error": {_name(k): v for k, v in session_err.items()},
+             "session_median_abs_error": median(abs(v) for v in session_err.values()),
+             "session_max_abs_error": max(abs(v) for v in session_err.values()),
              "max_abs_memory_error": max(mem) if mem else None,
              "repeats": {"_".join(map(str, k)): len(v) for k, v in tries.items()}}
         results.append(r)
-        print(f"{model}:\n{'schedule':18} v  M   predicted ms  measured ms  error  calibrated  mem error")
+        print(f"{model}:\n{'schedule':18} v  M   predicted ms  measured ms  error  calibrated  "
+              "per session  mem error")
         for v in sorted(rows, key=lambda v: v["predicted_step_time_us"]):
             me = "-" if v["memory_error"] is None else f"{v['memory_error']:+.1%}"
+            k = (v["schedule"], v["chunks"], v["microbatches"])
+            se = f"{session_err[k]:+.1%}" if k in session_err else "-"
             print(f"{v['schedule']:18} {v['chunks']}  {v['microbatches']:<3} "
                   f"{v['predicted_step_time_us'] / 1000:12.1f} {v['measured_step_time_us'] / 1000:12.1f} "
-                  f"{v['error_raw']:+6.1%} {v['error']:+10.1%}  {me}")
+                  f"{v['error_raw']:+6.1%} {v['error']:+10.1%}  {se:>11}  {me}")
         print(f"advised {r['advised']}, best measured {r['best_measured']}, regret {r['regret']:+.1%}; "
-              f"|error| median {r['median_abs_error']:.1%}, max {r['max_abs_error']:.1%}; memory "
+              f"|error| median {r['median_abs_error']:.1%}, max {r['max_abs_error']:.1%}; per session "
+              f"median {r['session_median_abs_error']:.1%}, max {r['session_max_abs_error']:.1%}; memory "
               f"|error| max {r['max_abs_memory_error']:.1%}; drift {drift:.3f}; regret advised "
               f"from each repeat's measured run: {', '.join(f'{x:+.1%}' for x in regret_each)}; "
               f"after --verify auto ({', '.join(f'{k} ({n} here)' for k, n in reruns_each)} "

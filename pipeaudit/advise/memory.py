@@ -14,11 +14,18 @@ at its own start; its *excess* is the most the level rises above its start until
   in a step: the activations freed, less what the step keeps, such as the last stage's loss);
 - the stage's first backward of a step leaves ``grads[s]`` more (the gradients, held to the
   step's end);
-- every backward piece peaks at ``backward_peak`` above its start: its transient working set
+- a full backward (B) peaks at ``backward_peak`` above its start: its transient working set
   (input gradients, weight-gradient temporaries) that exists while one microbatch's backward
   runs and does not multiply by the microbatches in flight (why a peak solved as
-  ``in-flight x unit`` over-predicts GPipe).
-
+  ``in-flight x unit`` over-predicts GPipe);
+- a split backward (I then W, the zero-bubble schedules) holds, from a microbatch's I to its W
+  on a stage, the gradients of the outputs of that stage's weight operations (torch's
+  ``stage_backward_input`` keeps them for ``stage_backward_weight``): ``split_hold`` times the
+  stage's activation, the ratio read from the run's own I pieces when it split its backwards
+  (median over stages), else :data:`SPLIT_HOLD`. The I peaks :data:`SPLIT_TRANSIENT` of
+  ``backward_peak`` above the level it leaves; the W frees without rising. The pipeline's first
+  stage has no input gradient: its I does nothing and its W is the whole backward (its
+  transient, no hold);
 - sends a candidate's runtime waits for only at the step's end (:func:`held_by_runtime`, read
   from torch's ``schedules.py``) and the measured run's did not stay allocated from the
   microbatch's last backward piece to the step's end: one message (``rows x seq_len x hidden``
@@ -40,7 +47,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from statistics import median
 
 import numpy as np
@@ -50,6 +57,20 @@ from pipeaudit.explain.layers import Shares, restage
 from pipeaudit.timeline.model import Timeline
 
 BACKWARD = ("B", "I", "W")
+
+#: What a split backward holds from I to W, as a share of the stage's activation, when the run
+#: did not split its backwards: measured 0.55-0.63 on the harness's MLP blocks (torch 2.13,
+#: ZBV, M = 1-8, balanced and 3x heavier stages). A transformer layer's weight operations
+#: output 11h values per token (qkv 3h, projection h, MLP 4h and h, two norms h each) of the
+#: about 17h per token its backward saves (Korthikanti et al. 2022, without attention
+#: scores): 0.65.
+SPLIT_HOLD = 0.6
+
+#: An I's transient (its peak above the level it leaves, hold included) as a share of a full
+#: backward's; its W frees and rises no further. The first stage's I computes nothing and its
+#: W runs the whole backward, with a full backward's transient. Measured 0.40-0.50 (harness
+#: MLP blocks, torch 2.13, ZBV, P = 2, M = 4; stage 0's W: 1.00).
+SPLIT_TRANSIENT = 0.45
 
 
 def _release_pieces(order: Sequence) -> dict[tuple[int, int], str]:
@@ -80,6 +101,8 @@ class RankMemory:
     peak: int  #: the measured peak
     backward_peak: float  #: most the level rises above a backward piece's start during it
     stages: dict[int, StageMemory]  #: the rank's measured stages
+    #: stage -> its I pieces' level rise over its activation (a run with split backwards)
+    split_hold: dict[int, float] = field(default_factory=dict)
 
     @property
     def grads(self) -> int:
@@ -136,12 +159,18 @@ def message_bytes(manifest: dict | None, microbatches: int) -> float | None:
 
 
 def order_peak(order: Sequence, base: float, backward_peak: float,
-               stages: Mapping[int, StageMemory], held: HeldSends | None = None) -> float:
+               stages: Mapping[int, StageMemory], held: HeldSends | None = None,
+               split_hold: float = SPLIT_HOLD, placement: Sequence[int] | None = None) -> float:
     """The largest level + excess along one rank's ``order`` (the module's model); ``held``:
-    sends kept to the step's end, added at the microbatch's last backward piece on a stage (an
-    output unless the stage is the last, an input gradient unless it is the first)."""
+    sends kept to the step's end, added at the microbatch's last backward piece on a stage (its
+    output when the next stage is on another rank, its input gradient when the previous one
+    is; ``placement``: stage -> rank position, None: every stage on its own rank);
+    ``split_hold``: what an I holds until its W, as a share of the stage's activation."""
     release = _release_pieces(order)
     last_stage = max(stages)
+    place = list(placement) if placement is not None else list(range(last_stage + 1))
+    sends_out = {s: s != last_stage and place[s + 1] != place[s] for s in stages}
+    sends_grad = {s: s != 0 and place[s - 1] != place[s] for s in stages}
     level = peak = float(base)
     seen: set[int] = set()
     for a in order:
@@ -150,13 +179,18 @@ def order_peak(order: Sequence, base: float, backward_peak: float,
             peak = max(peak, level + max(s.forward_peak, s.activation))
             level += s.activation
             continue
-        peak = max(peak, level + backward_peak)
+        hold = split_hold * s.activation if a.stage != 0 else 0.0
+        if a.kind == "I":
+            level += hold
+            peak = max(peak, level + (SPLIT_TRANSIENT * backward_peak if a.stage != 0 else 0.0))
+        elif a.kind == "B" or a.stage == 0:
+            peak = max(peak, level + backward_peak)
         if a.kind != release.get((a.stage, a.microbatch)):
             continue
-        level += s.release
+        level += s.release - (hold if a.kind == "W" else 0.0)
         if held is not None:
-            level += held.message * ((held.outputs and a.stage != last_stage)
-                                     + (held.gradients and a.stage != 0))
+            level += held.message * ((held.outputs and sends_out[a.stage])
+                                     + (held.gradients and sends_grad[a.stage]))
         if a.stage not in seen:
             seen.add(a.stage)
             level += s.grads
@@ -184,12 +218,13 @@ class _Samples:
     bwd: dict[int, list[int]]
     first_bwd: dict[int, list[int]]
     bwd_peak: list[int]
+    inp: dict[int, list[int]]  #: level change of each I piece (split backwards)
 
 
 def _observe(rt, ts: np.ndarray, alloc: np.ndarray) -> _Samples:
     """Deltas and excesses of every action of one rank (``ts``/``alloc``: its memory series)."""
     obs = _Samples([], defaultdict(list), defaultdict(list), defaultdict(list),
-                   defaultdict(list), [])
+                   defaultdict(list), [], defaultdict(list))
     acts = rt.actions.sort("start")
     for _, step in acts.group_by("step", maintain_order=True):
         rows = list(step.iter_rows(named=True))
@@ -206,13 +241,21 @@ def _observe(rt, ts: np.ndarray, alloc: np.ndarray) -> _Samples:
             lv0, lv1 = _level_at(ts, alloc, a["start"]), _level_at(ts, alloc, t1)
             if lv0 is None or lv1 is None:
                 continue
-            excess = _max_in(ts, alloc, a["start"], t1, lv0) - lv0
+            top = _max_in(ts, alloc, a["start"], t1, lv0)
+            excess = top - lv0
             s, key = a["stage"], (a["stage"], a["microbatch"])
             if a["kind"] == "F":
                 obs.fwd[s].append(lv1 - lv0)
                 obs.fwd_peak[s].append(excess)
                 continue
-            obs.bwd_peak.append(excess)
+            # as a full backward's transient: a B's, the first stage's W (its whole backward),
+            # another stage's I above the level it leaves over SPLIT_TRANSIENT
+            if a["kind"] == "B" or (a["kind"] == "W" and s == 0):
+                obs.bwd_peak.append(excess)
+            elif a["kind"] == "I" and s != 0:
+                obs.bwd_peak.append((top - max(lv0, lv1)) / SPLIT_TRANSIENT)
+            if a["kind"] == "I":
+                obs.inp[s].append(lv1 - lv0)
             pending[key] += lv1 - lv0
             if a["kind"] == last_piece.get(key):
                 (obs.bwd if first.get(s) else obs.first_bwd)[s].append(pending.pop(key))
@@ -266,9 +309,19 @@ def rank_memory(tl: Timeline) -> dict[int, RankMemory] | None:
         stages = _stage_terms(obs)
         if not obs.before or stages is None:
             return None
+        hold = {s: float(median(v)) / stages[s].activation for s, v in obs.inp.items()
+                if s != 0 and s in stages and stages[s].activation > 0}
         out[rt.rank] = RankMemory(rt.rank, int(median(obs.before)), int(alloc.max()),
-                                  float(median(obs.bwd_peak)) if obs.bwd_peak else 0.0, stages)
+                                  float(median(obs.bwd_peak)) if obs.bwd_peak else 0.0, stages,
+                                  hold)
     return out
+
+
+def split_hold_ratio(memory: Mapping[int, RankMemory]) -> tuple[float, bool]:
+    """What a split backward holds from I to W over the stage's activation: the median of the
+    run's own I pieces over its stages (True: measured), else :data:`SPLIT_HOLD` (False)."""
+    seen = [v for m in memory.values() for v in m.split_hold.values()]
+    return (float(median(seen)), True) if seen else (SPLIT_HOLD, False)
 
 
 def _scaled(s: StageMemory, rows_ratio: float) -> StageMemory:
@@ -312,6 +365,8 @@ def predicted_peaks(memory: Mapping[int, RankMemory], orders: Mapping[int, Seque
     stages = ({s: t for m in memory.values() for s, t in m.stages.items()} if same
               else _restaged(memory, placement, position, shares))
     stages = {s: _scaled(t, rows_ratio) for s, t in stages.items()}
-    return {r: int(order_peak(orders[r], m.base, m.backward_peak * rows_ratio, stages, held))
+    hold = split_hold_ratio(memory)[0]
+    return {r: int(order_peak(orders[r], m.base, m.backward_peak * rows_ratio, stages, held,
+                              hold, placement))
             for r, m in memory.items() if r in orders}
 

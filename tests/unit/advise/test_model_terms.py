@@ -156,6 +156,46 @@ def test_held_sends_add_a_message_per_backward_but_at_the_pipelines_ends():
     assert order_peak(order, 0.0, 0.0, terms, big) == 4 * 25.0
 
 
+def test_held_sends_count_only_messages_to_another_rank():
+    """ZBV's V (P=2: stages 0,1,2,3 on ranks 0,1,1,0): rank 1 passes stage 1's output to stage 2
+    and stage 2's input gradient to stage 1 in place; it sends stage 1's input gradient and
+    stage 2's output, one message per microbatch and stage."""
+    terms = {s: StageMemory(activation=10.0, forward_peak=10.0, release=-10.0, grads=0.0)
+             for s in range(4)}
+    order = [SimpleNamespace(stage=s, kind=k, microbatch=0) for s, k in
+             [(1, "F"), (2, "F"), (2, "B"), (1, "B")]]
+    held = HeldSends(3.0, outputs=True, gradients=True)
+    v_shape = (0, 1, 1, 0)
+    # small messages: the peak is still the forwards' (20)
+    assert order_peak(order, 0.0, 0.0, terms, held, placement=v_shape) == 20.0
+    big = HeldSends(30.0, outputs=True, gradients=True)
+    assert order_peak(order, 0.0, 0.0, terms, big, placement=v_shape) == 2 * 30.0
+    # every stage on its own rank: two messages each
+    assert order_peak(order, 0.0, 0.0, terms, big) == 4 * 30.0
+
+
+def test_a_split_backward_holds_weight_gradients_from_i_to_w():
+    """Between a microbatch's I and its W a stage holds split_hold x its activation, and the I
+    peaks SPLIT_TRANSIENT of a backward's transient above that; the W frees without rising.
+    The first stage has no input gradient: its W is the whole backward."""
+    from pipeaudit.advise.memory import SPLIT_TRANSIENT
+
+    terms = {s: StageMemory(activation=10.0, forward_peak=10.0, release=-10.0, grads=0.0)
+             for s in (0, 1)}
+
+    def order(stage, kinds):
+        return [SimpleNamespace(stage=stage, kind=k, microbatch=mb) for k, mb in kinds]
+
+    split = [("F", 0), ("F", 1), ("I", 0), ("I", 1), ("W", 0), ("W", 1)]
+    full = [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
+    # stage 1: 20 after the forwards, +5 per I, the second I peaking its transient above 30
+    assert order_peak(order(1, split), 0.0, 4.0, terms, split_hold=0.5) == \
+        pytest.approx(30.0 + SPLIT_TRANSIENT * 4.0)
+    assert order_peak(order(1, full), 0.0, 4.0, terms, split_hold=0.5) == 24.0
+    # stage 0: nothing held, its W peaks a whole backward's transient
+    assert order_peak(order(0, split), 0.0, 4.0, terms, split_hold=0.5) == 24.0
+
+
 def test_message_bytes_from_the_harness_manifest():
     manifest = {"model": {"batch_size": 64, "seq_len": 64, "hidden": 256}}
     assert message_bytes(manifest, 16) == 4 * 64 * 256 * 4

@@ -83,17 +83,11 @@ def _name(key: tuple[str, int, int]) -> str:
     return f"{key[0]}_v{key[1]}_m{key[2]}"
 
 
-def _median_run(runs: list[dict]) -> dict:
-    """The run of median step time among repeats (its memory and bubble with it)."""
-    ordered = sorted(runs, key=lambda r: r["step_time_us"])
-    return ordered[(len(ordered) - 1) // 2]
-
-
 def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
     import pipeaudit
     from pipeaudit.advise import advise
     from pipeaudit.advise.advise import close_to_best
-    from pipeaudit.advise.verify import measure_run, predicted_again, verified_row
+    from pipeaudit.advise.verify import measure_run, median_run, predicted_again, verified_row
 
     results = []
     for model in MODELS:
@@ -109,12 +103,12 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
                 d = root / model / "reruns" / _name(k)
                 if (d / "manifest.json").exists():
                     tries.setdefault(k, []).append({**measure_run(str(d)), "path": str(d)})
-        measured = {k: _median_run(v) for k, v in tries.items()}
+        measured = {k: median_run(v) for k, v in tries.items()}
         base_key = ("1f1b", 1, a.measured["microbatches"])
         drift = median(r["step_time_us"] for r in tries[base_key]) / a.measured["step_time_us"]
         # calibrated: predicted again from the rerun of the measured configuration (the one of
         # median step time among the repeats), as ``advise --verify`` does
-        base_rerun = _median_run(tries[base_key])["path"]
+        base_rerun = median_run(tries[base_key])["path"]
         again = predicted_again(base_rerun, [by_key[k] for k in measured], None)
         rows = [verified_row(by_key[k], got, got["path"], again.get(k))
                 for k, got in measured.items()]

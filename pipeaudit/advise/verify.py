@@ -37,33 +37,39 @@ def _measured(res) -> dict:
 
 
 def verify(advice: Advice, manifest: dict, out_dir: str, top: int,
-           on_start: Callable[[str], None] | None = None, every: bool = False) -> Advice:
-    """Rerun the measured configuration and the ``top`` best candidates that fit (``every``:
-    all candidates) into ``out_dir`` (one folder each), audit them, and fill
-    ``advice.verified``."""
+           on_start: Callable[[str], None] | None = None, repeats: int = 1) -> Advice:
+    """Rerun the measured configuration and the ``top`` best candidates that fit into
+    ``out_dir`` (one folder each; ``repeats`` > 1: that many runs of each, ``NAME/rI``, the
+    one of median step time standing for it, the lower middle for an even count), audit them,
+    and fill ``advice.verified`` and ``advice.proven``."""
     from pipeaudit.harness import run_profile
+    from pipeaudit.harness.launcher import HarnessError
 
     m = advice.measured
     base = next(c for c in advice.candidates if c.measured)
-    others = [c for c in advice.candidates if not c.measured]
-    chosen = [base] + (others if every else [c for c in others if c.fits is not False][:top])
-    from pipeaudit.harness.launcher import HarnessError
-
+    others = [c for c in advice.candidates if not c.measured and c.fits is not False]
     rows, failed = [], []
-    for c in chosen:
+    for c in [base] + others[:top]:
         name = f"{c.schedule}_v{c.chunks}_m{c.microbatches}"
-        if on_start:
-            on_start(name)
-        cfg = harness_config(manifest, str(Path(out_dir) / name), c.schedule, c.chunks,
-                             c.microbatches)
-        try:
-            run_profile(cfg)
-        except HarnessError as exc:
-            if c is base:
-                raise
-            failed.append(f"{name}: the rerun failed ({str(exc).splitlines()[0][:200]})")
-            continue
-        rows.append((c, measure_run(cfg.out), cfg.out))
+        runs = []
+        for i in range(repeats):
+            label = name if repeats == 1 else f"{name}/r{i + 1}"
+            if on_start:
+                on_start(label)
+            cfg = harness_config(manifest, str(Path(out_dir) / label), c.schedule, c.chunks,
+                                 c.microbatches)
+            try:
+                run_profile(cfg)
+            except HarnessError as exc:
+                if c is base:
+                    raise
+                failed.append(f"{label}: the rerun failed ({str(exc).splitlines()[0][:200]})")
+                break
+            runs.append({**measure_run(cfg.out), "path": cfg.out})
+        else:
+            got = median_run(runs)
+            got["step_times_us"] = [r["step_time_us"] for r in runs]
+            rows.append((c, got, got.pop("path")))
     drift = rows[0][1]["step_time_us"] / m["step_time_us"]
     again = predicted_again(rows[0][2], [c for c, _, _ in rows], advice.global_batch)
     advice.verified = [verified_row(c, got, path, again.get(_key(c))) for c, got, path in rows]
@@ -73,7 +79,20 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int,
     advice.notes.append(f"machine drift since the run: the measured configuration's rerun took "
                         f"{drift:.3f}x its original step time; calibrated errors hold each "
                         "rerun to the prediction made from that rerun")
+    if repeats > 1:
+        spread = max(max(r["measured_step_times_us"]) / min(r["measured_step_times_us"])
+                     for r in advice.verified)
+        advice.notes.append(f"each configuration ran {repeats} times, the run of median step "
+                            f"time standing for it; the widest spread between one "
+                            f"configuration's runs was {spread:.2f}x")
     return advice
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run of median step time among ``runs`` (the lower middle for an even count), with
+    its memory and bubble."""
+    ordered = sorted(runs, key=lambda r: r["step_time_us"])
+    return dict(ordered[(len(ordered) - 1) // 2])
 
 
 def _key(c: Candidate) -> tuple[str, int, int]:
@@ -103,6 +122,7 @@ def verified_row(c: Candidate, got: dict, path: str, calibrated_us: float | None
     return {"schedule": c.schedule, "chunks": c.chunks, "microbatches": c.microbatches,
             "is_measured_configuration": c.measured, "fits_predicted": c.fits is not False,
             "predicted_step_time_us": pred, "measured_step_time_us": meas,
+            "measured_step_times_us": got.get("step_times_us", [meas]),
             "calibrated_predicted_step_time_us": cal,
             "predicted_bubble": c.predicted_bubble, "measured_bubble": got["bubble"],
             "predicted_peak_memory_bytes": pm, "measured_peak_memory_bytes": mm,

@@ -63,6 +63,10 @@ class VerifyCount(click.ParamType):
                    "(runs made by `pipeaudit profile` only), report predicted against measured "
                    "and advise the fastest rerun that fits; auto: as many as the candidates "
                    "too close to the advised one to order.")
+@click.option("--repeat", "repeats", type=click.IntRange(1), default=1, show_default=True,
+              metavar="R",
+              help="With --verify: run each configuration R times; the run of median step time "
+                   "stands for it (steadier on a noisy machine).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Where --verify writes its reruns (one folder each).")
 @click.option("--check", is_flag=True,
@@ -70,7 +74,7 @@ class VerifyCount(click.ParamType):
                    "advise makes from BEFORE.")
 @replica_report_options("advise on", flags=WHATIF_FLAGS)
 def command(paths, memory_cap, schedules, microbatches_list, global_batch, top, verify_top,
-            out_dir, check, fmt, pipeline, output, force, **run) -> None:
+            repeats, out_dir, check, fmt, pipeline, output, force, **run) -> None:
     """Rank the schedules, chunks and microbatch counts to run instead of PATHS' run."""
     from pipeaudit.advise import advise
     from pipeaudit.advise.verify import check as check_rerun
@@ -83,6 +87,8 @@ def command(paths, memory_cap, schedules, microbatches_list, global_batch, top, 
     cap = parse_size(memory_cap) if memory_cap is not None else None
     if verify_top and not out_dir:
         raise click.UsageError("--verify needs --out DIR for the reruns")
+    if repeats > 1 and not verify_top:
+        raise click.UsageError("--repeat repeats the reruns of --verify: give --verify K")
     if check and len(paths) != 2:
         raise click.UsageError("--check takes two runs: BEFORE AFTER")
     before_paths = [paths[0]] if check else list(paths)
@@ -104,5 +110,6 @@ def command(paths, memory_cap, schedules, microbatches_list, global_batch, top, 
                               "(no manifest.json here)")
         k = max(1, advice.reruns_to_settle) if verify_top == "auto" else verify_top
         verify(advice, base.timeline.manifest, out_dir, k,
-               on_start=lambda name: click.echo(f"rerunning {name} ...", err=True))
+               on_start=lambda name: click.echo(f"rerunning {name} ...", err=True),
+               repeats=repeats)
     write_output(render("advise", advice, fmt, top=top), output, force=force)

@@ -21,7 +21,7 @@ def test_verify_reruns_and_reports(tmp_path):
                  "--seq-len", "8", "--steps", "2", "--profile-memory", "--out", base)
     assert res.exit_code == 0, res.output
     res = invoke("advise", base, "--schedules", "1f1b,interleaved-1f1b", "--microbatches", "2,4",
-                 "--verify", "1", "--out", tmp_path / "reruns", "--format", "json")
+                 "--verify", "1", "--repeat", "2", "--out", tmp_path / "reruns", "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     rows = doc["verified"]
@@ -29,11 +29,16 @@ def test_verify_reruns_and_reports(tmp_path):
     for row in rows:
         assert row["measured_step_time_us"] > 0 and row["measured_peak_memory_bytes"] > 0
         assert row["predicted_peak_memory_bytes"] > 0
-        assert (tmp_path / "reruns" / f"{row['schedule']}_v{row['chunks']}_m{row['microbatches']}"
-                / "manifest.json").exists()
+        folder = tmp_path / "reruns" / f"{row['schedule']}_v{row['chunks']}_m{row['microbatches']}"
+        assert all((folder / r / "manifest.json").exists() for r in ("r1", "r2"))
+        # two runs each; the lower middle of two (the faster) stands for the configuration
+        times = row["measured_step_times_us"]
+        assert len(times) == 2 and row["measured_step_time_us"] == min(times)
+        assert row["trace"].startswith(str(folder))
+    assert any("ran 2 times" in n for n in doc["notes"])
     # calibrated: every candidate predicted again from the rerun of the measured configuration,
     # as advise predicts from that rerun itself
-    base_rerun = tmp_path / "reruns" / f"{rows[0]['schedule']}_v1_m{rows[0]['microbatches']}"
+    base_rerun = rows[0]["trace"]
     res = invoke("advise", base_rerun, "--schedules", "1f1b,interleaved-1f1b", "--microbatches",
                  "2,4", "--format", "json")
     assert res.exit_code == 0, res.output
@@ -57,8 +62,7 @@ def test_verify_reruns_and_reports(tmp_path):
     assert rows[0]["memory_error"] == pytest.approx(0.0, abs=0.05)
     # a hand-made rerun held to the prediction
     other = rows[1]
-    res = invoke("advise", base, tmp_path / "reruns" /
-                 f"{other['schedule']}_v{other['chunks']}_m{other['microbatches']}", "--check",
+    res = invoke("advise", base, other["trace"], "--check",
                  "--schedules", "1f1b,interleaved-1f1b", "--microbatches", "2,4", "--format", "json")
     assert res.exit_code == 0, res.output
     checked = json.loads(res.stdout)["verified"][0]

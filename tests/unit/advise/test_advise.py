@@ -70,6 +70,8 @@ def test_text_report_and_usage_errors():
     assert invoke("advise", MEMORY_RUN, "--verify", "auto").exit_code == 2  # no --out
     res = invoke("advise", MEMORY_RUN, "--verify", "some", "--out", "x")
     assert res.exit_code == 2 and "neither a count nor 'auto'" in res.output
+    res = invoke("advise", MEMORY_RUN, "--repeat", "3")
+    assert res.exit_code == 2 and "--repeat repeats the reruns of --verify" in res.output
     assert invoke("advise", MEMORY_RUN, "--check").exit_code == 2
     assert invoke("advise", MEMORY_RUN, "--microbatches", "0,x").exit_code == 2
 

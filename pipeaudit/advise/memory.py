@@ -99,7 +99,9 @@ class RankMemory:
     rank: int
     base: int  #: held before the first action of a step
     peak: int  #: the measured peak
-    backward_peak: float  #: most the level rises above a backward piece's start during it
+    #: a full backward's transient: most the level rises above a B's start during it (from a
+    #: split run: the first stage's W, and the other stages' I over SPLIT_TRANSIENT)
+    backward_peak: float
     stages: dict[int, StageMemory]  #: the rank's measured stages
     #: stage -> its I pieces' level rise over its activation (a run with split backwards)
     split_hold: dict[int, float] = field(default_factory=dict)

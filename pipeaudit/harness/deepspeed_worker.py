@@ -22,37 +22,30 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
 from torch.profiler import record_function
 
 from pipeaudit.harness.config import ProfileConfig
 from pipeaudit.harness.faults import maybe_inject
 from pipeaudit.harness.framework_run import finish_framework_run, start_framework_rank
-from pipeaudit.harness.model import Block, loss_fn, make_batch
+from pipeaudit.harness.model import StageModule, loss_fn, make_batch
 from pipeaudit.harness.plans import single_stage_rank_actions
 from pipeaudit.harness.profiling import run_steps
 
 
-class RepeatedBlock(nn.Module):
-    """One layer of the harness model as DeepSpeed builds it (only on its stage): ``copies``
-    blocks with their own weights (a heavier stage, ``--imbalance``), each applied ``repeat``
-    times (a slower rank, ``--slow-rank``), as :mod:`pipeaudit.harness.model` does."""
+class RepeatedBlock(StageModule):
+    """One layer of the harness model as DeepSpeed builds it (only on its stage, seeded by the
+    layer): the :class:`~pipeaudit.harness.model.StageModule` of ``copies`` blocks with their
+    own weights (a heavier stage, ``--imbalance``), each applied ``repeat`` times (a slower
+    rank, ``--slow-rank``)."""
 
-    def __init__(self, hidden: int, ffn_mult: int, copies: int, repeat: int, seed: int) -> None:
-        super().__init__()
+    def __init__(self, stage: int, hidden: int, ffn_mult: int, copies: int, repeat: int,
+                 seed: int) -> None:
         gen_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
         try:
-            self.blocks = nn.ModuleList(Block(hidden, ffn_mult) for _ in range(copies))
+            super().__init__(stage, copies, hidden, ffn_mult, repeat)
         finally:
             torch.random.set_rng_state(gen_state)
-        self.repeat = repeat
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            for _ in range(self.repeat):
-                x = block(x)
-        return x
 
 
 def layer_specs(config: ProfileConfig, rank: int) -> list:
@@ -69,7 +62,8 @@ def layer_specs(config: ProfileConfig, rank: int) -> list:
     specs = []
     for stage in range(config.stages):
         for layer in range(bounds[stage], bounds[stage + 1]):
-            specs.append(LayerSpec(RepeatedBlock, config.model.hidden, config.model.ffn_mult,
+            specs.append(LayerSpec(RepeatedBlock, stage, config.model.hidden,
+                                   config.model.ffn_mult,
                                    config.imbalance.get(stage, 1), config.slow_ranks.get(rank, 1),
                                    config.seed * 100_003 + layer))
     return specs

@@ -59,7 +59,7 @@ def grid(P: int) -> list[tuple[str, int, int]]:
 def make(out: Path, P: int, steps: int, hidden: int, models: list[str]) -> None:
     from pipeaudit.harness import HarnessError, ModelConfig, ProfileConfig, run_profile
     from pipeaudit.harness.manifest import read_manifest
-    from pipeaudit.harness.rerun import harness_config
+    from pipeaudit.harness.rerun import harness_config, rerun_name
 
     for model, imbalance in MODELS.items():
         if model not in models:
@@ -74,13 +74,9 @@ def make(out: Path, P: int, steps: int, hidden: int, models: list[str]) -> None:
             print(f"{model}: {name} v={v} M={m}", flush=True)
             try:
                 run_profile(harness_config(
-                    manifest, str(out / model / "reruns" / f"{name}_v{v}_m{m}"), name, v, m))
+                    manifest, str(out / model / "reruns" / rerun_name(name, v, m)), name, v, m))
             except HarnessError as exc:  # e.g. torch 2.11's ZBV over gloo
                 print(f"  failed: {str(exc).splitlines()[0][:160]}", flush=True)
-
-
-def _name(key: tuple[str, int, int]) -> str:
-    return f"{key[0]}_v{key[1]}_m{key[2]}"
 
 
 def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
@@ -88,6 +84,7 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
     from pipeaudit.advise import advise
     from pipeaudit.advise.advise import close_to_best
     from pipeaudit.advise.verify import measure_run, median_run, predicted_again, verified_row
+    from pipeaudit.harness.rerun import rerun_name
 
     results = []
     for model in MODELS:
@@ -100,7 +97,7 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
         tries: dict[tuple, list[dict]] = {}
         for root in [out, *repeats]:
             for k in grid(P):
-                d = root / model / "reruns" / _name(k)
+                d = root / model / "reruns" / rerun_name(*k)
                 if (d / "manifest.json").exists():
                     tries.setdefault(k, []).append({**measure_run(str(d)), "path": str(d)})
         measured = {k: median_run(v) for k, v in tries.items()}
@@ -117,12 +114,12 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
         step_of = {t["path"]: t["step_time_us"] for v in tries.values() for t in v}
         session: dict[tuple, list[float]] = {}
         for root in [out, *repeats]:
-            base_dir = root / model / "reruns" / _name(base_key)
+            base_dir = root / model / "reruns" / rerun_name(*base_key)
             if str(base_dir) not in step_of:
                 continue
             again_here = predicted_again(str(base_dir), [by_key[k] for k in measured], None)
             for k in measured:
-                d = str(root / model / "reruns" / _name(k))
+                d = str(root / model / "reruns" / rerun_name(*k))
                 if d in step_of and k != base_key:
                     session.setdefault(k, []).append(step_of[d] / again_here[k] - 1.0)
         session_err = {k: median(v) for k, v in session.items()}
@@ -164,7 +161,7 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
              "regret_verified_each_measured_run": proven_each,
              "verify_auto_reruns_each_measured_run": reruns_each,
              "median_abs_error": median(errs), "max_abs_error": max(errs),
-             "session_error": {_name(k): v for k, v in session_err.items()},
+             "session_error": {rerun_name(*k): v for k, v in session_err.items()},
              "session_median_abs_error": median(abs(v) for v in session_err.values()),
              "session_max_abs_error": max(abs(v) for v in session_err.values()),
              "max_abs_memory_error": max(mem) if mem else None,

@@ -19,7 +19,7 @@ from typing import Callable
 
 from pipeaudit.advise.advise import Advice, Candidate
 from pipeaudit.errors import ConfigError
-from pipeaudit.harness.rerun import harness_config
+from pipeaudit.harness.rerun import harness_config, rerun_name
 from pipeaudit.schedules.catalogue import CATALOGUE
 
 
@@ -50,7 +50,7 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int,
     others = [c for c in advice.candidates if not c.measured and c.fits is not False]
     rows, failed = [], []
     for c in [base] + others[:top]:
-        name = f"{c.schedule}_v{c.chunks}_m{c.microbatches}"
+        name = rerun_name(*_key(c))
         runs = []
         for i in range(repeats):
             label = name if repeats == 1 else f"{name}/r{i + 1}"

@@ -8,6 +8,11 @@ import dataclasses
 from pipeaudit.errors import ConfigError
 
 
+def rerun_name(schedule: str, chunks: int, microbatches: int) -> str:
+    """The folder of one configuration's rerun: ``SCHEDULE_vV_mM``."""
+    return f"{schedule}_v{chunks}_m{microbatches}"
+
+
 def harness_config(manifest: dict, out: str, schedule: str, chunks: int, microbatches: int):
     """The harness configuration of the run in ``manifest`` with another schedule, chunks and
     M, the same global batch; a heavier stage stays on the same layers."""

@@ -16,6 +16,7 @@ from pipeaudit.harness.model import build_stage_module, loss_fn
 from pipeaudit.harness.naive import ScheduleNaive
 from pipeaudit.harness.parallel import apply_data_parallel, apply_tensor_parallel
 from pipeaudit.harness.plans import single_stage_rank_actions
+from pipeaudit.harness.v_warmup import skip_self_warmup
 
 __all__ = ["Pipeline", "build_pipeline", "plan_rank_actions", "single_stage_rank_actions"]
 
@@ -76,6 +77,9 @@ def build_pipeline(config: ProfileConfig, rank: int, device: torch.device, group
         PipelineStage(m, s, config.num_stages, device, group=group)
         for m, s in zip(modules, indices)
     ]
+    if spec.placement == "v":
+        for st in stages:
+            skip_self_warmup(st)
     harness_annotated = config.annotate and not spec.torch_annotates
     if harness_annotated:
         for st in stages:

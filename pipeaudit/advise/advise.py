@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.advise.memory import (
     SPLIT_HOLD, held_sends, message_bytes, predicted_peaks, rank_memory, split_hold_ratio,
+    held_by_runtime, net_of_messages,
 )
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.explain.layers import layer_shares, manifest_layers
@@ -130,6 +131,13 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         ms.append(M0)
     positions = {r: tl.layout.position(r)[1] for r in tl.layout.ranks if tl.layout.position(r)}
     memory = rank_memory(tl)
+    if memory is not None:
+        try:
+            placement0 = build_schedule(ran, P, M0, v0 if v0 > 1 else None).placement
+        except ScheduleError:
+            placement0 = list(range(P))
+        memory = net_of_messages(memory, placement0, positions, M0,
+                                 message_bytes(tl.manifest, M0), held_by_runtime(ran))
     old_layers = manifest_layers(tl.manifest, result.num_stages)
     notes = []
     if memory is None:
@@ -161,9 +169,11 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                 peak = None
                 if memory is not None:
                     shares = layer_shares(old_layers, sched.num_stages) if old_layers else None
-                    held = held_sends(ran, name, message_bytes(tl.manifest, m))
+                    message = message_bytes(tl.manifest, m)
+                    held = held_sends(name, message)
                     peaks = predicted_peaks(memory, {r: sched.orders[p] for r, p in positions.items()},
-                                            sched.placement, M0 / m, positions, shares, held)
+                                            sched.placement, M0 / m, positions, shares, held,
+                                            message or 0.0)
                     peak = max(peaks.values())
                 fits = None if peak is None or memory_cap is None else peak <= memory_cap
                 is_measured = (name, sched.chunks, m) == (ran, v0, M0)
@@ -201,7 +211,7 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                    "what": "the measured configuration predicted by the same model"}
     hold, hold_seen = split_hold_ratio(memory) if memory else (SPLIT_HOLD, False)
     hold_from = ("the run's own I pieces" if hold_seen else
-                 "the default, measured 0.55-0.63 on MLP blocks; the run has no split backward")
+                 "the default, measured 0.50 on MLP blocks; the run has no split backward")
     assumptions = [
         "each candidate replays the catalogue order for P ranks with the run's mean measured "
         "duration per (stage, kind), times M_measured/M (the same global batch; compute linear "
@@ -216,9 +226,11 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         "multiplied by the microbatches in flight); activations and transients linear in the "
         "rows; a candidate whose torch runtime waits its sends only at the step's end (the "
         "multi-stage schedules' action runtime: outputs and input gradients; GPipe: input "
-        "gradients) holds each sent message from the microbatch's backward to the step's end, "
-        "one message being rows x seq_len x hidden float32 values (harness manifest; not "
-        "modelled without it), and only messages to another rank (ZBV's turn passes in place); "
+        "gradients) holds each message it sends to another rank to the step's end (an input "
+        "gradient from the I or B that computes it), and what the run's runtime held is taken "
+        "out of its readings; the V's turn (ZBV, DualPipeV) passes in place and its rank "
+        "carries 2 x M messages from step to step; one message being rows x seq_len x hidden "
+        "float32 values (harness manifest; neither modelled without it); "
         f"a split backward holds {hold:.2f} x the stage's activation from I to W (the "
         f"gradients of its weight operations' outputs; {hold_from}), the first stage none; "
         "re-staged candidates take each stage's terms from its layers (manifest), else "

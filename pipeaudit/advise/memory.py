@@ -29,7 +29,20 @@ at its own start; its *excess* is the most the level rises above its start until
 - sends a candidate's runtime waits for only at the step's end (:func:`held_by_runtime`, read
   from torch's ``schedules.py``) and the measured run's did not stay allocated from the
   microbatch's last backward piece to the step's end: one message (``rows x seq_len x hidden``
-  float32 values, from a harness manifest) per sent output and per sent input gradient.
+  float32 values, from a harness manifest) per sent output and per sent input gradient;
+- a stage whose next stage is on the same rank (the V's turn: stages P-1 and P of ZBV and
+  DualPipeV) passes its output and takes back the input gradient in place (torch's
+  ``set_local_fwd_input``/``set_local_bwd_input``): the receiving stage's buffers keep the
+  tensors of every microbatch until the next step's replace them, so the rank carries one
+  message per microbatch each way from step to step (``2 x M x message`` above base at the
+  step's start); the turning stage's forward frees the previous step's output when it sets its
+  own, and its output outlives the microbatch's backward. A measured run with a turn has these
+  in its readings: they are taken out (:func:`without_in_place`) before any candidate is
+  predicted, so every candidate adds its own.
+
+The last stage keeps part of each microbatch's forward to the step's end (its output, the
+loss): that part, its activation plus its release, stays with whichever stage is last when a
+candidate re-stages the layers, instead of following them.
 
 The peak is the largest level + excess along the order. For a candidate with ``rows_ratio`` =
 M_measured / M_candidate (the same global batch), the activation, release and both transients
@@ -47,7 +60,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from statistics import median
 
 import numpy as np
@@ -59,12 +72,14 @@ from pipeaudit.timeline.model import Timeline
 BACKWARD = ("B", "I", "W")
 
 #: What a split backward holds from I to W, as a share of the stage's activation, when the run
-#: did not split its backwards: measured 0.55-0.63 on the harness's MLP blocks (torch 2.13,
-#: ZBV, M = 1-8, balanced and 3x heavier stages). A transformer layer's weight operations
-#: output 11h values per token (qkv 3h, projection h, MLP 4h and h, two norms h each) of the
-#: about 17h per token its backward saves (Korthikanti et al. 2022, without attention
-#: scores): 0.65.
-SPLIT_HOLD = 0.6
+#: did not split its backwards: the gradients of the outputs of the stage's weight operations,
+#: net of the input gradient the I sends. Measured 0.50 on every stage of the harness's MLP
+#: blocks at P = 4 but the turn's and the last (0.55-0.59; torch 2.11, ZBV, M = 8 and 16,
+#: balanced and a 3x heavier stage) and 0.50-0.58 at P = 2 (torch 2.13). A transformer layer's
+#: weight operations output 11h values per token (qkv 3h, projection h, MLP 4h and h, two
+#: norms h each) of the about 17h per token its backward saves (Korthikanti et al. 2022,
+#: without attention scores): 0.65.
+SPLIT_HOLD = 0.5
 
 #: An I's transient (its peak above the level it leaves, hold included) as a share of a full
 #: backward's; its W frees and rises no further. The first stage's I computes nothing and its
@@ -114,8 +129,8 @@ class RankMemory:
 
 @dataclass(frozen=True)
 class HeldSends:
-    """Sent tensors a schedule's runtime keeps until the step's end, beyond what the measured
-    run's runtime kept (bytes of one message at the candidate's microbatch size)."""
+    """Sent tensors a schedule's runtime keeps until the step's end (bytes of one message at
+    the candidate's microbatch size)."""
 
     message: float  #: one activation (or its gradient) between two stages
     outputs: bool  #: a forward's sent output outlives the microbatch's backward
@@ -136,15 +151,13 @@ def held_by_runtime(name: str) -> tuple[bool, bool]:
     return False, name == "gpipe"
 
 
-def held_sends(measured: str, candidate: str, message: float | None) -> HeldSends | None:
-    """What ``candidate``'s runtime holds beyond ``measured``'s (canonical schedule names), one
-    message being ``message`` bytes; None when nothing more (or the size is unknown)."""
-    if not message:
+def held_sends(candidate: str, message: float | None) -> HeldSends | None:
+    """What ``candidate``'s runtime (a canonical schedule name) holds to the step's end, one
+    message being ``message`` bytes; None when nothing (or the size is unknown)."""
+    outputs, gradients = held_by_runtime(candidate)
+    if not message or not (outputs or gradients):
         return None
-    (mo, mg), (co, cg) = held_by_runtime(measured), held_by_runtime(candidate)
-    if (co and not mo) or (cg and not mg):
-        return HeldSends(message, co and not mo, cg and not mg)
-    return None
+    return HeldSends(message, outputs, gradients)
 
 
 def message_bytes(manifest: dict | None, microbatches: int) -> float | None:
@@ -160,39 +173,88 @@ def message_bytes(manifest: dict | None, microbatches: int) -> float | None:
     return batch / microbatches * seq * hidden * 4
 
 
+def turning_stages(placement: Sequence[int]) -> set[int]:
+    """The stages whose next stage is on the same rank (``placement``: stage -> rank)."""
+    return {s for s in range(len(placement) - 1) if placement[s + 1] == placement[s]}
+
+
+def net_of_messages(memory: Mapping[int, RankMemory], placement: Sequence[int],
+                    position: Mapping[int, int], microbatches: int, message: float | None,
+                    held: tuple[bool, bool]) -> dict[int, RankMemory]:
+    """``memory`` read from a run of ``placement``, with what its messages held taken out, so
+    that each candidate adds its own: at a turn (stages passing in place), the carried
+    messages from base, the freed previous output from the turning stage's activation and its
+    kept output from its release; the sends its runtime kept to the step's end (``held``:
+    outputs, input gradients; :func:`held_by_runtime`) from the releases, and a sent gradient
+    from the split hold of the I that sent it. Unchanged without the message size."""
+    if not message:
+        return dict(memory)
+    held_out, held_grad = held
+    turns = turning_stages(placement)
+    last = len(placement) - 1
+    out = {}
+    for r, m in memory.items():
+        mine = [s for s in m.stages if placement[s] == position.get(r, r)]
+        turning = [s for s in mine if s in turns]
+        stages, hold = {}, dict(m.split_hold)
+        for s, t in m.stages.items():
+            act, rel = t.activation, t.release
+            if s in turning:
+                act, rel = act + message, rel - message
+            sends_out = s != last and placement[s + 1] != placement[s]
+            sends_grad = s != 0 and placement[s - 1] != placement[s]
+            rel -= message * ((held_out and sends_out) + (held_grad and sends_grad))
+            if held_grad and sends_grad and s in hold and act > 0:
+                hold[s] -= message / act
+            stages[s] = StageMemory(act, t.forward_peak, rel, t.grads)
+        out[r] = RankMemory(m.rank, int(m.base - 2 * message * microbatches * len(turning)),
+                            m.peak, m.backward_peak, stages, hold)
+    return out
+
+
 def order_peak(order: Sequence, base: float, backward_peak: float,
                stages: Mapping[int, StageMemory], held: HeldSends | None = None,
-               split_hold: float = SPLIT_HOLD, placement: Sequence[int] | None = None) -> float:
+               split_hold: float = SPLIT_HOLD, placement: Sequence[int] | None = None,
+               in_place: float = 0.0) -> float:
     """The largest level + excess along one rank's ``order`` (the module's model); ``held``:
     sends kept to the step's end, added at the microbatch's last backward piece on a stage (its
     output when the next stage is on another rank, its input gradient when the previous one
     is; ``placement``: stage -> rank position, None: every stage on its own rank);
-    ``split_hold``: what an I holds until its W, as a share of the stage's activation."""
+    ``split_hold``: what an I holds until its W, as a share of the stage's activation;
+    ``in_place``: one message's bytes where a stage's next stage is on the same rank (the V's
+    turn; 0: not modelled)."""
     release = _release_pieces(order)
     last_stage = max(stages)
     place = list(placement) if placement is not None else list(range(last_stage + 1))
     sends_out = {s: s != last_stage and place[s + 1] != place[s] for s in stages}
     sends_grad = {s: s != 0 and place[s - 1] != place[s] for s in stages}
-    level = peak = float(base)
+    turns = {a.stage for a in order if a.stage in turning_stages(place)}
+    carried = 2 * in_place * len({a.microbatch for a in order}) * len(turns)
+    level = peak = float(base) + carried
     seen: set[int] = set()
     for a in order:
         s = stages[a.stage]
         if a.kind == "F":
             peak = max(peak, level + max(s.forward_peak, s.activation))
-            level += s.activation
+            level += s.activation - (in_place if a.stage in turns else 0.0)
             continue
         hold = split_hold * s.activation if a.stage != 0 else 0.0
+        # a sent input gradient the runtime keeps: from the I that computes it, else the B
+        grad_kept = (held.message if held is not None and held.gradients and sends_grad[a.stage]
+                     else 0.0)
         if a.kind == "I":
-            level += hold
+            level += hold + grad_kept
             peak = max(peak, level + (SPLIT_TRANSIENT * backward_peak if a.stage != 0 else 0.0))
         elif a.kind == "B" or a.stage == 0:
             peak = max(peak, level + backward_peak)
         if a.kind != release.get((a.stage, a.microbatch)):
             continue
         level += s.release - (hold if a.kind == "W" else 0.0)
+        if a.stage in turns:
+            level += in_place  # the output stays in the next stage's buffer
         if held is not None:
-            level += held.message * ((held.outputs and sends_out[a.stage])
-                                     + (held.gradients and sends_grad[a.stage]))
+            level += held.message * (held.outputs and sends_out[a.stage])
+            level += grad_kept if a.kind == "B" else 0.0
         if a.stage not in seen:
             seen.add(a.stage)
             level += s.grads
@@ -334,18 +396,26 @@ def _scaled(s: StageMemory, rows_ratio: float) -> StageMemory:
 def _restaged(memory: Mapping[int, RankMemory], placement: Sequence[int],
               position: Mapping[int, int], shares: Shares | None) -> dict[int, StageMemory]:
     """Each new stage's terms: from the layers it holds (``shares``), else its rank's measured
-    terms split evenly over the rank's new stages (``position``: rank id -> pipeline index)."""
+    terms split evenly over the rank's new stages (``position``: rank id -> pipeline index).
+    What the last stage keeps of each microbatch (its activation plus its release) goes to the
+    new last stage."""
     old = {s: t for m in memory.values() for s, t in m.stages.items()}
+    last = max(old)
+    kept = max(0.0, old[last].activation + old[last].release)
+    old[last] = replace(old[last], release=old[last].release - kept)
     terms = [f.name for f in fields(StageMemory)]
     if shares is not None and set(old) == set(range(len(old))):
         per_term = {f: restage({s: getattr(t, f) for s, t in old.items()}, shares) for f in terms}
-        return {s: StageMemory(*(per_term[f][s] for f in terms)) for s in shares}
-    out = {}
-    for r, m in memory.items():
-        new = [s for s, p in enumerate(placement) if p == position.get(r)]
-        for s in new:
-            out[s] = StageMemory(*(sum(getattr(t, f) for t in m.stages.values()) / len(new)
-                                   for f in terms))
+        out = {s: StageMemory(*(per_term[f][s] for f in terms)) for s in shares}
+    else:
+        out = {}
+        for r, m in memory.items():
+            new = [s for s, p in enumerate(placement) if p == position.get(r)]
+            for s in new:
+                out[s] = StageMemory(*(sum(getattr(old[o], f) for o in m.stages) / len(new)
+                                       for f in terms))
+    new_last = max(out)
+    out[new_last] = replace(out[new_last], release=out[new_last].release + kept)
     return out
 
 
@@ -353,7 +423,8 @@ def predicted_peaks(memory: Mapping[int, RankMemory], orders: Mapping[int, Seque
                     placement: Sequence[int], rows_ratio: float,
                     position: Mapping[int, int] | None = None,
                     shares: Shares | None = None,
-                    held: HeldSends | None = None) -> dict[int, int]:
+                    held: HeldSends | None = None,
+                    in_place: float = 0.0) -> dict[int, int]:
     """Each rank's predicted peak for a candidate: its per-rank ``orders`` (rank id -> order),
     the candidate's stage ``placement``, ``rows_ratio`` = M_measured / M; ``shares`` re-stages
     per layer (None: the measured stages when the placement keeps them, else an even split of
@@ -369,6 +440,6 @@ def predicted_peaks(memory: Mapping[int, RankMemory], orders: Mapping[int, Seque
     stages = {s: _scaled(t, rows_ratio) for s, t in stages.items()}
     hold = split_hold_ratio(memory)[0]
     return {r: int(order_peak(orders[r], m.base, m.backward_peak * rows_ratio, stages, held,
-                              hold, placement))
+                              hold, placement, in_place))
             for r, m in memory.items() if r in orders}
 

@@ -11,10 +11,10 @@ import pytest
 from pipeaudit.actions import KINDS
 from pipeaudit.advise.memory import (
     HeldSends, RankMemory, StageMemory, held_by_runtime, held_sends, message_bytes, order_peak,
-    predicted_peaks, rank_memory,
+    _restaged, net_of_messages, predicted_peaks, rank_memory,
 )
 from pipeaudit.explain.layers import even_layers, layer_shares, manifest_layers, restage
-from pipeaudit.explain.whatif import _rederive
+from pipeaudit.explain.whatif import SPLIT_COST, _rederive, _split_from_full
 from pipeaudit.schedules import build_schedule
 
 MB = 1_000_000
@@ -131,11 +131,10 @@ def test_runtimes_that_wait_sends_at_the_step_end_hold_them():
     assert held_by_runtime("gpipe") == (False, True)
     assert held_by_runtime("1f1b") == (False, False)
     # measured 1F1B: an interleaved candidate holds both, a GPipe one its gradients
-    assert held_sends("1f1b", "interleaved-1f1b", 2.0) == HeldSends(2.0, True, True)
-    assert held_sends("1f1b", "gpipe", 2.0) == HeldSends(2.0, False, True)
-    assert held_sends("1f1b", "1f1b", 2.0) is None
-    assert held_sends("interleaved-1f1b", "1f1b", 2.0) is None  # nothing beyond the measured
-    assert held_sends("1f1b", "interleaved-1f1b", None) is None  # size unknown
+    assert held_sends("interleaved-1f1b", 2.0) == HeldSends(2.0, True, True)
+    assert held_sends("gpipe", 2.0) == HeldSends(2.0, False, True)
+    assert held_sends("1f1b", 2.0) is None
+    assert held_sends("interleaved-1f1b", None) is None  # size unknown
 
 
 def test_held_sends_add_a_message_per_backward_but_at_the_pipelines_ends():
@@ -263,3 +262,82 @@ def test_the_reruns_notes_name_a_broken_fit_and_a_reordered_advice():
     assert any(n.startswith("the reruns reorder the advice: fits v=1 M=8 measured fastest "
                             "(80.0 ms)") and "predicted_best v=1 M=8, ran 90.0 ms" in n
                for n in notes)
+
+
+def _v_turn_order():
+    """Rank 1 of ZBV at P=2 (stages 0,1,2,3 on ranks 0,1,1,0), M=2, full backwards."""
+    return [SimpleNamespace(stage=s, kind=k, microbatch=mb) for s, k, mb in
+            [(1, "F", 0), (2, "F", 0), (1, "F", 1), (2, "F", 1),
+             (2, "B", 0), (1, "B", 0), (2, "B", 1), (1, "B", 1)]]
+
+
+def test_the_v_turn_carries_a_message_per_microbatch_each_way():
+    """Stage 1 passes its output to stage 2 in place: the rank starts the step holding the last
+    step's 2 outputs and 2 input gradients (4 messages); each stage-1 forward frees the last
+    step's output as it sets its own, which then outlives the microbatch's backward. Level
+    (message 1): 4, 13, 23, 32, 42 (peak), and back to 4 at the step's end."""
+    terms = {s: StageMemory(activation=10.0, forward_peak=10.0, release=-10.0, grads=0.0)
+             for s in range(4)}
+    order, v_shape = _v_turn_order(), (0, 1, 1, 0)
+    assert order_peak(order, 0.0, 0.0, terms, placement=v_shape) == 40.0
+    assert order_peak(order, 0.0, 0.0, terms, placement=v_shape, in_place=1.0) == 42.0
+    # every stage on its own rank: nothing passes in place
+    assert order_peak(order, 0.0, 0.0, terms, in_place=1.0) == 40.0
+
+
+def test_a_measured_v_turn_is_taken_out_of_the_readings():
+    """A ZBV run's turn rank reads base 4 (M=2, message 1), the turning stage's forward 9 and its
+    release -9: without them, base 0 and the stage's own 10 and -10; other ranks unchanged."""
+    read = {s: StageMemory(activation=9.0 if s == 1 else 10.0, forward_peak=10.0,
+                           release=-9.0 if s == 1 else -10.0, grads=0.0) for s in range(4)}
+    memory = {0: RankMemory(0, 0, 50, 0.0, {0: read[0], 3: read[3]}),
+              1: RankMemory(1, 4, 46, 0.0, {1: read[1], 2: read[2]})}
+    clean = net_of_messages(memory, (0, 1, 1, 0), {0: 0, 1: 1}, 2, 1.0, (False, False))
+    assert clean[0] == memory[0]
+    assert clean[1].base == 0 and clean[1].peak == 46
+    assert clean[1].stages[1] == StageMemory(10.0, 10.0, -10.0, 0.0)
+    assert clean[1].stages[2] == read[2]
+    # and predicted back on the same order, the reading's peak: 4 + 9 + 10 + 9 + 10
+    again = predicted_peaks(clean, {1: _v_turn_order()}, (0, 1, 1, 0), 1.0, in_place=1.0)
+    assert again == {1: 42}
+    assert net_of_messages(memory, (0, 1, 2, 3), {0: 0, 1: 1}, 2, 1.0, (False, False)) == memory
+    assert net_of_messages(memory, (0, 1, 1, 0), {0: 0, 1: 1}, 2, None, (True, True)) == memory
+
+
+def test_the_measured_runtimes_held_sends_are_taken_out():
+    """Stages 0..3 on ranks 0..3 under the action runtime (outputs and gradients held): stage 1
+    sends an output and a gradient, so its release -8 of 10 frees 10 without them; its split
+    hold 0.6 was 0.5 and the sent gradient's 1 of its activation 10."""
+    t = StageMemory(activation=10.0, forward_peak=10.0, release=-8.0, grads=0.0)
+    memory = {1: RankMemory(1, 0, 30, 0.0, {1: t}, {1: 0.6})}
+    clean = net_of_messages(memory, (0, 1, 2, 3), {1: 1}, 4, 1.0, (True, True))
+    assert clean[1].stages[1].release == pytest.approx(-10.0)
+    assert clean[1].split_hold[1] == pytest.approx(0.5)
+    plain = net_of_messages(memory, (0, 1, 2, 3), {1: 1}, 4, 1.0, (False, False))
+    assert plain[1].stages[1].release == -8.0 and plain[1].split_hold[1] == 0.6
+
+
+def test_the_last_stages_kept_part_stays_with_the_last_stage():
+    """Stage 3 of 4 keeps 2 of its 10 per microbatch (its output, the loss) to the step's end:
+    re-staged to 8 stages of one layer, the new last stage keeps the 2, not each of stages 6
+    and 7 one."""
+    mem = {r: RankMemory(r, 0, 0, 0.0, {r: StageMemory(10.0, 10.0, -8.0 if r == 3 else -10.0,
+                                                       0.0)}) for r in range(4)}
+    sched = build_schedule("zbv", 4, 8, 2)
+    stages = _restaged(mem, sched.placement, {r: r for r in range(4)}, layer_shares([2] * 4, 8))
+    assert stages[7].release == pytest.approx(-3.0)
+    assert stages[6].release == pytest.approx(-5.0)
+    assert stages[0].release == pytest.approx(-5.0)
+    even = _restaged(mem, sched.placement, {r: r for r in range(4)}, None)
+    assert even[7].release == pytest.approx(-3.0)  # rank 0 holds 0 and 7: its 10 per 2, then +2
+    assert even[3].release + even[4].release == pytest.approx(-10.0)  # rank 3 kept none now
+
+
+def test_a_split_backward_costs_split_cost_but_on_the_first_stage():
+    """From full backwards of 10: a middle stage's I and W take SPLIT_COST x 10 / 2 each; the
+    first stage's I nothing and its W the whole 10 (it has no input gradient to compute)."""
+    table = {(s, "B"): 10.0 for s in range(3)}
+    _split_from_full((table,), 3)
+    assert (table[(0, "I")], table[(0, "W")]) == (0.0, 10.0)
+    assert table[(1, "I")] == table[(1, "W")] == table[(2, "W")] == pytest.approx(SPLIT_COST * 5)
+    assert 1.0 < SPLIT_COST < 1.3

@@ -29,6 +29,11 @@ from pipeaudit.schedules.catalogue import CATALOGUE, HARNESS, config_problem
 DEFAULT_SCHEDULES = tuple(n for n in SCHEDULE_NAMES
                           if CATALOGUE[n].torch_class is not None)
 
+#: What the other frameworks run, advised by default to their runs (manifest ``framework``):
+#: DeepSpeed's PipelineEngine runs one schedule (TrainSchedule, 1F1B); Megatron-core runs 1F1B
+#: and, with virtual pipeline stages, interleaved 1F1B.
+FRAMEWORK_SCHEDULES = {"deepspeed": ("1f1b",), "megatron-core": ("1f1b", "interleaved-1f1b")}
+
 
 @dataclass
 class Candidate:
@@ -121,7 +126,10 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     M0 = result.num_microbatches
     v0 = max(1, result.num_stages // P)
     ran = canonical_name(result.schedule)
-    names = [canonical_name(s) for s in schedules] if schedules else list(DEFAULT_SCHEDULES)
+    framework = ((tl.manifest or {}).get("framework") or {}).get("name", "torch")
+    native = FRAMEWORK_SCHEDULES.get(framework)
+    names = ([canonical_name(s) for s in schedules] if schedules
+             else list(native or DEFAULT_SCHEDULES))
     if ran not in names:
         names.append(ran)
     if global_batch is None:
@@ -148,8 +156,10 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     layers = sum(old_layers) if old_layers else None
     # a run of torch's schedules is advised what torch runs; DeepSpeed's and Megatron's take
     # any M for 1F1B
-    framework = ((tl.manifest or {}).get("framework") or {}).get("name", "torch")
     torch_run = framework == "torch"
+    if native and not schedules:
+        notes.append(f"a {framework} run: advised what {framework} runs ("
+                     f"{', '.join(native)}); --schedules names others")
     if layers is not None:
         most = layers // P
         notes.append(f"the model has {layers} layers (manifest): at most {most} "
@@ -188,7 +198,8 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     pred0, base = measured_pred
     for c in candidates:
         c.why = _why(c, base)
-    candidates.sort(key=lambda c: (c.fits is False, c.predicted_step_time_us))
+    # a tie keeps the measured configuration: no change is advised for no predicted gain
+    candidates.sort(key=lambda c: (c.fits is False, c.predicted_step_time_us, not c.measured))
     model_error = base.predicted_step_time_us / result.step_time_us - 1.0
     close = close_to_best(candidates, abs(model_error))
     # --verify K reruns the measured configuration and the first K others that fit

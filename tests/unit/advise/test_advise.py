@@ -114,3 +114,26 @@ def test_the_close_candidates_note_counts_the_reruns_verify_makes():
     assert len(others) < len(named)  # 1F1B M=4, what the sample ran, is among them
     k = int(re.search(r"--verify (\d+)", note).group(1))
     assert k == len(others) + (0 if a.best.measured else 1)
+
+
+def test_a_tie_with_the_measured_configuration_keeps_it():
+    """P=2, M=4 with the heavier stage: GPipe's order replays to the same step time as the
+    run's 1F1B (each rank's compute back to back); no change is advised for no gain."""
+    a = advise(pipeaudit.load(SAMPLES / "1f1b_p2_m4_imb_s1x3"))
+    tied = [c for c in a.candidates
+            if c.predicted_step_time_us == a.candidates[0].predicted_step_time_us]
+    assert len(tied) > 1
+    assert a.candidates[0].measured and a.best.measured
+
+
+@pytest.mark.parametrize("sample,native", [
+    ("deepspeed_p4_m8", {"1f1b"}),
+    ("megatron_interleaved-1f1b_p4_m8_v2", {"1f1b", "interleaved-1f1b"}),
+])
+def test_a_framework_run_is_advised_what_its_framework_runs(sample, native):
+    run = pipeaudit.load(SAMPLES / sample)
+    a = advise(run)
+    assert {c.schedule for c in a.candidates} == native
+    assert any("--schedules names others" in n for n in a.notes)
+    wider = advise(run, schedules=["gpipe", "zbv"])
+    assert {"gpipe", "zbv"} <= {c.schedule for c in wider.candidates}

@@ -13,6 +13,11 @@ measured configuration, the advised one and the candidates too close to it to or
     python benchmarks/advise_accuracy.py --out DIR --make-only  # the runs alone (harness, torch)
     python benchmarks/advise_accuracy.py --out DIR --read-only [--json out.json]
     python benchmarks/advise_accuracy.py --out DIR --read-only --repeats DIR2 [DIR3 ...]
+    python benchmarks/advise_accuracy.py --out DIR --read-only --summarise  # measurement.json
+
+``--summarise`` writes each rerun's measurement beside its manifest; a later read then needs the
+traces of the measured runs and of the reruns of the measured configuration alone (what to
+bring back from a machine where the runs were made).
 
 A single rerun is a noisy measure on CPU (the same configuration ran 0.91x and 1.14x its first
 run). ``--repeats`` reads other ``--make-only`` outputs of the same runs: each candidate's
@@ -79,11 +84,35 @@ def make(out: Path, P: int, steps: int, hidden: int, models: list[str]) -> None:
                 print(f"  failed: {str(exc).splitlines()[0][:160]}", flush=True)
 
 
+MEASUREMENT = "measurement.json"
+
+
+def _measurement(d: Path) -> dict:
+    """What the rerun at ``d`` measured: from its traces, or from the ``--summarise`` file
+    beside its manifest when the traces did not travel."""
+    from pipeaudit.advise.verify import measure_run
+
+    if (d / MEASUREMENT).exists():
+        return json.loads((d / MEASUREMENT).read_text())
+    return measure_run(str(d))
+
+
+def summarise(out: Path, models: list[str]) -> None:
+    """Write each rerun's measurement beside its manifest (read then needs the traces of the
+    measured runs and of the reruns of the measured configuration alone)."""
+    from pipeaudit.advise.verify import measure_run
+
+    for model in models:
+        for d in sorted((out / model / "reruns").glob("*")):
+            if (d / "manifest.json").exists():
+                (d / MEASUREMENT).write_text(json.dumps(measure_run(str(d))))
+
+
 def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
     import pipeaudit
     from pipeaudit.advise import advise
     from pipeaudit.advise.advise import close_to_best
-    from pipeaudit.advise.verify import measure_run, median_run, predicted_again, verified_row
+    from pipeaudit.advise.verify import median_run, predicted_again, verified_row
     from pipeaudit.harness.rerun import rerun_name
 
     results = []
@@ -99,7 +128,7 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
             for k in grid(P):
                 d = root / model / "reruns" / rerun_name(*k)
                 if (d / "manifest.json").exists():
-                    tries.setdefault(k, []).append({**measure_run(str(d)), "path": str(d)})
+                    tries.setdefault(k, []).append({**_measurement(d), "path": str(d)})
         measured = {k: median_run(v) for k, v in tries.items()}
         base_key = ("1f1b", 1, a.measured["microbatches"])
         drift = median(r["step_time_us"] for r in tries[base_key]) / a.measured["step_time_us"]
@@ -196,6 +225,8 @@ def main() -> None:
     ap.add_argument("--make-only", action="store_true")
     ap.add_argument("--read-only", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--summarise", action="store_true",
+                    help=f"write each rerun's measurement ({MEASUREMENT}) beside its manifest")
     ap.add_argument("--repeats", nargs="*", default=[], help="other --make-only outputs of the same runs")
     ap.add_argument("--models", default=",".join(MODELS), help="models to make or read")
     args = ap.parse_args()
@@ -203,6 +234,8 @@ def main() -> None:
     models = args.models.split(",")
     if not args.read_only:
         make(out, args.stages, args.steps, args.hidden, models)
+    if args.summarise:
+        summarise(out, models)
     if not args.make_only:
         results = read(out, [Path(r) for r in args.repeats], models)
         if args.json:

@@ -147,7 +147,8 @@ def whatif(tl: Timeline, changes: Changes, result: AuditResult | None = None) ->
                   before=before, changes=changes.describe(), inputs=list(tl.inputs), notes=notes)
     if not changes.reorders:
         return _same_order(graphs, changes, common)
-    return _new_order(graphs, cal, changes, result.schedule, common, tl.manifest)
+    return _new_order(graphs, cal, changes, result.schedule, common, tl.manifest,
+                      split_cost(result.device_type))
 
 
 def _check_scales(changes: Changes, graphs: list[StepGraph], S: int) -> None:
@@ -190,16 +191,26 @@ def _same_order(graphs: list[StepGraph], changes: Changes, common: dict) -> Pred
 
 #: What a split backward (I then W, torch's ``stage_backward_input`` and
 #: ``stage_backward_weight``) costs over the full backward it replaces, outside the pipeline's
-#: first stage (whose I computes nothing and whose W is the whole backward). Measured on the
-#: harness's blocks against the same run's forwards (so that the microbatch size and the
-#: schedule's context cancel): 1.12-1.23, median 1.17 (torch 2.11, P = 4, 16-core host, ZBV
-#: at M = 4-16, balanced and a 3x heavier stage); median 1.15 at P = 2 (torch 2.13, 2-core VM).
-SPLIT_COST = 1.15
+#: first stage (whose I computes nothing and whose W is the whole backward), by the device the
+#: stages compute on. CPU, on the harness's blocks against the same run's forwards (so that
+#: the microbatch size and the schedule's context cancel): 1.12-1.23, median 1.17 (torch 2.11,
+#: P = 4, 16-core host, ZBV at M = 4-16, balanced and a 3x heavier stage); median 1.15 at
+#: P = 2 (torch 2.13, 2-core VM). On a GPU none (1.0), as the zero-bubble schedules assume:
+#: the one split stage measured there, on an H100 shared by two ranks (torch 2.11, ZBV P = 2,
+#: hidden 2048, 2048 tokens per microbatch), took 0.91 x its full backward's kernels (0.97
+#: against the same run's forwards).
+SPLIT_COST = {"cpu": 1.15}
 
 
-def _stage_tables(cal: Calibration, changes: Changes, S: int
+def split_cost(device_type: str | None) -> float:
+    """:data:`SPLIT_COST` for runs on ``device_type`` (1.0, none, where not measured)."""
+    return SPLIT_COST.get(device_type or "", 1.0)
+
+
+def _stage_tables(cal: Calibration, changes: Changes, S: int, cost: float = 1.0
                   ) -> tuple[dict[tuple[int, str], float], dict[tuple[int, str], float], list[str]]:
-    """Per old (stage, kind): occupancy and compute with scales applied, all four kinds filled."""
+    """Per old (stage, kind): occupancy and compute with scales applied, all four kinds filled
+    (``cost``: a split backward's over the full one, :func:`split_cost`)."""
     notes = []
     dur: dict[tuple[int, str], float] = {}
     comp: dict[tuple[int, str], float] = {}
@@ -208,10 +219,10 @@ def _stage_tables(cal: Calibration, changes: Changes, S: int
         for table, src in ((dur, cal.duration), (comp, cal.compute)):
             f = {k: src[(s, k)] * changes.factor(s, k) for k in KINDS if (s, k) in src}
             if "B" not in f and "I" in f:
-                f["B"] = (f["I"] + f.get("W", 0.0)) / (1.0 if s == 0 else SPLIT_COST)
+                f["B"] = (f["I"] + f.get("W", 0.0)) / (1.0 if s == 0 else cost)
                 full_filled = True
             if "B" in f and "I" not in f:
-                f["I"] = f["W"] = f["B"] * SPLIT_COST / 2
+                f["I"] = f["W"] = f["B"] * cost / 2
                 split_filled = True
             f.setdefault("F", 0.0)
             f.setdefault("B", 0.0)
@@ -221,21 +232,21 @@ def _stage_tables(cal: Calibration, changes: Changes, S: int
                 table[(s, k)] = v
     if split_filled:
         notes.append(f"the run has full backwards only: a split I and W each take half of "
-                     f"{SPLIT_COST:g} x B (the split's own cost), the first stage's I nothing "
-                     "and its W the whole B")
+                     f"{cost:g} x B (the split's own cost on this device), the first stage's I "
+                     "nothing and its W the whole B")
     if full_filled:
-        notes.append(f"the run has split backwards only: a full B takes (I + W) / {SPLIT_COST:g} "
+        notes.append(f"the run has split backwards only: a full B takes (I + W) / {cost:g} "
                      "(the first stage's: I + W)")
     return dur, comp, notes
 
 
-def _split_from_full(tables: tuple[dict, ...], num_stages: int) -> None:
-    """Each stage's I and W from its full B, in place: half of SPLIT_COST x B each, but the
+def _split_from_full(tables: tuple[dict, ...], num_stages: int, cost: float) -> None:
+    """Each stage's I and W from its full B, in place: half of ``cost`` x B each, but the
     first stage's (I nothing, W the whole B)."""
     for t in tables:
         for s in range(num_stages):
             b = t[(s, "B")]
-            t[(s, "I")], t[(s, "W")] = (0.0, b) if s == 0 else (b * SPLIT_COST / 2,) * 2
+            t[(s, "I")], t[(s, "W")] = (0.0, b) if s == 0 else (b * cost / 2,) * 2
 
 
 def _rederive(dur: dict, comp: dict, old_place: list[int], new_place: tuple[int, ...],
@@ -264,7 +275,7 @@ def _rederive(dur: dict, comp: dict, old_place: list[int], new_place: tuple[int,
 
 
 def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran: str | None,
-               common: dict, manifest: dict | None = None) -> Prediction:
+               common: dict, manifest: dict | None = None, cost: float = 1.0) -> Prediction:
     g0 = graphs[0]
     P, S = len(g0.ranks), len(g0.placement)
     v_old = S // P if S % P == 0 else None
@@ -277,7 +288,7 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
     v_new = changes.chunks or (v_old if same and v_old else default_chunks(name))
     M_new = changes.microbatches or M_old
     sched = build_schedule(name, P, M_new, v_new)
-    dur, comp, filled = _stage_tables(cal, changes, S)
+    dur, comp, filled = _stage_tables(cal, changes, S, cost)
     kinds_used = {a.kind for o in sched.orders for a in o}
     assumptions = [n for n in filled if ("I" in kinds_used and "full backwards only" in n)
                    or ("B" in kinds_used and "split backwards only" in n)]
@@ -290,7 +301,7 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
     full_only = any("full backwards only" in n for n in filled)
     if "I" in kinds_used and (moved is not None or full_only):
         # the candidate splits backwards the run did not split, or on other stages
-        _split_from_full((new_dur, new_comp), sched.num_stages)
+        _split_from_full((new_dur, new_comp), sched.num_stages, cost)
     if moved == "layers":
         assumptions.append(
             f"stages re-derived per layer ({len(g0.placement)} -> {sched.num_stages} stages): "
@@ -319,7 +330,7 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
     pred = run_model(model)
 
     # calibration: the same typical model on the observed order, nothing changed
-    dur_raw, comp_raw, _ = _stage_tables(cal, Changes(), S)
+    dur_raw, comp_raw, _ = _stage_tables(cal, Changes(), S, cost)
     unchanged = _run_with_pairs(typical_model(g0.action_orders(), g0.placement,
                                               lambda s, k: dur_raw[(s, k)],
                                               lambda s, k: comp_raw[(s, k)], cal,

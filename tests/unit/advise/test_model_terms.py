@@ -14,7 +14,7 @@ from pipeaudit.advise.memory import (
     _restaged, net_of_messages, predicted_peaks, rank_memory,
 )
 from pipeaudit.explain.layers import even_layers, layer_shares, manifest_layers, restage
-from pipeaudit.explain.whatif import SPLIT_COST, _rederive, _split_from_full
+from pipeaudit.explain.whatif import _rederive, _split_from_full, split_cost
 from pipeaudit.schedules import build_schedule
 
 MB = 1_000_000
@@ -334,10 +334,12 @@ def test_the_last_stages_kept_part_stays_with_the_last_stage():
 
 
 def test_a_split_backward_costs_split_cost_but_on_the_first_stage():
-    """From full backwards of 10: a middle stage's I and W take SPLIT_COST x 10 / 2 each; the
-    first stage's I nothing and its W the whole 10 (it has no input gradient to compute)."""
+    """From full backwards of 10 on CPU: a middle stage's I and W take split_cost x 10 / 2
+    each; the first stage's I nothing and its W the whole 10 (it has no input gradient)."""
+    cost = split_cost("cpu")
     table = {(s, "B"): 10.0 for s in range(3)}
-    _split_from_full((table,), 3)
+    _split_from_full((table,), 3, cost)
     assert (table[(0, "I")], table[(0, "W")]) == (0.0, 10.0)
-    assert table[(1, "I")] == table[(1, "W")] == table[(2, "W")] == pytest.approx(SPLIT_COST * 5)
-    assert 1.0 < SPLIT_COST < 1.3
+    assert table[(1, "I")] == table[(1, "W")] == table[(2, "W")] == pytest.approx(cost * 5)
+    assert 1.0 < cost < 1.3
+    assert split_cost("cuda") == split_cost(None) == 1.0  # a GPU's kernels: no extra cost

@@ -58,6 +58,10 @@ run cuda_shared_1f1b_noannot_p4_m8 --schedule 1f1b $gpu4 --no-annotate
 run cuda_shared_gpipe_p4_m8        --schedule gpipe $gpu4
 run cuda_shared_interleaved-1f1b_p4_m8_v2 --schedule interleaved-1f1b $gpu4
 run cuda_shared_1f1b_p4_m8_imb_s1x3_nosteps --schedule 1f1b $gpu4 --imbalance 1=3 --no-step-marks
+# two processes, a model large enough for the kernels to count, the device's memory events
+gpu2="-P 2 -M 4 --layers 8 --hidden 2048 --seq-len 512 --batch-size 16 --device cuda --backend gloo --steps 3 --profile-memory"
+run cuda_shared_1f1b_p2_m4_memory --schedule 1f1b $gpu2
+run cuda_shared_zbv_p2_m4_memory  --schedule zbv $gpu2
 fi
 # DeepSpeed's PipelineEngine, the default model (8 blocks) (its TrainSchedule, 1F1B's order; M = gradient_accumulation_steps),
 # with the harness's PP: spans around its forward and backward passes: the tests strip them and

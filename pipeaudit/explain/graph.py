@@ -130,16 +130,19 @@ def build_step_graph(tl: Timeline, step: int) -> StepGraph:
         rt = next(x for x in tl.ranks if x.rank == r)
         a = rt.actions.filter(pl.col("step") == step).sort(["compute_start", "start"])
         order = []
+        prev_end = None
         for s, kind, m, sp_end, cs, ce, cn in a.select(
                 "stage", "kind", "microbatch", "end", "compute_start", "compute_end",
                 "compute_ns").iter_rows():
             act = Action(int(s), str(kind), int(m))
-            if not cn:  # nothing computed (stage 0's I): it ends when its span does
-                cs = ce = sp_end
+            if not cn:  # nothing computed (stage 0's I): it ends when its span does, and on a
+                # device not before the work queued ahead of it on the rank
+                cs = ce = sp_end if prev_end is None else max(sp_end, prev_end)
             if act in by_action:
                 raise ScheduleError(f"step {step}: {act} runs twice (traces of two runs, or steps "
                                     "not separated by ProfilerStep spans)")
             node = Node(len(nodes), r, i, act, int(cs), int(max(ce, cs)), int(cn))
+            prev_end = node.end
             by_action[act] = node.id
             nodes.append(node)
             order.append(node.id)

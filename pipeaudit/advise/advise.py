@@ -256,9 +256,10 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                   global_batch=global_batch, reruns_to_settle=settle)
 
 
-#: The model's typical step-time error (median over the accuracy benchmark's candidates,
-#: calibrated: docs/advise.md).
-TYPICAL_ERROR = 0.05
+#: The model's typical step-time error: the median over the P = 4 accuracy benchmark's
+#: candidates, both models, of the error one ``--verify`` sees (each candidate against its
+#: prediction from the same session's rerun of the measured configuration; docs/advise.md).
+TYPICAL_ERROR = 0.063
 
 
 def order_band(model_error: float) -> float:

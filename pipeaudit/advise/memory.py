@@ -27,18 +27,20 @@ at its own start; its *excess* is the most the level rises above its start until
   stage has no input gradient: its I does nothing and its W is the whole backward (its
   transient, no hold);
 - sends a candidate's runtime waits for only at the step's end (:func:`held_by_runtime`, read
-  from torch's ``schedules.py``) and the measured run's did not stay allocated from the
-  microbatch's last backward piece to the step's end: one message (``rows x seq_len x hidden``
-  float32 values, from a harness manifest) per sent output and per sent input gradient;
+  from torch's ``schedules.py``) stay allocated to the step's end, a sent output from the
+  microbatch's last backward piece on the stage, a sent input gradient from the piece that
+  computes it (B, or the I): one message (``rows x seq_len x hidden`` float32 values, from a
+  harness manifest) each, to another rank only;
 - a stage whose next stage is on the same rank (the V's turn: stages P-1 and P of ZBV and
   DualPipeV) passes its output and takes back the input gradient in place (torch's
   ``set_local_fwd_input``/``set_local_bwd_input``): the receiving stage's buffers keep the
   tensors of every microbatch until the next step's replace them, so the rank carries one
   message per microbatch each way from step to step (``2 x M x message`` above base at the
   step's start); the turning stage's forward frees the previous step's output when it sets its
-  own, and its output outlives the microbatch's backward. A measured run with a turn has these
-  in its readings: they are taken out (:func:`without_in_place`) before any candidate is
-  predicted, so every candidate adds its own.
+  own, and its output outlives the microbatch's backward.
+
+What the measured run's own held sends and turn left in its readings is taken out first
+(:func:`net_of_messages`), so that every candidate adds its own.
 
 The last stage keeps part of each microbatch's forward to the step's end (its output, the
 loss): that part, its activation plus its release, stays with whichever stage is last when a
@@ -217,9 +219,9 @@ def order_peak(order: Sequence, base: float, backward_peak: float,
                split_hold: float = SPLIT_HOLD, placement: Sequence[int] | None = None,
                in_place: float = 0.0) -> float:
     """The largest level + excess along one rank's ``order`` (the module's model); ``held``:
-    sends kept to the step's end, added at the microbatch's last backward piece on a stage (its
-    output when the next stage is on another rank, its input gradient when the previous one
-    is; ``placement``: stage -> rank position, None: every stage on its own rank);
+    sends kept to the step's end, to another rank only: a stage's output from the microbatch's
+    last backward piece on it, its input gradient from the piece that computes it (B, or the
+    I); ``placement``: stage -> rank position, None: every stage on its own rank);
     ``split_hold``: what an I holds until its W, as a share of the stage's activation;
     ``in_place``: one message's bytes where a stage's next stage is on the same rank (the V's
     turn; 0: not modelled)."""

@@ -51,7 +51,8 @@ class VerifyCount(click.ParamType):
 @click.option("--memory-cap", default=None, metavar="SIZE",
               help="Largest peak memory per rank a candidate may need (e.g. 40G, 512MiB).")
 @click.option("--schedules", default=None, metavar="LIST",
-              help="Schedules to consider, comma-separated. [default: every schedule torch runs]")
+              help="Schedules to consider, comma-separated. [default: every schedule torch "
+                   "runs; a DeepSpeed run: 1f1b; a Megatron-core run: 1f1b, interleaved-1f1b]")
 @click.option("--microbatches", "microbatches_list", default=None, metavar="LIST",
               help="Microbatch counts to consider, comma-separated. [default: P/2 .. 4P and the run's]")
 @click.option("--global-batch", type=click.IntRange(1), default=None, metavar="N",

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.advise.memory import (
-    SPLIT_HOLD, held_sends, message_bytes, predicted_peaks, rank_memory, split_hold_ratio,
-    held_by_runtime, net_of_messages,
+    SPLIT_HOLD, held_by_runtime, held_sends, message_bytes, net_of_messages, predicted_peaks,
+    rank_memory, split_hold_ratio,
 )
 from pipeaudit.errors import ConfigError, ScheduleError
+from pipeaudit.explain.graph import pipeline_layout
 from pipeaudit.explain.layers import layer_shares, manifest_layers
 from pipeaudit.explain.whatif import Changes, whatif
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, canonical_name
@@ -139,12 +140,8 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         ms.append(M0)
     positions = {r: tl.layout.position(r)[1] for r in tl.layout.ranks if tl.layout.position(r)}
     memory = rank_memory(tl)
-    if memory is not None:
-        try:
-            placement0 = build_schedule(ran, P, M0, v0 if v0 > 1 else None).placement
-        except ScheduleError:
-            placement0 = list(range(P))
-        memory = net_of_messages(memory, placement0, positions, M0,
+    if memory is not None:  # the readings net of what the run's own messages held
+        memory = net_of_messages(memory, pipeline_layout(tl)[1], M0,
                                  message_bytes(tl.manifest, M0), held_by_runtime(ran))
     old_layers = manifest_layers(tl.manifest, result.num_stages)
     notes = []

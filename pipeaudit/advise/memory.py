@@ -180,8 +180,14 @@ def turning_stages(placement: Sequence[int]) -> set[int]:
     return {s for s in range(len(placement) - 1) if placement[s + 1] == placement[s]}
 
 
+def _sends(placement: Sequence[int], s: int) -> tuple[bool, bool]:
+    """(its output, its input gradient): what stage ``s`` sends to another rank."""
+    return (s != len(placement) - 1 and placement[s + 1] != placement[s],
+            s != 0 and placement[s - 1] != placement[s])
+
+
 def net_of_messages(memory: Mapping[int, RankMemory], placement: Sequence[int],
-                    position: Mapping[int, int], microbatches: int, message: float | None,
+                    microbatches: int, message: float | None,
                     held: tuple[bool, bool]) -> dict[int, RankMemory]:
     """``memory`` read from a run of ``placement``, with what its messages held taken out, so
     that each candidate adds its own: at a turn (stages passing in place), the carried
@@ -193,18 +199,15 @@ def net_of_messages(memory: Mapping[int, RankMemory], placement: Sequence[int],
         return dict(memory)
     held_out, held_grad = held
     turns = turning_stages(placement)
-    last = len(placement) - 1
     out = {}
     for r, m in memory.items():
-        mine = [s for s in m.stages if placement[s] == position.get(r, r)]
-        turning = [s for s in mine if s in turns]
+        turning = [s for s in m.stages if s in turns]
         stages, hold = {}, dict(m.split_hold)
         for s, t in m.stages.items():
             act, rel = t.activation, t.release
             if s in turning:
                 act, rel = act + message, rel - message
-            sends_out = s != last and placement[s + 1] != placement[s]
-            sends_grad = s != 0 and placement[s - 1] != placement[s]
+            sends_out, sends_grad = _sends(placement, s)
             rel -= message * ((held_out and sends_out) + (held_grad and sends_grad))
             if held_grad and sends_grad and s in hold and act > 0:
                 hold[s] -= message / act
@@ -228,9 +231,8 @@ def order_peak(order: Sequence, base: float, backward_peak: float,
     release = _release_pieces(order)
     last_stage = max(stages)
     place = list(placement) if placement is not None else list(range(last_stage + 1))
-    sends_out = {s: s != last_stage and place[s + 1] != place[s] for s in stages}
-    sends_grad = {s: s != 0 and place[s - 1] != place[s] for s in stages}
-    turns = {a.stage for a in order if a.stage in turning_stages(place)}
+    sends = {s: _sends(place, s) for s in stages}  # (output, input gradient) to another rank
+    turns = {a.stage for a in order} & turning_stages(place)
     carried = 2 * in_place * len({a.microbatch for a in order}) * len(turns)
     level = peak = float(base) + carried
     seen: set[int] = set()
@@ -242,7 +244,7 @@ def order_peak(order: Sequence, base: float, backward_peak: float,
             continue
         hold = split_hold * s.activation if a.stage != 0 else 0.0
         # a sent input gradient the runtime keeps: from the I that computes it, else the B
-        grad_kept = (held.message if held is not None and held.gradients and sends_grad[a.stage]
+        grad_kept = (held.message if held is not None and held.gradients and sends[a.stage][1]
                      else 0.0)
         if a.kind == "I":
             level += hold + grad_kept
@@ -255,7 +257,7 @@ def order_peak(order: Sequence, base: float, backward_peak: float,
         if a.stage in turns:
             level += in_place  # the output stays in the next stage's buffer
         if held is not None:
-            level += held.message * (held.outputs and sends_out[a.stage])
+            level += held.message * (held.outputs and sends[a.stage][0])
             level += grad_kept if a.kind == "B" else 0.0
         if a.stage not in seen:
             seen.add(a.stage)

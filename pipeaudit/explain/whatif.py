@@ -208,10 +208,13 @@ def split_cost(device_type: str | None) -> float:
 
 
 def _stage_tables(cal: Calibration, changes: Changes, S: int, cost: float = 1.0
-                  ) -> tuple[dict[tuple[int, str], float], dict[tuple[int, str], float], list[str]]:
+                  ) -> tuple[dict[tuple[int, str], float], dict[tuple[int, str], float],
+                             dict[str, str]]:
     """Per old (stage, kind): occupancy and compute with scales applied, all four kinds filled
-    (``cost``: a split backward's over the full one, :func:`split_cost`)."""
-    notes = []
+    (``cost``: a split backward's over the full one, :func:`split_cost`); the third value says
+    what was filled: ``"split"`` (I and W from a full B) and ``"full"`` (B from I and W), each
+    with its note."""
+    notes = {}
     dur: dict[tuple[int, str], float] = {}
     comp: dict[tuple[int, str], float] = {}
     split_filled = full_filled = False
@@ -231,12 +234,12 @@ def _stage_tables(cal: Calibration, changes: Changes, S: int, cost: float = 1.0
             for k, v in f.items():
                 table[(s, k)] = v
     if split_filled:
-        notes.append(f"the run has full backwards only: a split I and W each take half of "
-                     f"{cost:g} x B (the split's own cost on this device), the first stage's I "
-                     "nothing and its W the whole B")
+        notes["split"] = (f"the run has full backwards only: a split I and W each take half "
+                          f"of {cost:g} x B (the split's own cost on this device), the first "
+                          "stage's I nothing and its W the whole B")
     if full_filled:
-        notes.append(f"the run has split backwards only: a full B takes (I + W) / {cost:g} "
-                     "(the first stage's: I + W)")
+        notes["full"] = (f"the run has split backwards only: a full B takes (I + W) / {cost:g} "
+                         "(the first stage's: I + W)")
     return dur, comp, notes
 
 
@@ -290,16 +293,16 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
     sched = build_schedule(name, P, M_new, v_new)
     dur, comp, filled = _stage_tables(cal, changes, S, cost)
     kinds_used = {a.kind for o in sched.orders for a in o}
-    assumptions = [n for n in filled if ("I" in kinds_used and "full backwards only" in n)
-                   or ("B" in kinds_used and "split backwards only" in n)]
+    assumptions = [note for what, note in filled.items()
+                   if (what == "split" and "I" in kinds_used)
+                   or (what == "full" and "B" in kinds_used)]
     latency = None if changes.comm_latency_us is None else changes.comm_latency_us * US
     mb = M_old / M_new
 
     old_layers = manifest_layers(manifest, S)
     shares = layer_shares(old_layers, sched.num_stages) if old_layers else None
     new_dur, new_comp, moved = _rederive(dur, comp, g0.placement, sched.placement, mb, shares)
-    full_only = any("full backwards only" in n for n in filled)
-    if "I" in kinds_used and (moved is not None or full_only):
+    if "I" in kinds_used and (moved is not None or "split" in filled):
         # the candidate splits backwards the run did not split, or on other stages
         _split_from_full((new_dur, new_comp), sched.num_stages, cost)
     if moved == "layers":

@@ -35,7 +35,7 @@ def test_a_split_run_shows_what_its_i_holds_until_its_w(runs):
     tl = pipeaudit.load(runs["zbv"]).timeline
     memory = rank_memory(tl)
     raw, measured = split_hold_ratio(memory)
-    net = net_of_messages(memory, build_schedule("zbv", 2, 4, 2).placement, {0: 0, 1: 1}, 4,
+    net = net_of_messages(memory, build_schedule("zbv", 2, 4, 2).placement, 4,
                           message_bytes(tl.manifest, 4), held_by_runtime("zbv"))
     ratio, _ = split_hold_ratio(net)
     # the gradients of the weight operations' outputs (fc1: 4h, fc2: h, the norm: h per row)

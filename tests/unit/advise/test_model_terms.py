@@ -292,7 +292,7 @@ def test_a_measured_v_turn_is_taken_out_of_the_readings():
                            release=-9.0 if s == 1 else -10.0, grads=0.0) for s in range(4)}
     memory = {0: RankMemory(0, 0, 50, 0.0, {0: read[0], 3: read[3]}),
               1: RankMemory(1, 4, 46, 0.0, {1: read[1], 2: read[2]})}
-    clean = net_of_messages(memory, (0, 1, 1, 0), {0: 0, 1: 1}, 2, 1.0, (False, False))
+    clean = net_of_messages(memory, (0, 1, 1, 0), 2, 1.0, (False, False))
     assert clean[0] == memory[0]
     assert clean[1].base == 0 and clean[1].peak == 46
     assert clean[1].stages[1] == StageMemory(10.0, 10.0, -10.0, 0.0)
@@ -300,8 +300,8 @@ def test_a_measured_v_turn_is_taken_out_of_the_readings():
     # and predicted back on the same order, the reading's peak: 4 + 9 + 10 + 9 + 10
     again = predicted_peaks(clean, {1: _v_turn_order()}, (0, 1, 1, 0), 1.0, in_place=1.0)
     assert again == {1: 42}
-    assert net_of_messages(memory, (0, 1, 2, 3), {0: 0, 1: 1}, 2, 1.0, (False, False)) == memory
-    assert net_of_messages(memory, (0, 1, 1, 0), {0: 0, 1: 1}, 2, None, (True, True)) == memory
+    assert net_of_messages(memory, (0, 1, 2, 3), 2, 1.0, (False, False)) == memory
+    assert net_of_messages(memory, (0, 1, 1, 0), 2, None, (True, True)) == memory
 
 
 def test_the_measured_runtimes_held_sends_are_taken_out():
@@ -310,10 +310,10 @@ def test_the_measured_runtimes_held_sends_are_taken_out():
     hold 0.6 was 0.5 and the sent gradient's 1 of its activation 10."""
     t = StageMemory(activation=10.0, forward_peak=10.0, release=-8.0, grads=0.0)
     memory = {1: RankMemory(1, 0, 30, 0.0, {1: t}, {1: 0.6})}
-    clean = net_of_messages(memory, (0, 1, 2, 3), {1: 1}, 4, 1.0, (True, True))
+    clean = net_of_messages(memory, (0, 1, 2, 3), 4, 1.0, (True, True))
     assert clean[1].stages[1].release == pytest.approx(-10.0)
     assert clean[1].split_hold[1] == pytest.approx(0.5)
-    plain = net_of_messages(memory, (0, 1, 2, 3), {1: 1}, 4, 1.0, (False, False))
+    plain = net_of_messages(memory, (0, 1, 2, 3), 4, 1.0, (False, False))
     assert plain[1].stages[1].release == -8.0 and plain[1].split_hold[1] == 0.6
 
 

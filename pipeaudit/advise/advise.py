@@ -240,7 +240,9 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         "carries 2 x M messages from step to step; one message being rows x seq_len x hidden "
         "float32 values (harness manifest; neither modelled without it); "
         f"a split backward holds {hold:.2f} x the stage's activation from I to W (the "
-        f"gradients of its weight operations' outputs; {hold_from}), the first stage none; "
+        f"gradients of its weight operations' outputs, net of the sent input gradient; "
+        f"{hold_from}), the first stage none; the last stage's kept part of each forward "
+        "(output, loss) stays with the last stage when re-staged; "
         "re-staged candidates take each stage's terms from its layers (manifest), else "
         "1/v of the rank's per chunk" if memory else
         "memory: not predicted (no [memory] events)",

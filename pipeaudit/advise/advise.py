@@ -75,9 +75,6 @@ class Advice:
     notes: list[str] = field(default_factory=list)
     #: the global batch the candidates keep (None: not known, the measured run's)
     global_batch: int | None = None
-    #: the K of ``--verify K`` that reruns every candidate whose order against the advised one
-    #: is not certain (:func:`close_to_best`), and the advised one
-    reruns_to_settle: int = 1
 
     @property
     def best(self) -> Candidate | None:
@@ -199,8 +196,6 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     candidates.sort(key=lambda c: (c.fits is False, c.predicted_step_time_us, not c.measured))
     model_error = base.predicted_step_time_us / result.step_time_us - 1.0
     close = close_to_best(candidates, abs(model_error))
-    # --verify K reruns the measured configuration and the first K others that fit
-    settle = sum(not c.measured for c in candidates[:1] + close)
     if close:
         notes.append(
             f"{len(close)} other candidate(s) predicted within "
@@ -208,7 +203,8 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
             "model's typical error: their order is not certain): " + ", ".join(
                 f"{c.schedule} v={c.chunks} M={c.microbatches}" + (" (the run's)" if c.measured
                                                                    else "") for c in close)
-            + (f"; `--verify {settle}` reruns them" if tl.manifest is not None else ""))
+            + ("; `--verify auto` settles their order by reruns" if tl.manifest is not None
+               else ""))
     measured = {"schedule": ran, "chunks": v0, "microbatches": M0,
                 "step_time_us": result.step_time_us, "bubble": result.bubble.measured,
                 "peak_memory_bytes": max(m.peak for m in memory.values()) if memory else None,
@@ -252,7 +248,7 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     ]
     return Advice(measured, candidates, memory_cap, memory is not None, calibration, assumptions,
                   inputs=list(tl.inputs), notes=notes + list(pred0.notes),
-                  global_batch=global_batch, reruns_to_settle=settle)
+                  global_batch=global_batch)
 
 
 #: The model's typical step-time error: the median over the P = 4 accuracy benchmark's

@@ -17,7 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from pipeaudit.advise.advise import Advice, Candidate
+from pipeaudit.advise.advise import Advice, Candidate, order_band
+from pipeaudit.advise.learned import rerun_sequence
 from pipeaudit.errors import ConfigError
 from pipeaudit.harness.rerun import harness_config, rerun_name
 from pipeaudit.schedules.catalogue import CATALOGUE
@@ -36,20 +37,27 @@ def _measured(res) -> dict:
             "peak_memory_bytes": max(peaks) if peaks else None, "schedule": res.schedule}
 
 
-def verify(advice: Advice, manifest: dict, out_dir: str, top: int,
+def verify(advice: Advice, manifest: dict, out_dir: str, top: int | None,
            on_start: Callable[[str], None] | None = None, repeats: int = 1) -> Advice:
-    """Rerun the measured configuration and the ``top`` best candidates that fit into
-    ``out_dir`` (one folder each; ``repeats`` > 1: that many runs of each, ``NAME/rI``, the
-    one of median step time standing for it, the lower middle for an even count), audit them,
-    and fill ``advice.verified`` and ``advice.proven``."""
+    """Rerun the measured configuration, then candidates that fit, into ``out_dir`` (one folder
+    each; ``repeats`` > 1: that many runs of each, ``NAME/rI``, the one of median step time
+    standing for it, the lower middle for an even count), audit them, and fill
+    ``advice.verified`` and ``advice.proven``.
+
+    Every candidate is predicted again from the rerun of the measured configuration
+    (calibrated), and the candidates are rerun best-predicted first, each prediction corrected
+    by what the reruns before it showed of its microbatch size (:mod:`pipeaudit.advise.learned`).
+    ``top``: that many candidates; None (``--verify auto``): until no candidate left is
+    predicted within :func:`order_band` of the fastest measured."""
     from pipeaudit.harness import run_profile
     from pipeaudit.harness.launcher import HarnessError
 
     m = advice.measured
     base = next(c for c in advice.candidates if c.measured)
-    others = [c for c in advice.candidates if not c.measured and c.fits is not False]
-    rows, failed = [], []
-    for c in [base] + others[:top]:
+    others = {_key(c): c for c in advice.candidates if not c.measured and c.fits is not False}
+    failed: list[str] = []
+
+    def rerun(c: Candidate) -> dict | None:
         name = rerun_name(*_key(c))
         runs = []
         for i in range(repeats):
@@ -64,21 +72,44 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int,
                 if c is base:
                     raise
                 failed.append(f"{label}: the rerun failed ({str(exc).splitlines()[0][:200]})")
-                break
+                return None
             runs.append({**measure_run(cfg.out), "path": cfg.out})
-        else:
-            got = median_run(runs)
-            got["step_times_us"] = [r["step_time_us"] for r in runs]
-            rows.append((c, got, got.pop("path")))
-    drift = rows[0][1]["step_time_us"] / m["step_time_us"]
-    again = predicted_again(rows[0][2], [c for c, _, _ in rows], advice.global_batch)
-    advice.verified = [verified_row(c, got, path, again.get(_key(c))) for c, got, path in rows]
+        got = median_run(runs)
+        got["step_times_us"] = [r["step_time_us"] for r in runs]
+        return got
+
+    got0 = rerun(base)
+    drift = got0["step_time_us"] / m["step_time_us"]
+    again = predicted_again(got0["path"], [base, *others.values()], advice.global_batch)
+    pending = sorted(((k, k[2], again[k]) for k in others if k in again), key=lambda p: p[2])
+    band = order_band(abs(advice.calibration["error"]))
+    done, sizes = rerun_sequence(pending, m["microbatches"], got0["step_time_us"],
+                                 lambda k: rerun(others[k]), top, band)
+    advice.verified = [verified_row(base, got0, got0.pop("path"), again.get(_key(base)))]
+    for r in done:
+        row = verified_row(others[r.key], r.result, r.result.pop("path"), r.calibrated_us)
+        row["learned_predicted_step_time_us"] = r.learned_us
+        row["error_learned"] = r.measured_step_time_us / r.learned_us - 1.0
+        advice.verified.append(row)
     advice.proven = proven_best(advice.verified, advice.memory_cap_bytes)
     advice.notes.extend(failed)
     advice.notes.extend(rerun_notes(advice))
     advice.notes.append(f"machine drift since the run: the measured configuration's rerun took "
                         f"{drift:.3f}x its original step time; calibrated errors hold each "
                         "rerun to the prediction made from that rerun")
+    learned = {mb: sizes.factor(mb) for mb in sorted(sizes.seen)}
+    if learned:
+        advice.notes.append(
+            "learned from the reruns (measured over calibrated step time, per microbatch "
+            "count; each rerun was predicted with what the reruns before it showed): " +
+            ", ".join(f"M={mb} x{f:.3f}" for mb, f in learned.items()))
+    if top is None:
+        left = [k for k, _, _ in pending if k not in {r.key for r in done}]
+        advice.notes.append(
+            f"--verify auto reran {len(done)} candidate(s) in the order of their learned "
+            f"predictions and stopped " + (
+                f"with {len(left)} left, none predicted within {band:.0%} of the fastest "
+                "measured" if left else "with none left"))
     if repeats > 1:
         spread = max(max(r["measured_step_times_us"]) / min(r["measured_step_times_us"])
                      for r in advice.verified)

@@ -29,8 +29,8 @@ def _ints(text: str | None, flag: str) -> list[int] | None:
 
 
 class VerifyCount(click.ParamType):
-    """``--verify``: a count K, or ``auto`` (the candidates too close to the advised one to
-    order, and the advised one)."""
+    """``--verify``: a count K, or ``auto`` (until no candidate left is predicted within the
+    order band of the fastest measured)."""
 
     name = "K|auto"
 
@@ -60,10 +60,11 @@ class VerifyCount(click.ParamType):
 @click.option("--top", type=click.IntRange(1), default=10, show_default=True,
               help="Candidates shown (text/markdown; json lists all).")
 @click.option("--verify", "verify_top", type=VerifyCount(), default=0, metavar="K|auto",
-              help="Rerun the measured configuration and the top K candidates with the harness "
-                   "(runs made by `pipeaudit profile` only), report predicted against measured "
-                   "and advise the fastest rerun that fits; auto: as many as the candidates "
-                   "too close to the advised one to order.")
+              help="Rerun the measured configuration and K candidates with the harness (runs "
+                   "made by `pipeaudit profile` only), best-predicted first, each prediction "
+                   "corrected by the reruns before it; report predicted against measured and "
+                   "advise the fastest rerun that fits; auto: until no candidate left is "
+                   "predicted within the order band of the fastest measured.")
 @click.option("--repeat", "repeats", type=click.IntRange(1), default=1, show_default=True,
               metavar="R",
               help="With --verify: run each configuration R times; the run of median step time "
@@ -109,8 +110,8 @@ def command(paths, memory_cap, schedules, microbatches_list, global_batch, top, 
         if base.timeline.manifest is None:
             raise ConfigError(f"{paths[0]}: --verify reruns runs made by `pipeaudit profile` "
                               "(no manifest.json here)")
-        k = max(1, advice.reruns_to_settle) if verify_top == "auto" else verify_top
-        verify(advice, base.timeline.manifest, out_dir, k,
+        verify(advice, base.timeline.manifest, out_dir,
+               None if verify_top == "auto" else verify_top,
                on_start=lambda name: click.echo(f"rerunning {name} ...", err=True),
                repeats=repeats)
     write_output(render("advise", advice, fmt, top=top), output, force=force)

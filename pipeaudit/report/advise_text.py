@@ -31,12 +31,13 @@ def _verified_rows(a: Advice) -> list[list[str]]:
     return [[v["schedule"] + (" (ran)" if v["is_measured_configuration"] else ""),
              str(v["chunks"]), str(v["microbatches"]), ms(v["predicted_step_time_us"]),
              ms(v["measured_step_time_us"]), f"{v['error_raw']:+.1%}", f"{v['error']:+.1%}",
+             f"{v['error_learned']:+.1%}" if "error_learned" in v else "-",
              _mib(v["predicted_peak_memory_bytes"]), _mib(v["measured_peak_memory_bytes"]),
              "-" if v["memory_error"] is None else f"{v['memory_error']:+.1%}"]
             for v in a.verified]
 
 
-_VHEAD = ("schedule", "v", "M", "predicted ms", "measured ms", "error", "calibrated",
+_VHEAD = ("schedule", "v", "M", "predicted ms", "measured ms", "error", "calibrated", "learned",
           "pred MiB", "meas MiB", "mem error")
 
 

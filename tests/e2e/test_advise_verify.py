@@ -5,10 +5,10 @@ candidate, predicted against measured (the accuracy itself is measured by
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
+from pipeaudit.advise.advise import order_band
 from tests.support.cli import invoke
 
 pytest.importorskip("torch")
@@ -69,8 +69,10 @@ def test_verify_reruns_and_reports(tmp_path):
     assert (checked["schedule"], checked["microbatches"]) == (other["schedule"], other["microbatches"])
 
 
-def test_verify_auto_reruns_the_candidates_too_close_to_order(tmp_path):
-    """``--verify auto`` reruns as many candidates as the close-candidates note names, and the
+def test_verify_auto_reruns_in_learned_order_until_none_is_close(tmp_path):
+    """``--verify auto`` reruns first the candidate predicted fastest from the rerun of the
+    measured configuration, corrects later predictions by what its reruns measured, stops
+    once nothing left is predicted within the order band of the fastest measured, and the
     advice it proves is the fastest rerun that fits the cap when run."""
     base = tmp_path / "base"
     res = invoke("profile", "-P", "2", "-M", "4", "--layers", "4", "--hidden", "64",
@@ -83,16 +85,34 @@ def test_verify_auto_reruns_the_candidates_too_close_to_order(tmp_path):
     cap = sorted(c["predicted_peak_memory_bytes"] for c in plain["candidates"])[-2]
     res = invoke("advise", base, *flags, "--memory-cap", str(cap), "--format", "json")
     ranked = json.loads(res.stdout)
-    fitting = [c for c in ranked["candidates"] if c["fits"] and not c["is_measured_configuration"]]
-    close = next((n for n in ranked["notes"] if "predicted within" in n), None)
-    expected = int(re.search(r"--verify (\d+)", close).group(1)) if close else 1
+    key = lambda c: (c["schedule"], c["chunks"], c["microbatches"])  # noqa: E731
+    fitting = {key(c) for c in ranked["candidates"]
+               if c["fits"] and not c["is_measured_configuration"]}
     res = invoke("advise", base, *flags, "--memory-cap", str(cap), "--verify", "auto",
                  "--out", tmp_path / "reruns", "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     rows = doc["verified"]
-    assert [(r["schedule"], r["microbatches"]) for r in rows[1:]] == \
-        [(c["schedule"], c["microbatches"]) for c in fitting[:expected]]
+    assert rows[0]["is_measured_configuration"] and len(rows) >= 2
+    assert {key(r) for r in rows[1:]} <= fitting
+    # calibrated: predicted from the rerun of the measured configuration
+    res = invoke("advise", rows[0]["trace"], *flags, "--format", "json")
+    again = {key(c): c["predicted_step_time_us"] for c in json.loads(res.stdout)["candidates"]}
+    assert key(rows[1]) == min(fitting, key=lambda k: again[k])
+    assert rows[1]["learned_predicted_step_time_us"] == pytest.approx(again[key(rows[1])])
+    factors = [1.0]
+    for r in rows[1:]:
+        assert r["calibrated_predicted_step_time_us"] == pytest.approx(again[key(r)])
+        assert r["error_learned"] == pytest.approx(
+            r["measured_step_time_us"] / r["learned_predicted_step_time_us"] - 1.0)
+        factors.append(r["measured_step_time_us"] / r["calibrated_predicted_step_time_us"])
+    # the stop: whatever was not rerun is predicted, even at the largest factor learned,
+    # outside the band of the fastest measured
+    band = order_band(abs(ranked["calibration"]["error"]))
+    fastest_run = min(r["measured_step_time_us"] for r in rows)
+    for k in fitting - {key(r) for r in rows}:
+        assert again[k] * max(factors) > fastest_run * (1.0 + band), k
+    assert any(f"--verify auto reran {len(rows) - 1} candidate" in n for n in doc["notes"])
     fits = [r for r in rows if r["measured_peak_memory_bytes"] <= cap]
     if fits:
         fastest = min(fits, key=lambda r: r["measured_step_time_us"])

@@ -101,19 +101,20 @@ def test_the_html_report_gets_the_table(tmp_path):
     assert res.exit_code == 0 and "What to run instead" in (tmp_path / "r.html").read_text()
 
 
-def test_the_close_candidates_note_counts_the_reruns_verify_makes():
-    """The note names the candidates too close to the advised one to call, marks the run's own
-    configuration among them, and gives the --verify K that reruns them all (--verify always
-    reruns the measured configuration, then the first K others)."""
-    import re
+def test_the_close_candidates_note_names_those_within_the_band():
+    """The note names every candidate predicted within the order band of the advised one,
+    marks the run's own configuration among them, and points to ``--verify auto``."""
+    from pipeaudit.advise.advise import order_band
 
     a = advise(pipeaudit.load(MEMORY_RUN))
     note = next(n for n in a.notes if "predicted within" in n)
     named = note.split("not certain): ", 1)[1].split(";", 1)[0].split(", ")
-    others = [n for n in named if not n.endswith("(the run's)")]
-    assert len(others) < len(named)  # 1F1B M=4, what the sample ran, is among them
-    k = int(re.search(r"--verify (\d+)", note).group(1))
-    assert k == len(others) + (0 if a.best.measured else 1)
+    assert any(n.endswith("(the run's)") for n in named)  # 1F1B M=4, what the sample ran
+    limit = a.best.predicted_step_time_us * (1 + order_band(abs(a.calibration["error"])))
+    within = [f"{c.schedule} v={c.chunks} M={c.microbatches}" for c in a.candidates[1:]
+              if c.predicted_step_time_us <= limit]
+    assert [n.removesuffix(" (the run's)") for n in named] == within
+    assert "`--verify auto` settles their order" in note
 
 
 def test_a_tie_with_the_measured_configuration_keeps_it():

@@ -1,0 +1,94 @@
+"""What reruns teach the prediction as ``advise --verify`` makes them: the cost of a microbatch
+size, and which candidate to rerun next.
+
+The model scales each action's measured duration linearly in the microbatch's rows. Real
+compute is not linear (a larger microbatch often runs more efficiently per row, and the
+curve depends on the host: at P = 4 a heavier stage ran 1F1B at M = 4 faster than at M = 8),
+and one run cannot show the curve. A rerun at M shows it at that M: its measured step time
+over its calibrated prediction is the factor a candidate of the same microbatch size takes
+(:class:`SizeFactors`). :func:`rerun_sequence` reruns the candidates in the order of those
+learned predictions, each prediction made before its own rerun, and with no fixed count stops
+when no candidate left is predicted within the order band of the fastest measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Callable, Hashable, Sequence
+
+
+@dataclass
+class SizeFactors:
+    """Measured over calibrated step time of the reruns, per microbatch count M (same global
+    batch, so per microbatch size). The measured configuration's M is 1 until a rerun at it
+    says otherwise (its calibrated predictions come from the rerun of that configuration)."""
+
+    base_microbatches: int
+    seen: dict[int, list[float]] = field(default_factory=dict)
+
+    def add(self, microbatches: int, factor: float) -> None:
+        """Record one rerun at ``microbatches``: its measured over calibrated step time."""
+        self.seen.setdefault(microbatches, []).append(factor)
+
+    def factor(self, microbatches: int) -> float:
+        """The factor at ``microbatches``: the median of its reruns; else interpolated in
+        log M between the nearest known sizes on either side; else the nearest known size's
+        (no extrapolation beyond the sizes run)."""
+        known = {m: median(v) for m, v in self.seen.items()}
+        known.setdefault(self.base_microbatches, 1.0)
+        if microbatches in known:
+            return known[microbatches]
+        below = [m for m in known if m < microbatches]
+        above = [m for m in known if m > microbatches]
+        if below and above:
+            lo, hi = max(below), min(above)
+            t = math.log(microbatches / lo) / math.log(hi / lo)
+            return math.exp((1 - t) * math.log(known[lo]) + t * math.log(known[hi]))
+        return known[max(below) if below else min(above)]
+
+
+@dataclass
+class Rerun:
+    """One rerun made by :func:`rerun_sequence`: what it measured and what was predicted for it
+    just before it ran (calibrated, and corrected by the reruns made before it)."""
+
+    key: Hashable
+    microbatches: int
+    measured_step_time_us: float
+    calibrated_us: float
+    learned_us: float
+    result: dict
+
+
+def rerun_sequence(pending: Sequence[tuple[Hashable, int, float]], base_microbatches: int,
+                   base_step_time_us: float, run: Callable[[Hashable], dict | None],
+                   top: int | None, band: float) -> tuple[list[Rerun], SizeFactors]:
+    """Rerun candidates best-predicted first, learning from each.
+
+    ``pending``: (key, M, calibrated predicted step time µs) of the candidates that may be
+    rerun; ``run(key)``: the rerun's measurement (``step_time_us`` at least) or None when it
+    failed; ``top``: how many to try, or None to stop once the best-predicted candidate left
+    is more than ``band`` slower than the fastest measured so far (the rerun of the measured
+    configuration, ``base_step_time_us``, included; one candidate is always tried)."""
+    sizes = SizeFactors(base_microbatches)
+    left = list(pending)
+    done: list[Rerun] = []
+    best = base_step_time_us
+    tried = 0
+    while left and (top is None or tried < top):
+        learned = {i: cal * sizes.factor(m) for i, (_, m, cal) in enumerate(left)}
+        i = min(learned, key=lambda j: learned[j])
+        if top is None and tried and learned[i] > best * (1.0 + band):
+            break
+        key, m, cal = left.pop(i)
+        tried += 1
+        got = run(key)
+        if got is None:
+            continue
+        t = got["step_time_us"]
+        done.append(Rerun(key, m, t, cal, learned[i], got))
+        sizes.add(m, t / cal)
+        best = min(best, t)
+    return done, sizes

@@ -1,0 +1,95 @@
+"""What ``advise --verify`` learns from its reruns: known answers for the size factors and for
+the order and the stop of the reruns."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipeaudit.advise.learned import SizeFactors, rerun_sequence
+
+
+def test_size_factor_before_any_rerun_is_one():
+    assert SizeFactors(8).factor(2) == 1.0
+    assert SizeFactors(8).factor(8) == 1.0
+
+
+def test_size_factor_is_the_median_of_its_reruns():
+    f = SizeFactors(8)
+    for x in (0.9, 0.7, 0.8):
+        f.add(4, x)
+    assert f.factor(4) == pytest.approx(0.8)
+
+
+def test_size_factor_between_sizes_is_interpolated_in_log_m():
+    f = SizeFactors(8)
+    f.add(2, 0.81)
+    # M = 4 halfway between 2 and 8 in log M: the geometric mean of 0.81 and 1.0
+    assert f.factor(4) == pytest.approx(0.9)
+    # M = 6: t = log(6/2)/log(8/2)
+    t = math.log(3) / math.log(4)
+    assert f.factor(6) == pytest.approx(0.81 ** (1 - t))
+
+
+def test_size_factor_is_not_extrapolated():
+    f = SizeFactors(8)
+    f.add(4, 0.9)
+    assert f.factor(2) == pytest.approx(0.9)   # below the smallest size run: its factor
+    assert f.factor(16) == 1.0                 # above the measured configuration's: 1
+    f.add(8, 1.1)                              # a rerun at the measured M replaces the 1
+    assert f.factor(16) == pytest.approx(1.1)
+
+
+def _runner(measured: dict, log: list):
+    def run(key):
+        log.append(key)
+        t = measured[key]
+        return None if t is None else {"step_time_us": t}
+    return run
+
+
+def test_reruns_reorder_by_what_they_learned():
+    # calibrated order a < c < b; a's rerun shows M = 4 at 0.9x, so b (M = 4, 105 -> 94.5)
+    # comes before c (M = 16, still 103)
+    pending = [("a", 4, 100.0), ("c", 16, 103.0), ("b", 4, 105.0)]
+    log: list = []
+    done, sizes = rerun_sequence(pending, 8, 120.0, _runner({"a": 90.0, "b": 95.0, "c": 99.0}, log),
+                                 top=3, band=0.1)
+    assert log == ["a", "b", "c"]
+    assert [r.learned_us for r in done] == pytest.approx([100.0, 94.5, 103.0])
+    assert [r.calibrated_us for r in done] == [100.0, 105.0, 103.0]
+    assert sizes.factor(4) == pytest.approx(median_of(0.9, 95.0 / 105.0))
+
+
+def median_of(x: float, y: float) -> float:
+    return (x + y) / 2
+
+
+def test_auto_stops_when_nothing_left_is_within_the_band_of_the_fastest_measured():
+    pending = [("a", 8, 95.0), ("b", 8, 120.0)]
+    log: list = []
+    done, _ = rerun_sequence(pending, 8, 100.0, _runner({"a": 95.0, "b": 80.0}, log),
+                             top=None, band=0.1)
+    # b: 120 > 95 x 1.1 once a ran at 95
+    assert log == ["a"] and [r.key for r in done] == ["a"]
+
+
+def test_auto_goes_on_while_a_candidate_is_within_the_band():
+    pending = [("a", 8, 95.0), ("b", 8, 100.0)]
+    log: list = []
+    rerun_sequence(pending, 8, 100.0, _runner({"a": 95.0, "b": 80.0}, log), top=None, band=0.1)
+    assert log == ["a", "b"]
+
+
+def test_auto_always_tries_one_candidate():
+    log: list = []
+    rerun_sequence([("a", 8, 300.0)], 8, 100.0, _runner({"a": 290.0}, log), top=None, band=0.1)
+    assert log == ["a"]
+
+
+def test_a_failed_rerun_counts_towards_k_and_teaches_nothing():
+    log: list = []
+    done, sizes = rerun_sequence([("a", 4, 100.0), ("b", 4, 110.0)], 8, 100.0,
+                                 _runner({"a": None, "b": 90.0}, log), top=1, band=0.1)
+    assert log == ["a"] and done == [] and sizes.seen == {}

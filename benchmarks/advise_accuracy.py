@@ -6,8 +6,8 @@ profile_memory), one measured run of 1F1B with M=2P is advised over GPipe, 1F1B,
 candidate space, the measured configuration's rerun calibrating the machine's drift. Prints each
 candidate's predicted and measured step time (error raw and calibrated) and peak memory, and
 the regret: the advised configuration's measured step time against the best measured one,
-from the prediction alone and after ``advise --verify auto`` (the fastest measured of the
-measured configuration, the advised one and the candidates too close to it to order).
+from the prediction alone and after ``advise --verify auto`` (its sequence of reruns, learned
+predictions and stop, replayed on each repeat's own runs and on the medians over repeats).
 
     python benchmarks/advise_accuracy.py --out DIR              # make the runs, then read them
     python benchmarks/advise_accuracy.py --out DIR --make-only  # the runs alone (harness, torch)
@@ -111,7 +111,8 @@ def summarise(out: Path, models: list[str]) -> None:
 def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
     import pipeaudit
     from pipeaudit.advise import advise
-    from pipeaudit.advise.advise import close_to_best
+    from pipeaudit.advise.advise import order_band
+    from pipeaudit.advise.learned import rerun_sequence
     from pipeaudit.advise.verify import median_run, predicted_again, verified_row
     from pipeaudit.harness.rerun import rerun_name
 
@@ -152,6 +153,7 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
                 if d in step_of and k != base_key:
                     session.setdefault(k, []).append(step_of[d] / again_here[k] - 1.0)
         session_err = {k: median(v) for k, v in session.items()}
+        learned_err: dict[tuple, list[float]] = {}
         # the advice among the configurations that ran here (torch 2.11 cannot run ZBV over gloo)
         advised = next(c for c in a.candidates
                        if (c.schedule, c.chunks, c.microbatches) in measured)
@@ -159,28 +161,59 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
         chosen = next(v for v in rows if (v["schedule"], v["chunks"], v["microbatches"]) ==
                       (advised.schedule, advised.chunks, advised.microbatches))
         # the advice from every repeat's own measured run: how the regret moves with the
-        # measurement advised from; and the advice proven by ``--verify auto`` (the fastest
-        # measured of the measured configuration, the advised one and those too close to it)
-        regret_each, proven_each, reruns_each = [], [], []
+        # measurement advised from; and ``--verify auto`` as that session would make it: every
+        # candidate predicted again from the session's rerun of the measured configuration,
+        # rerun in the order of the learned predictions with the session's own measurements
+        regret_each, proven_each, reruns_each, verified_each = [], [], [], []
+        band = order_band(abs(a.calibration["error"]))
         for root in [out, *repeats]:
-            if (root / model / "measured" / "manifest.json").exists():
-                other = advise(pipeaudit.load(root / model / "measured"),
-                               schedules=SCHEDULES,
-                               microbatches=microbatches(P))
-                ran = [(c.schedule, c.chunks, c.microbatches) for c in other.candidates
-                       if (c.schedule, c.chunks, c.microbatches) in measured]
-                regret_each.append(measured[ran[0]]["step_time_us"] /
-                                   best["measured_step_time_us"] - 1.0)
-                close = close_to_best(other.candidates, abs(other.calibration["error"]))
-                rerun = [key for key in ((c.schedule, c.chunks, c.microbatches)
-                                         for c in other.candidates[:1] + close)
-                         if key in measured and key != base_key]
-                proven = min([base_key, *rerun], key=lambda key: measured[key]["step_time_us"])
-                proven_each.append(measured[proven]["step_time_us"] /
-                                   best["measured_step_time_us"] - 1.0)
-                # the reruns --verify auto makes, and those of them this sweep ran
-                reruns_each.append((max(1, other.reruns_to_settle), len(rerun)))
+            if not (root / model / "measured" / "manifest.json").exists():
+                continue
+            other = advise(pipeaudit.load(root / model / "measured"), schedules=SCHEDULES,
+                           microbatches=microbatches(P))
+            ran = [(c.schedule, c.chunks, c.microbatches) for c in other.candidates
+                   if (c.schedule, c.chunks, c.microbatches) in measured]
+            regret_each.append(measured[ran[0]]["step_time_us"] /
+                               best["measured_step_time_us"] - 1.0)
+            here = {k: t["step_time_us"] for k in grid(P) for t in tries.get(k, [])
+                    if t["path"] == str(root / model / "reruns" / rerun_name(*k))}
+            if base_key not in here:
+                continue
+            again_here = predicted_again(str(root / model / "reruns" / rerun_name(*base_key)),
+                                         [by_key[k] for k in measured], None)
+            pending = sorted(((k, k[2], again_here[k]) for k in ran
+                              if k != base_key and k in here), key=lambda p: p[2])
+            done, _ = rerun_sequence(pending, base_key[2], here[base_key],
+                                     lambda k: {"step_time_us": here[k]}, None, band)
+            proven = min([base_key, *(r.key for r in done)], key=lambda k: here[k])
+            proven_each.append(measured[proven]["step_time_us"] /
+                               best["measured_step_time_us"] - 1.0)
+            reruns_each.append(len(done))
+            verified_each.append({
+                rerun_name(*r.key): {"calibrated": r.measured_step_time_us / r.calibrated_us - 1,
+                                     "learned": r.measured_step_time_us / r.learned_us - 1}
+                for r in done})
+            # every candidate in that order: each predicted before its rerun, with what the
+            # reruns before it showed
+            every, _ = rerun_sequence(pending, base_key[2], here[base_key],
+                                      lambda k: {"step_time_us": here[k]}, len(pending), band)
+            for r in every:
+                learned_err.setdefault(r.key, []).append(r.measured_step_time_us / r.learned_us - 1)
         errs = [abs(v["error"]) for v in rows if not v["is_measured_configuration"]]
+        learned_med = {k: median(v) for k, v in learned_err.items()}
+        # ``--verify auto --repeat R``: the same sequence on the medians over the repeats,
+        # calibrated from the median rerun of the measured configuration
+        pending = sorted(((k, k[2], again[k]) for k in measured if k != base_key),
+                         key=lambda p: p[2])
+        done, _ = rerun_sequence(pending, base_key[2], measured[base_key]["step_time_us"],
+                                 lambda k: {"step_time_us": measured[k]["step_time_us"]}, None,
+                                 band)
+        proven = min([base_key, *(x.key for x in done)],
+                     key=lambda k: measured[k]["step_time_us"])
+        repeated = {"regret": measured[proven]["step_time_us"] /
+                    best["measured_step_time_us"] - 1.0, "reruns": len(done)}
+        verified_cal = [abs(e["calibrated"]) for d in verified_each for e in d.values()]
+        verified_learned = [abs(e["learned"]) for d in verified_each for e in d.values()]
         mem = [abs(v["memory_error"]) for v in rows if v["memory_error"] is not None]
         r = {"model": model, "rows": rows, "calibration": a.calibration, "drift": drift,
              "advised": [advised.schedule, advised.chunks, advised.microbatches],
@@ -189,30 +222,48 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
              "regret_each_measured_run": regret_each,
              "regret_verified_each_measured_run": proven_each,
              "verify_auto_reruns_each_measured_run": reruns_each,
+             "verify_auto_errors_each_measured_run": verified_each,
+             "verify_auto_on_medians": repeated,
+             "verified_max_abs_error": max(verified_cal, default=None),
+             "verified_max_abs_error_learned": max(verified_learned, default=None),
+             "verified_within_10pct": [sum(e <= 0.10 for e in verified_cal),
+                                       sum(e <= 0.10 for e in verified_learned),
+                                       len(verified_cal)],
              "median_abs_error": median(errs), "max_abs_error": max(errs),
              "session_error": {rerun_name(*k): v for k, v in session_err.items()},
              "session_median_abs_error": median(abs(v) for v in session_err.values()),
              "session_max_abs_error": max(abs(v) for v in session_err.values()),
+             "learned_error": {rerun_name(*k): v for k, v in learned_med.items()},
+             "learned_median_abs_error": median(abs(v) for v in learned_med.values()),
+             "learned_max_abs_error": max(abs(v) for v in learned_med.values()),
              "max_abs_memory_error": max(mem) if mem else None,
              "repeats": {"_".join(map(str, k)): len(v) for k, v in tries.items()}}
         results.append(r)
         print(f"{model}:\n{'schedule':18} v  M   predicted ms  measured ms  error  calibrated  "
-              "per session  mem error")
+              "per session  learned  mem error")
         for v in sorted(rows, key=lambda v: v["predicted_step_time_us"]):
             me = "-" if v["memory_error"] is None else f"{v['memory_error']:+.1%}"
             k = (v["schedule"], v["chunks"], v["microbatches"])
             se = f"{session_err[k]:+.1%}" if k in session_err else "-"
+            le = f"{learned_med[k]:+.1%}" if k in learned_med else "-"
             print(f"{v['schedule']:18} {v['chunks']}  {v['microbatches']:<3} "
                   f"{v['predicted_step_time_us'] / 1000:12.1f} {v['measured_step_time_us'] / 1000:12.1f} "
-                  f"{v['error_raw']:+6.1%} {v['error']:+10.1%}  {se:>11}  {me}")
+                  f"{v['error_raw']:+6.1%} {v['error']:+10.1%}  {se:>11}  {le:>7}  {me}")
         print(f"advised {r['advised']}, best measured {r['best_measured']}, regret {r['regret']:+.1%}; "
               f"|error| median {r['median_abs_error']:.1%}, max {r['max_abs_error']:.1%}; per session "
               f"median {r['session_median_abs_error']:.1%}, max {r['session_max_abs_error']:.1%}; memory "
               f"|error| max {r['max_abs_memory_error']:.1%}; drift {drift:.3f}; regret advised "
               f"from each repeat's measured run: {', '.join(f'{x:+.1%}' for x in regret_each)}; "
-              f"after --verify auto ({', '.join(f'{k} ({n} here)' for k, n in reruns_each)} "
+              f"learned median {r['learned_median_abs_error']:.1%}, max "
+              f"{r['learned_max_abs_error']:.1%}; after --verify auto ({', '.join(map(str, reruns_each))} "
               f"reruns besides the measured configuration): "
-              f"{', '.join(f'{x:+.1%}' for x in proven_each)}")
+              f"{', '.join(f'{x:+.1%}' for x in proven_each)}; on the repeats' medians "
+              f"({repeated['reruns']} reruns): {repeated['regret']:+.1%}; the verified "
+              "candidates' |error| "
+              f"max {r['verified_max_abs_error']:.1%} calibrated, "
+              f"{r['verified_max_abs_error_learned']:.1%} learned, within 10 %: "
+              f"{r['verified_within_10pct'][0]} and {r['verified_within_10pct'][1]} of "
+              f"{r['verified_within_10pct'][2]}")
     return results
 
 

@@ -104,12 +104,17 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int | None,
             "count; each rerun was predicted with what the reruns before it showed): " +
             ", ".join(f"M={mb} x{f:.3f}" for mb, f in learned.items()))
     if top is None:
-        left = [k for k, _, _ in pending if k not in {r.key for r in done}]
-        advice.notes.append(
-            f"--verify auto reran {len(done)} candidate(s) in the order of their learned "
-            f"predictions and stopped " + (
-                f"with {len(left)} left, none predicted within {band:.0%} of the fastest "
-                "measured" if left else "with none left"))
+        ran = {r.key for r in done}
+        left = {k: cal * sizes.factor(mb) for k, mb, cal in pending if k not in ran}
+        fastest = min([got0["step_time_us"], *(r.measured_step_time_us for r in done)])
+        stop = "with none left"
+        if left:
+            k = min(left, key=left.get)
+            stop = (f"with {len(left)} left, none predicted within {band:.0%} of the fastest "
+                    f"measured ({fastest / 1000:.1f} ms; the closest, {k[0]} v={k[1]} M={k[2]}, "
+                    f"{left[k] / 1000:.1f} ms learned)")
+        advice.notes.append(f"--verify auto reran {len(done)} candidate(s) in the order of their "
+                            f"learned predictions and stopped {stop}")
     if repeats > 1:
         spread = max(max(r["measured_step_times_us"]) / min(r["measured_step_times_us"])
                      for r in advice.verified)

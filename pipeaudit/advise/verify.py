@@ -97,6 +97,9 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int | None,
     advice.notes.append(f"machine drift since the run: the measured configuration's rerun took "
                         f"{drift:.3f}x its original step time; calibrated errors hold each "
                         "rerun to the prediction made from that rerun")
+    unsteady = unsteady_note(drift, repeats)
+    if unsteady:
+        advice.notes.append(unsteady)
     learned = {mb: sizes.factor(mb) for mb in sorted(sizes.seen)}
     if learned:
         advice.notes.append(
@@ -122,6 +125,20 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int | None,
                             f"time standing for it; the widest spread between one "
                             f"configuration's runs was {spread:.2f}x")
     return advice
+
+
+def unsteady_note(drift: float, repeats: int) -> str | None:
+    """A warning when one run per configuration cannot order the candidates: the same
+    configuration, run twice (the original and its rerun), differed by more than the model's
+    typical error (``drift``: rerun over original step time), and each ran once."""
+    from pipeaudit.advise.advise import TYPICAL_ERROR
+
+    if repeats > 1 or abs(drift - 1.0) <= TYPICAL_ERROR:
+        return None
+    return (f"the same configuration ran {drift:.2f}x its first step time when run again, more "
+            f"than the model's typical error ({TYPICAL_ERROR:.1%}): one run of each "
+            "configuration may order candidates by the machine's noise; `--repeat 3` runs each "
+            "three times and keeps the median")
 
 
 def median_run(runs: list[dict]) -> dict:

@@ -93,3 +93,4 @@ def test_a_failed_rerun_counts_towards_k_and_teaches_nothing():
     done, sizes = rerun_sequence([("a", 4, 100.0), ("b", 4, 110.0)], 8, 100.0,
                                  _runner({"a": None, "b": 90.0}, log), top=1, band=0.1)
     assert log == ["a"] and done == [] and sizes.seen == {}
+

@@ -92,3 +92,28 @@ def rerun_sequence(pending: Sequence[tuple[Hashable, int, float]], base_microbat
         sizes.add(m, t / cal)
         best = min(best, t)
     return done, sizes
+
+
+def learning_notes(done: list[Rerun], sizes: SizeFactors,
+                   pending: Sequence[tuple[Hashable, int, float]], fastest_us: float,
+                   band: float, auto: bool) -> list[str]:
+    """What the reruns taught (the factor per M) and, for ``auto``, why they stopped: the
+    closest candidate left (keys are (schedule, chunks, M)) against the fastest measured."""
+    out = []
+    if sizes.seen:
+        out.append("learned from the reruns (measured over calibrated step time, per microbatch "
+                   "count; each rerun was predicted with what the reruns before it showed): " +
+                   ", ".join(f"M={m} x{sizes.factor(m):.3f}" for m in sorted(sizes.seen)))
+    if auto:
+        ran = {r.key for r in done}
+        left = {k: cal * sizes.factor(m) for k, m, cal in pending if k not in ran}
+        stop = "with none left"
+        if left:
+            k = min(left, key=left.__getitem__)
+            name, chunks, m = k  # type: ignore[misc]
+            stop = (f"with {len(left)} left, none predicted within {band:.0%} of the fastest "
+                    f"measured ({fastest_us / 1000:.1f} ms; the closest, {name} v={chunks} "
+                    f"M={m}, {left[k] / 1000:.1f} ms learned)")
+        out.append(f"--verify auto reran {len(done)} candidate(s) in the order of their learned "
+                   f"predictions and stopped {stop}")
+    return out

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeaudit.advise.advise import Advice, Candidate, order_band
-from pipeaudit.advise.learned import rerun_sequence
+from pipeaudit.advise.learned import learning_notes, rerun_sequence
 from pipeaudit.errors import ConfigError
 from pipeaudit.harness.rerun import harness_config, rerun_name
 from pipeaudit.schedules.catalogue import CATALOGUE
@@ -100,24 +100,8 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int | None,
     unsteady = unsteady_note(drift, repeats)
     if unsteady:
         advice.notes.append(unsteady)
-    learned = {mb: sizes.factor(mb) for mb in sorted(sizes.seen)}
-    if learned:
-        advice.notes.append(
-            "learned from the reruns (measured over calibrated step time, per microbatch "
-            "count; each rerun was predicted with what the reruns before it showed): " +
-            ", ".join(f"M={mb} x{f:.3f}" for mb, f in learned.items()))
-    if top is None:
-        ran = {r.key for r in done}
-        left = {k: cal * sizes.factor(mb) for k, mb, cal in pending if k not in ran}
-        fastest = min([got0["step_time_us"], *(r.measured_step_time_us for r in done)])
-        stop = "with none left"
-        if left:
-            k = min(left, key=left.get)
-            stop = (f"with {len(left)} left, none predicted within {band:.0%} of the fastest "
-                    f"measured ({fastest / 1000:.1f} ms; the closest, {k[0]} v={k[1]} M={k[2]}, "
-                    f"{left[k] / 1000:.1f} ms learned)")
-        advice.notes.append(f"--verify auto reran {len(done)} candidate(s) in the order of their "
-                            f"learned predictions and stopped {stop}")
+    fastest = min([got0["step_time_us"], *(r.measured_step_time_us for r in done)])
+    advice.notes.extend(learning_notes(done, sizes, pending, fastest, band, auto=top is None))
     if repeats > 1:
         spread = max(max(r["measured_step_times_us"]) / min(r["measured_step_times_us"])
                      for r in advice.verified)

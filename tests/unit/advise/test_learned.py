@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pipeaudit.advise.learned import SizeFactors, rerun_sequence
+from pipeaudit.advise.learned import SizeFactors, learning_notes, rerun_sequence
 
 
 def test_size_factor_before_any_rerun_is_one():
@@ -94,3 +94,17 @@ def test_a_failed_rerun_counts_towards_k_and_teaches_nothing():
                                  _runner({"a": None, "b": 90.0}, log), top=1, band=0.1)
     assert log == ["a"] and done == [] and sizes.seen == {}
 
+
+
+def test_the_notes_say_what_was_learned_and_why_auto_stopped():
+    pending = [(("1f1b", 1, 4), 4, 100e3), (("gpipe", 1, 4), 4, 150e3),
+               (("zbv", 2, 16), 16, 200e3)]
+    done, sizes = rerun_sequence(pending, 8, 120e3, lambda k: {"step_time_us": 90e3},
+                                 top=None, band=0.1)
+    notes = learning_notes(done, sizes, pending, 90e3, 0.1, auto=True)
+    assert notes[0].endswith("M=4 x0.900")
+    # gpipe M=4: 150 x 0.9 = 135 ms learned, the closest left (zbv M=16: 200 x 1.0)
+    assert notes[1] == ("--verify auto reran 1 candidate(s) in the order of their learned "
+                        "predictions and stopped with 2 left, none predicted within 10% of the "
+                        "fastest measured (90.0 ms; the closest, gpipe v=1 M=4, 135.0 ms learned)")
+    assert learning_notes(done, sizes, pending, 90e3, 0.1, auto=False) == notes[:1]

@@ -108,11 +108,23 @@ def summarise(out: Path, models: list[str]) -> None:
                 (d / MEASUREMENT).write_text(json.dumps(measure_run(str(d))))
 
 
+def replay_auto(pending: list, base_key: tuple, step_of: dict, top: int | None,
+                band: float) -> tuple[list, tuple]:
+    """``advise --verify``'s sequence replayed on runs already made (``step_of``: key -> step
+    time µs): the reruns it makes, and the configuration it proves (no cap: the fastest of
+    the measured configuration and those reruns)."""
+    from pipeaudit.advise.learned import rerun_sequence
+
+    done, _ = rerun_sequence(pending, base_key[2], step_of[base_key],
+                             lambda k: {"step_time_us": step_of[k]}, top, band)
+    return done, min([base_key, *(r.key for r in done)], key=lambda k: step_of[k])
+
+
 def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
     import pipeaudit
     from pipeaudit.advise import advise
     from pipeaudit.advise.advise import order_band
-    from pipeaudit.advise.learned import rerun_sequence
+    from pipeaudit.advise.learned import by_prediction
     from pipeaudit.advise.verify import median_run, predicted_again, verified_row
     from pipeaudit.harness.rerun import rerun_name
 
@@ -143,11 +155,13 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
         # predictions from the same repeat's rerun of the measured configuration
         step_of = {t["path"]: t["step_time_us"] for v in tries.values() for t in v}
         session: dict[tuple, list[float]] = {}
+        again_in: dict[Path, dict] = {}  # each repeat's calibrated predictions
         for root in [out, *repeats]:
             base_dir = root / model / "reruns" / rerun_name(*base_key)
             if str(base_dir) not in step_of:
                 continue
-            again_here = predicted_again(str(base_dir), [by_key[k] for k in measured], None)
+            again_here = again_in[root] = predicted_again(
+                str(base_dir), [by_key[k] for k in measured], None)
             for k in measured:
                 d = str(root / model / "reruns" / rerun_name(*k))
                 if d in step_of and k != base_key:
@@ -177,15 +191,11 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
                                best["measured_step_time_us"] - 1.0)
             here = {k: t["step_time_us"] for k in grid(P) for t in tries.get(k, [])
                     if t["path"] == str(root / model / "reruns" / rerun_name(*k))}
-            if base_key not in here:
+            if root not in again_in:
                 continue
-            again_here = predicted_again(str(root / model / "reruns" / rerun_name(*base_key)),
-                                         [by_key[k] for k in measured], None)
-            pending = sorted(((k, k[2], again_here[k]) for k in ran
-                              if k != base_key and k in here), key=lambda p: p[2])
-            done, _ = rerun_sequence(pending, base_key[2], here[base_key],
-                                     lambda k: {"step_time_us": here[k]}, None, band)
-            proven = min([base_key, *(r.key for r in done)], key=lambda k: here[k])
+            pending = by_prediction(again_in[root],
+                                    [k for k in ran if k != base_key and k in here])
+            done, proven = replay_auto(pending, base_key, here, None, band)
             proven_each.append(measured[proven]["step_time_us"] /
                                best["measured_step_time_us"] - 1.0)
             reruns_each.append(len(done))
@@ -195,21 +205,16 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
                 for r in done})
             # every candidate in that order: each predicted before its rerun, with what the
             # reruns before it showed
-            every, _ = rerun_sequence(pending, base_key[2], here[base_key],
-                                      lambda k: {"step_time_us": here[k]}, len(pending), band)
+            every, _ = replay_auto(pending, base_key, here, len(pending), band)
             for r in every:
                 learned_err.setdefault(r.key, []).append(r.measured_step_time_us / r.learned_us - 1)
         errs = [abs(v["error"]) for v in rows if not v["is_measured_configuration"]]
         learned_med = {k: median(v) for k, v in learned_err.items()}
         # ``--verify auto --repeat R``: the same sequence on the medians over the repeats,
         # calibrated from the median rerun of the measured configuration
-        pending = sorted(((k, k[2], again[k]) for k in measured if k != base_key),
-                         key=lambda p: p[2])
-        done, _ = rerun_sequence(pending, base_key[2], measured[base_key]["step_time_us"],
-                                 lambda k: {"step_time_us": measured[k]["step_time_us"]}, None,
-                                 band)
-        proven = min([base_key, *(x.key for x in done)],
-                     key=lambda k: measured[k]["step_time_us"])
+        medians = {k: v["step_time_us"] for k, v in measured.items()}
+        done, proven = replay_auto(by_prediction(again, [k for k in measured if k != base_key]),
+                                   base_key, medians, None, band)
         repeated = {"regret": measured[proven]["step_time_us"] /
                     best["measured_step_time_us"] - 1.0, "reruns": len(done)}
         verified_cal = [abs(e["calibrated"]) for d in verified_each for e in d.values()]
@@ -255,7 +260,8 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
               f"|error| max {r['max_abs_memory_error']:.1%}; drift {drift:.3f}; regret advised "
               f"from each repeat's measured run: {', '.join(f'{x:+.1%}' for x in regret_each)}; "
               f"learned median {r['learned_median_abs_error']:.1%}, max "
-              f"{r['learned_max_abs_error']:.1%}; after --verify auto ({', '.join(map(str, reruns_each))} "
+              f"{r['learned_max_abs_error']:.1%}; after --verify auto "
+              f"({', '.join(map(str, reruns_each))} "
               f"reruns besides the measured configuration): "
               f"{', '.join(f'{x:+.1%}' for x in proven_each)}; on the repeats' medians "
               f"({repeated['reruns']} reruns): {repeated['regret']:+.1%}; the verified "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Callable, Hashable, Sequence
+from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
 
 @dataclass
@@ -49,6 +49,20 @@ class SizeFactors:
         return known[max(below) if below else min(above)]
 
 
+    def predict(self, pending: Sequence[tuple[Hashable, int, float]]) -> dict[Hashable, float]:
+        """Each of ``pending`` (key, M, calibrated step time) predicted with what was learned:
+        its calibrated step time times :meth:`factor` at its M."""
+        return {key: cal * self.factor(m) for key, m, cal in pending}
+
+
+def by_prediction(calibrated: Mapping[tuple, float],
+                  keys: Iterable[tuple]) -> list[tuple[tuple, int, float]]:
+    """``keys`` ((schedule, chunks, M)) that have a calibrated prediction, as (key, M,
+    calibrated step time), best-predicted first: what :func:`rerun_sequence` takes."""
+    return sorted(((k, k[2], calibrated[k]) for k in keys if k in calibrated),
+                  key=lambda p: p[2])
+
+
 @dataclass
 class Rerun:
     """One rerun made by :func:`rerun_sequence`: what it measured and what was predicted for it
@@ -78,17 +92,18 @@ def rerun_sequence(pending: Sequence[tuple[Hashable, int, float]], base_microbat
     best = base_step_time_us
     tried = 0
     while left and (top is None or tried < top):
-        learned = {i: cal * sizes.factor(m) for i, (_, m, cal) in enumerate(left)}
-        i = min(learned, key=lambda j: learned[j])
-        if top is None and tried and learned[i] > best * (1.0 + band):
+        learned = sizes.predict(left)
+        i = min(range(len(left)), key=lambda j: learned[left[j][0]])
+        key, m, cal = left[i]
+        if top is None and tried and learned[key] > best * (1.0 + band):
             break
-        key, m, cal = left.pop(i)
+        del left[i]
         tried += 1
         got = run(key)
         if got is None:
             continue
         t = got["step_time_us"]
-        done.append(Rerun(key, m, t, cal, learned[i], got))
+        done.append(Rerun(key, m, t, cal, learned[key], got))
         sizes.add(m, t / cal)
         best = min(best, t)
     return done, sizes
@@ -106,7 +121,7 @@ def learning_notes(done: list[Rerun], sizes: SizeFactors,
                    ", ".join(f"M={m} x{sizes.factor(m):.3f}" for m in sorted(sizes.seen)))
     if auto:
         ran = {r.key for r in done}
-        left = {k: cal * sizes.factor(m) for k, m, cal in pending if k not in ran}
+        left = sizes.predict([p for p in pending if p[0] not in ran])
         stop = "with none left"
         if left:
             k = min(left, key=left.__getitem__)

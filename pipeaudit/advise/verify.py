@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from pipeaudit.advise.advise import Advice, Candidate, order_band
-from pipeaudit.advise.learned import learning_notes, rerun_sequence
+from pipeaudit.advise.advise import TYPICAL_ERROR, Advice, Candidate, order_band
+from pipeaudit.advise.learned import by_prediction, learning_notes, rerun_sequence
 from pipeaudit.errors import ConfigError
 from pipeaudit.harness.rerun import harness_config, rerun_name
 from pipeaudit.schedules.catalogue import CATALOGUE
@@ -81,7 +81,7 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int | None,
     got0 = rerun(base)
     drift = got0["step_time_us"] / m["step_time_us"]
     again = predicted_again(got0["path"], [base, *others.values()], advice.global_batch)
-    pending = sorted(((k, k[2], again[k]) for k in others if k in again), key=lambda p: p[2])
+    pending = by_prediction(again, others)
     band = order_band(abs(advice.calibration["error"]))
     done, sizes = rerun_sequence(pending, m["microbatches"], got0["step_time_us"],
                                  lambda k: rerun(others[k]), top, band)
@@ -115,8 +115,6 @@ def unsteady_note(drift: float, repeats: int) -> str | None:
     """A warning when one run per configuration cannot order the candidates: the same
     configuration, run twice (the original and its rerun), differed by more than the model's
     typical error (``drift``: rerun over original step time), and each ran once."""
-    from pipeaudit.advise.advise import TYPICAL_ERROR
-
     if repeats > 1 or abs(drift - 1.0) <= TYPICAL_ERROR:
         return None
     return (f"the same configuration ran {drift:.2f}x its first step time when run again, more "

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pipeaudit.advise.learned import SizeFactors, learning_notes, rerun_sequence
+from pipeaudit.advise.learned import SizeFactors, by_prediction, learning_notes, rerun_sequence
 
 
 def test_size_factor_before_any_rerun_is_one():
@@ -108,3 +108,10 @@ def test_the_notes_say_what_was_learned_and_why_auto_stopped():
                         "predictions and stopped with 2 left, none predicted within 10% of the "
                         "fastest measured (90.0 ms; the closest, gpipe v=1 M=4, 135.0 ms learned)")
     assert learning_notes(done, sizes, pending, 90e3, 0.1, auto=False) == notes[:1]
+
+
+def test_by_prediction_orders_what_has_a_prediction():
+    calibrated = {("zbv", 2, 4): 90.0, ("1f1b", 1, 8): 80.0, ("gpipe", 1, 2): 95.0}
+    keys = [("gpipe", 1, 2), ("zbv", 2, 4), ("1f1b", 1, 8), ("dualpipev", 2, 4)]
+    assert by_prediction(calibrated, keys) == [
+        (("1f1b", 1, 8), 8, 80.0), (("zbv", 2, 4), 4, 90.0), (("gpipe", 1, 2), 2, 95.0)]

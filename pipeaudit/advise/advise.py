@@ -23,6 +23,8 @@ from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.explain.graph import pipeline_layout
 from pipeaudit.explain.layers import layer_shares, manifest_layers
 from pipeaudit.explain.whatif import Changes, whatif
+from pipeaudit.harness.config import FRAMEWORK_SCHEDULES as HARNESS_FRAMEWORK_SCHEDULES
+from pipeaudit.harness.config import MANIFEST_NAMES
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, canonical_name
 from pipeaudit.schedules.catalogue import CATALOGUE, HARNESS, config_problem
 
@@ -30,10 +32,9 @@ from pipeaudit.schedules.catalogue import CATALOGUE, HARNESS, config_problem
 DEFAULT_SCHEDULES = tuple(n for n in SCHEDULE_NAMES
                           if CATALOGUE[n].torch_class is not None)
 
-#: What the other frameworks run, advised by default to their runs (manifest ``framework``):
-#: DeepSpeed's PipelineEngine runs one schedule (TrainSchedule, 1F1B); Megatron-core runs 1F1B
-#: and, with virtual pipeline stages, interleaved 1F1B.
-FRAMEWORK_SCHEDULES = {"deepspeed": ("1f1b",), "megatron-core": ("1f1b", "interleaved-1f1b")}
+#: What the other frameworks run, advised by default to their runs (by manifest
+#: ``framework.name``): the harness's table of them.
+FRAMEWORK_SCHEDULES = {MANIFEST_NAMES[f]: s for f, s in HARNESS_FRAMEWORK_SCHEDULES.items()}
 
 
 @dataclass

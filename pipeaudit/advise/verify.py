@@ -62,10 +62,10 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int | None,
         runs = []
         for i in range(repeats):
             label = name if repeats == 1 else f"{name}/r{i + 1}"
-            if on_start:
-                on_start(label)
             cfg = harness_config(manifest, str(Path(out_dir) / label), c.schedule, c.chunks,
                                  c.microbatches)
+            if on_start:
+                on_start(label)
             try:
                 run_profile(cfg)
             except HarnessError as exc:

@@ -23,8 +23,17 @@ DEVICES = ("auto", "cpu", "cuda")
 #: Whose pipeline engine runs the stages: torch.distributed.pipelining, DeepSpeed's
 #: PipelineEngine or Megatron-core's schedules.
 FRAMEWORKS = ("torch", "deepspeed", "megatron")
-#: The schedules each framework other than torch runs (its own implementation of them).
+#: The schedules each framework other than torch runs (its own implementation of them):
+#: DeepSpeed's PipelineEngine one (TrainSchedule, 1F1B's order); Megatron-core 1F1B and, with
+#: virtual pipeline stages, interleaved 1F1B.
 FRAMEWORK_SCHEDULES = {"deepspeed": ("1f1b",), "megatron": ("1f1b", "interleaved-1f1b")}
+#: The name each framework's runs give in their manifest (``framework.name``).
+MANIFEST_NAMES = {"torch": "torch", "deepspeed": "deepspeed", "megatron": "megatron-core"}
+
+
+def framework_of_manifest(name: str) -> str | None:
+    """The ``--framework`` whose runs write ``name`` in their manifest (None: not one)."""
+    return next((f for f, n in MANIFEST_NAMES.items() if n == name), None)
 
 
 def gpu_shortage(ranks: int, gpus: int) -> str:

@@ -15,18 +15,18 @@ def rerun_name(schedule: str, chunks: int, microbatches: int) -> str:
 
 def harness_config(manifest: dict, out: str, schedule: str, chunks: int, microbatches: int):
     """The harness configuration of the run in ``manifest`` with another schedule, chunks and
-    M, the same global batch; a heavier stage stays on the same layers."""
-    from pipeaudit.harness.config import ModelConfig, ProfileConfig
+    M, the same global batch and framework; a heavier stage stays on the same layers."""
+    from pipeaudit.harness.config import ModelConfig, ProfileConfig, framework_of_manifest
 
     if manifest.get("tool") != "pipeaudit profile":
         raise ConfigError("--verify reruns runs made by `pipeaudit profile`; for other runs "
                           "make the change advise prints and hold it to the prediction with "
                           "`pipeaudit advise --check BEFORE AFTER`")
-    fw = (manifest.get("framework") or {}).get("name", "torch")
+    framework = framework_of_manifest((manifest.get("framework") or {}).get("name", "torch"))
     world = manifest.get("world_size") or manifest.get("num_ranks")
-    if fw != "torch" or manifest.get("single_process") or world != manifest.get("num_ranks"):
-        raise ConfigError("--verify reruns one torch.distributed.pipelining pipeline of one "
-                          "process per rank; this run is not one")
+    if framework is None or manifest.get("single_process") or world != manifest.get("num_ranks"):
+        raise ConfigError("--verify reruns one pipeline of one process per rank (torch, "
+                          "DeepSpeed or Megatron-core in the harness); this run is not one")
     model = dict(manifest["model"])
     model.pop("microbatch_size", None)
     old_layers = manifest["stage_layers"]
@@ -42,7 +42,8 @@ def harness_config(manifest: dict, out: str, schedule: str, chunks: int, microba
                                                 (manifest.get("slow_ranks") or {}).items()},
         step_marks=manifest.get("step_marks", True), profile_memory=manifest.get("profile_memory", False),
         record_shapes=manifest.get("record_shapes", False), seed=manifest.get("seed", 0),
-        threads=manifest.get("threads", 1), backend="gloo", device="cpu", force=True)
+        threads=manifest.get("threads", 1), backend="gloo", device="cpu", force=True,
+        framework=framework)
     if old_factor:
         imbalance = {}
         acc = 0

@@ -131,3 +131,25 @@ def test_verify_auto_reruns_in_learned_order_until_none_is_close(tmp_path):
         assert doc["proven"]["measured_peak_memory_bytes"] <= cap
     else:
         assert doc["proven"] is None
+
+
+def test_verify_reruns_a_deepspeed_run_with_deepspeed(tmp_path):
+    """A DeepSpeed run made by the harness is advised 1F1B at other M and rerun by DeepSpeed's
+    PipelineEngine (gradient_accumulation_steps = M), not by torch's schedules."""
+    pytest.importorskip("deepspeed")
+    base = tmp_path / "base"
+    res = invoke("profile", "--framework", "deepspeed", "-P", "2", "-M", "4", "--layers", "4",
+                 "--hidden", "64", "--seq-len", "8", "--steps", "2", "--profile-memory",
+                 "--out", base)
+    assert res.exit_code == 0, res.output
+    res = invoke("advise", base, "--microbatches", "2,4", "--verify", "1",
+                 "--out", tmp_path / "reruns", "--format", "json")
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)["verified"]
+    assert [(r["schedule"], r["microbatches"]) for r in rows] == [("1f1b", 4), ("1f1b", 2)]
+    for row in rows:
+        man = json.loads((tmp_path / "reruns" / f"1f1b_v1_m{row['microbatches']}" /
+                          "manifest.json").read_text())
+        assert man["framework"]["name"] == "deepspeed"
+        assert man["num_microbatches"] == row["microbatches"]
+        assert row["measured_peak_memory_bytes"] > 0

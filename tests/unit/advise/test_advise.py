@@ -9,6 +9,7 @@ import pytest
 import pipeaudit
 from pipeaudit.advise import advise
 from pipeaudit.advise.verify import harness_config, how_to_run
+from pipeaudit.errors import ConfigError
 from tests.support.cli import invoke
 from tests.support.paths import SAMPLES
 
@@ -89,6 +90,24 @@ def test_rerun_config_keeps_the_heavy_layers():
                           "stage_layers": [2, 2, 2, 2]}, "/tmp/x", "interleaved-1f1b", 2, 8)
     # stage 1 held layers 2-3; with 8 stages of one layer they are stages 2 and 3
     assert cfg.imbalance == {2: 3, 3: 3} and cfg.batch_size == man["model"]["batch_size"]
+
+
+@pytest.mark.parametrize("sample,framework,schedule,chunks", [
+    ("deepspeed_p4_m8", "deepspeed", "1f1b", 1),
+    ("megatron_interleaved-1f1b_p4_m8_v2", "megatron", "interleaved-1f1b", 2),
+])
+def test_rerun_config_keeps_the_framework(sample, framework, schedule, chunks):
+    """A DeepSpeed or Megatron-core run made by the harness is rerun by the same framework
+    (its manifest names it ``deepspeed`` or ``megatron-core``)."""
+    man = json.loads((SAMPLES / sample / "manifest.json").read_text())
+    cfg = harness_config(man, "/tmp/x", schedule, chunks, 4)
+    assert (cfg.framework, cfg.schedule, cfg.microbatches) == (framework, schedule, 4)
+
+
+def test_a_run_of_an_unknown_framework_is_not_rerun():
+    man = json.loads((SAMPLES / "deepspeed_p4_m8" / "manifest.json").read_text())
+    with pytest.raises(ConfigError, match="one pipeline of one process per rank"):
+        harness_config({**man, "framework": {"name": "colossalai"}}, "/tmp/x", "1f1b", 1, 4)
 
 
 def test_the_html_report_gets_the_table(tmp_path):

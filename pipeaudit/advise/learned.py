@@ -1,14 +1,16 @@
-"""What reruns teach the prediction as ``advise --verify`` makes them: the cost of a microbatch
+"""What reruns teach the prediction as ``advise --verify`` makes them: the cost of an action's
 size, and which candidate to rerun next.
 
-The model scales each action's measured duration linearly in the microbatch's rows. Real
-compute is not linear (a larger microbatch often runs more efficiently per row, and the
-curve depends on the host: at P = 4 a heavier stage ran 1F1B at M = 4 faster than at M = 8),
-and one run cannot show the curve. A rerun at M shows it at that M: its measured step time
-over its calibrated prediction is the factor a candidate of the same microbatch size takes
-(:class:`SizeFactors`). :func:`rerun_sequence` reruns the candidates in the order of those
-learned predictions, each prediction made before its own rerun, and with no fixed count stops
-when no candidate left is predicted within the order band of the fastest measured.
+The model scales each action's measured duration linearly in the microbatch's rows and in the
+stage's layers. Real compute is not linear (a larger microbatch often runs more efficiently per
+row, an action pays a fixed overhead whatever its size, and the curve depends on the host: at
+P = 4 a heavier stage ran 1F1B at M = 4 faster than at M = 8), and one run cannot show the
+curve. A rerun shows it at its size: its measured step time over its calibrated prediction is
+the factor a candidate whose actions have the same size takes, the same M (rows) and the same
+chunks per rank v (layers; :class:`ActionSizes`, one :class:`SizeFactors` curve over M per v).
+:func:`rerun_sequence` reruns the candidates in the order of those learned predictions, each
+prediction made before its own rerun, and with no fixed count stops when no candidate left is
+predicted within the order band of the fastest measured.
 """
 
 from __future__ import annotations
@@ -49,17 +51,46 @@ class SizeFactors:
         return known[max(below) if below else min(above)]
 
 
-    def predict(self, pending: Sequence[tuple[Hashable, int, float]]) -> dict[Hashable, float]:
-        """Each of ``pending`` (key, M, calibrated step time) predicted with what was learned:
-        its calibrated step time times :meth:`factor` at its M."""
-        return {key: cal * self.factor(m) for key, m, cal in pending}
+
+#: An action's size: (M, chunks per rank v), its rows and its layers.
+Size = tuple[int, int]
+
+
+@dataclass
+class ActionSizes:
+    """The factors learned per action size: one :class:`SizeFactors` curve over M for each
+    chunk count v, each starting at 1 at the measured configuration's M."""
+
+    base_microbatches: int
+    curves: dict[int, SizeFactors] = field(default_factory=dict)
+
+    def _curve(self, chunks: int) -> SizeFactors:
+        return self.curves.setdefault(chunks, SizeFactors(self.base_microbatches))
+
+    def add(self, size: Size, factor: float) -> None:
+        """Record one rerun of ``size``: its measured over calibrated step time."""
+        self._curve(size[1]).add(size[0], factor)
+
+    def factor(self, size: Size) -> float:
+        """The factor at ``size``: its chunk count's curve at its M."""
+        return self._curve(size[1]).factor(size[0])
+
+    def learned(self) -> dict[Size, float]:
+        """The factor of every size rerun, by (M, v)."""
+        return {(m, v): c.factor(m) for v, c in sorted(self.curves.items())
+                for m in sorted(c.seen)}
+
+    def predict(self, pending: Sequence[tuple[Hashable, Size, float]]) -> dict[Hashable, float]:
+        """Each of ``pending`` (key, size, calibrated step time) predicted with what was
+        learned: its calibrated step time times :meth:`factor` at its size."""
+        return {key: cal * self.factor(size) for key, size, cal in pending}
 
 
 def by_prediction(calibrated: Mapping[tuple, float],
-                  keys: Iterable[tuple]) -> list[tuple[tuple, int, float]]:
-    """``keys`` ((schedule, chunks, M)) that have a calibrated prediction, as (key, M,
+                  keys: Iterable[tuple]) -> list[tuple[tuple, Size, float]]:
+    """``keys`` ((schedule, chunks, M)) that have a calibrated prediction, as (key, (M, chunks),
     calibrated step time), best-predicted first: what :func:`rerun_sequence` takes."""
-    return sorted(((k, k[2], calibrated[k]) for k in keys if k in calibrated),
+    return sorted(((k, (k[2], k[1]), calibrated[k]) for k in keys if k in calibrated),
                   key=lambda p: p[2])
 
 
@@ -69,24 +100,25 @@ class Rerun:
     just before it ran (calibrated, and corrected by the reruns made before it)."""
 
     key: Hashable
-    microbatches: int
+    size: Size
     measured_step_time_us: float
     calibrated_us: float
     learned_us: float
     result: dict
 
 
-def rerun_sequence(pending: Sequence[tuple[Hashable, int, float]], base_microbatches: int,
+def rerun_sequence(pending: Sequence[tuple[Hashable, Size, float]], base_microbatches: int,
                    base_step_time_us: float, run: Callable[[Hashable], dict | None],
-                   top: int | None, band: float) -> tuple[list[Rerun], SizeFactors]:
+                   top: int | None, band: float) -> tuple[list[Rerun], ActionSizes]:
     """Rerun candidates best-predicted first, learning from each.
 
-    ``pending``: (key, M, calibrated predicted step time µs) of the candidates that may be
-    rerun; ``run(key)``: the rerun's measurement (``step_time_us`` at least) or None when it
-    failed; ``top``: how many to try, or None to stop once the best-predicted candidate left
-    is more than ``band`` slower than the fastest measured so far (the rerun of the measured
-    configuration, ``base_step_time_us``, included; one candidate is always tried)."""
-    sizes = SizeFactors(base_microbatches)
+    ``pending``: (key, size (M, v), calibrated predicted step time µs) of the candidates that
+    may be rerun; ``run(key)``: the rerun's measurement (``step_time_us`` at least) or None
+    when it failed; ``top``: how many to try, or None to stop once the best-predicted
+    candidate left is more than ``band`` slower than the fastest measured so far (the rerun of
+    the measured configuration, ``base_step_time_us``, included; one candidate is always
+    tried)."""
+    sizes = ActionSizes(base_microbatches)
     left = list(pending)
     done: list[Rerun] = []
     best = base_step_time_us
@@ -94,7 +126,7 @@ def rerun_sequence(pending: Sequence[tuple[Hashable, int, float]], base_microbat
     while left and (top is None or tried < top):
         learned = sizes.predict(left)
         i = min(range(len(left)), key=lambda j: learned[left[j][0]])
-        key, m, cal = left[i]
+        key, size, cal = left[i]
         if top is None and tried and learned[key] > best * (1.0 + band):
             break
         del left[i]
@@ -103,22 +135,25 @@ def rerun_sequence(pending: Sequence[tuple[Hashable, int, float]], base_microbat
         if got is None:
             continue
         t = got["step_time_us"]
-        done.append(Rerun(key, m, t, cal, learned[key], got))
-        sizes.add(m, t / cal)
+        done.append(Rerun(key, size, t, cal, learned[key], got))
+        sizes.add(size, t / cal)
         best = min(best, t)
     return done, sizes
 
 
-def learning_notes(done: list[Rerun], sizes: SizeFactors,
-                   pending: Sequence[tuple[Hashable, int, float]], fastest_us: float,
+def learning_notes(done: list[Rerun], sizes: ActionSizes,
+                   pending: Sequence[tuple[Hashable, Size, float]], fastest_us: float,
                    band: float, auto: bool) -> list[str]:
-    """What the reruns taught (the factor per M) and, for ``auto``, why they stopped: the
-    closest candidate left (keys are (schedule, chunks, M)) against the fastest measured."""
+    """What the reruns taught (the factor per action size) and, for ``auto``, why they
+    stopped: the closest candidate left (keys are (schedule, chunks, M)) against the fastest
+    measured."""
     out = []
-    if sizes.seen:
+    learned = sizes.learned()
+    if learned:
         out.append("learned from the reruns (measured over calibrated step time, per microbatch "
-                   "count; each rerun was predicted with what the reruns before it showed): " +
-                   ", ".join(f"M={m} x{sizes.factor(m):.3f}" for m in sorted(sizes.seen)))
+                   "count M and chunks per rank v; each rerun was predicted with what the reruns "
+                   "before it showed): " +
+                   ", ".join(f"M={m} v={v} x{f:.3f}" for (m, v), f in learned.items()))
     if auto:
         ran = {r.key for r in done}
         left = sizes.predict([p for p in pending if p[0] not in ran])

@@ -46,7 +46,8 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int | None,
 
     Every candidate is predicted again from the rerun of the measured configuration
     (calibrated), and the candidates are rerun best-predicted first, each prediction corrected
-    by what the reruns before it showed of its microbatch size (:mod:`pipeaudit.advise.learned`).
+    by what the reruns before it showed of its action size, M and chunks per rank
+    (:mod:`pipeaudit.advise.learned`).
     ``top``: that many candidates; None (``--verify auto``): until no candidate left is
     predicted within :func:`order_band` of the fastest measured."""
     from pipeaudit.harness import run_profile

@@ -1,5 +1,5 @@
-"""What ``advise --verify`` learns from its reruns: known answers for the size factors and for
-the order and the stop of the reruns."""
+"""What ``advise --verify`` learns from its reruns: known answers for the size factors (per M,
+per chunk count) and for the order and the stop of the reruns."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import math
 
 import pytest
 
-from pipeaudit.advise.learned import SizeFactors, by_prediction, learning_notes, rerun_sequence
+from pipeaudit.advise.learned import (
+    ActionSizes, SizeFactors, by_prediction, learning_notes, rerun_sequence,
+)
 
 
 def test_size_factor_before_any_rerun_is_one():
@@ -52,14 +54,14 @@ def _runner(measured: dict, log: list):
 def test_reruns_reorder_by_what_they_learned():
     # calibrated order a < c < b; a's rerun shows M = 4 at 0.9x, so b (M = 4, 105 -> 94.5)
     # comes before c (M = 16, still 103)
-    pending = [("a", 4, 100.0), ("c", 16, 103.0), ("b", 4, 105.0)]
+    pending = [("a", (4, 1), 100.0), ("c", (16, 1), 103.0), ("b", (4, 1), 105.0)]
     log: list = []
     done, sizes = rerun_sequence(pending, 8, 120.0, _runner({"a": 90.0, "b": 95.0, "c": 99.0}, log),
                                  top=3, band=0.1)
     assert log == ["a", "b", "c"]
     assert [r.learned_us for r in done] == pytest.approx([100.0, 94.5, 103.0])
     assert [r.calibrated_us for r in done] == [100.0, 105.0, 103.0]
-    assert sizes.factor(4) == pytest.approx(median_of(0.9, 95.0 / 105.0))
+    assert sizes.factor((4, 1)) == pytest.approx(median_of(0.9, 95.0 / 105.0))
 
 
 def median_of(x: float, y: float) -> float:
@@ -67,7 +69,7 @@ def median_of(x: float, y: float) -> float:
 
 
 def test_auto_stops_when_nothing_left_is_within_the_band_of_the_fastest_measured():
-    pending = [("a", 8, 95.0), ("b", 8, 120.0)]
+    pending = [("a", (8, 1), 95.0), ("b", (8, 1), 120.0)]
     log: list = []
     done, _ = rerun_sequence(pending, 8, 100.0, _runner({"a": 95.0, "b": 80.0}, log),
                              top=None, band=0.1)
@@ -76,7 +78,7 @@ def test_auto_stops_when_nothing_left_is_within_the_band_of_the_fastest_measured
 
 
 def test_auto_goes_on_while_a_candidate_is_within_the_band():
-    pending = [("a", 8, 95.0), ("b", 8, 100.0)]
+    pending = [("a", (8, 1), 95.0), ("b", (8, 1), 100.0)]
     log: list = []
     rerun_sequence(pending, 8, 100.0, _runner({"a": 95.0, "b": 80.0}, log), top=None, band=0.1)
     assert log == ["a", "b"]
@@ -84,25 +86,25 @@ def test_auto_goes_on_while_a_candidate_is_within_the_band():
 
 def test_auto_always_tries_one_candidate():
     log: list = []
-    rerun_sequence([("a", 8, 300.0)], 8, 100.0, _runner({"a": 290.0}, log), top=None, band=0.1)
+    rerun_sequence([("a", (8, 1), 300.0)], 8, 100.0, _runner({"a": 290.0}, log), top=None,
+                   band=0.1)
     assert log == ["a"]
 
 
 def test_a_failed_rerun_counts_towards_k_and_teaches_nothing():
     log: list = []
-    done, sizes = rerun_sequence([("a", 4, 100.0), ("b", 4, 110.0)], 8, 100.0,
+    done, sizes = rerun_sequence([("a", (4, 1), 100.0), ("b", (4, 1), 110.0)], 8, 100.0,
                                  _runner({"a": None, "b": 90.0}, log), top=1, band=0.1)
-    assert log == ["a"] and done == [] and sizes.seen == {}
-
+    assert log == ["a"] and done == [] and sizes.learned() == {}
 
 
 def test_the_notes_say_what_was_learned_and_why_auto_stopped():
-    pending = [(("1f1b", 1, 4), 4, 100e3), (("gpipe", 1, 4), 4, 150e3),
-               (("zbv", 2, 16), 16, 200e3)]
+    pending = [(("1f1b", 1, 4), (4, 1), 100e3), (("gpipe", 1, 4), (4, 1), 150e3),
+               (("zbv", 2, 16), (16, 2), 200e3)]
     done, sizes = rerun_sequence(pending, 8, 120e3, lambda k: {"step_time_us": 90e3},
                                  top=None, band=0.1)
     notes = learning_notes(done, sizes, pending, 90e3, 0.1, auto=True)
-    assert notes[0].endswith("M=4 x0.900")
+    assert notes[0].endswith("M=4 v=1 x0.900")
     # gpipe M=4: 150 x 0.9 = 135 ms learned, the closest left (zbv M=16: 200 x 1.0)
     assert notes[1] == ("--verify auto reran 1 candidate(s) in the order of their learned "
                         "predictions and stopped with 2 left, none predicted within 10% of the "
@@ -114,4 +116,16 @@ def test_by_prediction_orders_what_has_a_prediction():
     calibrated = {("zbv", 2, 4): 90.0, ("1f1b", 1, 8): 80.0, ("gpipe", 1, 2): 95.0}
     keys = [("gpipe", 1, 2), ("zbv", 2, 4), ("1f1b", 1, 8), ("dualpipev", 2, 4)]
     assert by_prediction(calibrated, keys) == [
-        (("1f1b", 1, 8), 8, 80.0), (("zbv", 2, 4), 4, 90.0), (("gpipe", 1, 2), 2, 95.0)]
+        (("1f1b", 1, 8), (8, 1), 80.0), (("zbv", 2, 4), (4, 2), 90.0),
+        (("gpipe", 1, 2), (2, 1), 95.0)]
+
+
+def test_a_size_is_its_rows_and_its_layers():
+    """What a rerun at M = 2 with one chunk per rank shows is not what two chunks per rank
+    cost at M = 2 (half the layers per action): each chunk count learns its own curve."""
+    sizes = ActionSizes(8)
+    sizes.add((2, 1), 0.5)
+    assert sizes.factor((2, 1)) == 0.5 and sizes.factor((4, 1)) == pytest.approx(0.5 ** 0.5)
+    assert sizes.factor((2, 2)) == 1.0
+    sizes.add((2, 2), 1.2)
+    assert sizes.learned() == {(2, 1): 0.5, (2, 2): 1.2}

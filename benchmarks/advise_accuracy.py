@@ -115,7 +115,7 @@ def replay_auto(pending: list, base_key: tuple, step_of: dict, top: int | None,
     the measured configuration and those reruns)."""
     from pipeaudit.advise.learned import rerun_sequence
 
-    done, _ = rerun_sequence(pending, base_key[2], step_of[base_key],
+    done, _ = rerun_sequence(pending, (base_key[2], base_key[1]), step_of[base_key],
                              lambda k: {"step_time_us": step_of[k]}, top, band)
     return done, min([base_key, *(r.key for r in done)], key=lambda k: step_of[k])
 

@@ -59,21 +59,29 @@ Size = tuple[int, int]
 @dataclass
 class ActionSizes:
     """The factors learned per action size: one :class:`SizeFactors` curve over M for each
-    chunk count v, each starting at 1 at the measured configuration's M."""
+    chunk count v, each starting at 1 at the measured configuration's M; ``base``: the
+    measured configuration's size (M, v), whose curve its rerun anchors."""
 
-    base_microbatches: int
+    base: Size
     curves: dict[int, SizeFactors] = field(default_factory=dict)
 
     def _curve(self, chunks: int) -> SizeFactors:
-        return self.curves.setdefault(chunks, SizeFactors(self.base_microbatches))
+        return self.curves.setdefault(chunks, SizeFactors(self.base[0]))
 
     def add(self, size: Size, factor: float) -> None:
         """Record one rerun of ``size``: its measured over calibrated step time."""
         self._curve(size[1]).add(size[0], factor)
 
     def factor(self, size: Size) -> float:
-        """The factor at ``size``: its chunk count's curve at its M."""
-        return self._curve(size[1]).factor(size[0])
+        """The factor at ``size``: its chunk count's curve at its M. A chunk count nothing ran
+        with (neither a rerun nor the measured configuration) takes the curve of the nearest
+        one that ran (the fewer chunks on a tie): an action's rows cost alike whatever its
+        layers until a run says otherwise."""
+        m, v = size
+        ran = [c for c, curve in self.curves.items() if curve.seen] + [self.base[1]]
+        if v not in ran:
+            v = min(ran, key=lambda c: (abs(c - v), c))
+        return self._curve(v).factor(m)
 
     def learned(self) -> dict[Size, float]:
         """The factor of every size rerun, by (M, v)."""
@@ -107,18 +115,18 @@ class Rerun:
     result: dict
 
 
-def rerun_sequence(pending: Sequence[tuple[Hashable, Size, float]], base_microbatches: int,
+def rerun_sequence(pending: Sequence[tuple[Hashable, Size, float]], base: Size,
                    base_step_time_us: float, run: Callable[[Hashable], dict | None],
                    top: int | None, band: float) -> tuple[list[Rerun], ActionSizes]:
     """Rerun candidates best-predicted first, learning from each.
 
     ``pending``: (key, size (M, v), calibrated predicted step time µs) of the candidates that
-    may be rerun; ``run(key)``: the rerun's measurement (``step_time_us`` at least) or None
-    when it failed; ``top``: how many to try, or None to stop once the best-predicted
-    candidate left is more than ``band`` slower than the fastest measured so far (the rerun of
-    the measured configuration, ``base_step_time_us``, included; one candidate is always
-    tried)."""
-    sizes = ActionSizes(base_microbatches)
+    may be rerun; ``base``: the measured configuration's size; ``run(key)``: the rerun's
+    measurement (``step_time_us`` at least) or None when it failed; ``top``: how many to try,
+    or None to stop once the best-predicted candidate left is more than ``band`` slower than
+    the fastest measured so far (the rerun of the measured configuration,
+    ``base_step_time_us``, included; one candidate is always tried)."""
+    sizes = ActionSizes(base)
     left = list(pending)
     done: list[Rerun] = []
     best = base_step_time_us

@@ -84,7 +84,7 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int | None,
     again = predicted_again(got0["path"], [base, *others.values()], advice.global_batch)
     pending = by_prediction(again, others)
     band = order_band(abs(advice.calibration["error"]))
-    done, sizes = rerun_sequence(pending, m["microbatches"], got0["step_time_us"],
+    done, sizes = rerun_sequence(pending, (m["microbatches"], m["chunks"]), got0["step_time_us"],
                                  lambda k: rerun(others[k]), top, band)
     advice.verified = [verified_row(base, got0, got0.pop("path"), again.get(_key(base)))]
     for r in done:

@@ -104,15 +104,16 @@ def test_verify_auto_reruns_in_learned_order_until_none_is_close(tmp_path):
     factors = [1.0]
     for i, r in enumerate(rows[1:], start=1):
         assert r["calibrated_predicted_step_time_us"] == pytest.approx(again[key(r)])
-        # learned from the reruns before it of its chunk count: the median at its M; with
+        # learned from the reruns before it of its chunk count (the measured run's is 1; a
+        # v = 2 candidate takes v = 1's curve until a v = 2 rerun): the median at its M; with
         # none there, the measured M = 4's (1 until a rerun at M = 4), the nearest size run
         # (no extrapolation)
         ratio = {}
         for before in rows[1:i]:
             ratio.setdefault((before["microbatches"], before["chunks"]), []).append(
                 before["measured_step_time_us"] / before["calibrated_predicted_step_time_us"])
-        at = (ratio.get((r["microbatches"], r["chunks"])) or ratio.get((4, r["chunks"]))
-              or [1.0])
+        v = r["chunks"] if any(c == r["chunks"] for _, c in ratio) else 1
+        at = ratio.get((r["microbatches"], v)) or ratio.get((4, v)) or [1.0]
         assert r["learned_predicted_step_time_us"] == pytest.approx(
             r["calibrated_predicted_step_time_us"] * statistics.median(at))
         assert r["error_learned"] == pytest.approx(

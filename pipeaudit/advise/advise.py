@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.advise.memory import (
-    SPLIT_HOLD, held_by_runtime, held_sends, message_bytes, net_of_messages, predicted_peaks,
+    SPLIT_HOLD, held_by_runtime, held_sends, net_of_messages, predicted_peaks,
     rank_memory, split_hold_ratio,
 )
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.explain.graph import pipeline_layout
 from pipeaudit.explain.layers import layer_shares, manifest_layers
+from pipeaudit.explain.link import manifest_link, message_bytes
 from pipeaudit.explain.whatif import Changes, whatif
 from pipeaudit.harness.config import FRAMEWORK_SCHEDULES as HARNESS_FRAMEWORK_SCHEDULES
 from pipeaudit.harness.config import MANIFEST_NAMES
@@ -210,10 +211,12 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                 "step_time_us": result.step_time_us, "bubble": result.bubble.measured,
                 "peak_memory_bytes": max(m.peak for m in memory.values()) if memory else None,
                 "predicted_step_time_us": base.predicted_step_time_us}
+    link = manifest_link(tl.manifest)
     calibration = {"measured_step_time_us": result.step_time_us,
                    "predicted_step_time_us": base.predicted_step_time_us,
                    "error": model_error,
-                   "what": "the measured configuration predicted by the same model"}
+                   "what": "the measured configuration predicted by the same model",
+                   "p2p_link": link.to_dict() if link else None}
     hold, hold_seen = split_hold_ratio(memory) if memory else (SPLIT_HOLD, False)
     hold_from = ("the run's own I pieces" if hold_seen else
                  "the default, measured 0.50 on MLP blocks; the run has no split backward")
@@ -223,7 +226,7 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         "in the microbatch's rows); re-staged candidates take each stage's time from the layers it "
         "holds (each layer its measured stage's time over that stage's layers, the manifest's "
         "stage_layers), else each rank's work split evenly over its chunks",
-        "cross-rank delays and host gaps per action as measured (not rescaled)",
+        _delays_assumed(tl.manifest, M0),
         "memory: each rank's order replayed with a level read from the [memory] events: base "
         "(before the step), + the stage's forward rise per forward, - the stage's backward fall "
         "at the microbatch's last backward piece, + gradients at the stage's first backward; "
@@ -275,6 +278,16 @@ def close_to_best(candidates: list[Candidate], model_error: float) -> list[Candi
     tol = order_band(model_error)
     best = fitting[0].predicted_step_time_us
     return [c for c in fitting[1:] if c.predicted_step_time_us <= best * (1.0 + tol)]
+
+
+def _delays_assumed(manifest: dict | None, M0: int) -> str:
+    """What the candidates' cross-rank delays and host gaps assume."""
+    link = manifest_link(manifest)
+    if link is None or link.bandwidth is None or message_bytes(manifest, M0) is None:
+        return "cross-rank delays and host gaps per action as measured (not rescaled)"
+    return ("host gaps per action as measured; cross-rank delays as measured, each moved by "
+            "its message's change in size over the bandwidth of the link the run timed ("
+            f"{link.describe()})")
 
 
 def _global_batch(manifest: dict | None) -> int | None:

@@ -162,19 +162,6 @@ def held_sends(candidate: str, message: float | None) -> HeldSends | None:
     return HeldSends(message, outputs, gradients)
 
 
-def message_bytes(manifest: dict | None, microbatches: int) -> float | None:
-    """One stage-to-stage message at ``microbatches`` microbatches, for a harness run of the
-    transformer blocks (rows x seq_len x hidden float32 values; the manifest's model); None
-    for another model."""
-    model = (manifest or {}).get("model") or {}
-    framework = ((manifest or {}).get("framework") or {}).get("name", "torch")
-    dims = [model.get(k) for k in ("batch_size", "seq_len", "hidden")]
-    if framework != "torch" or not all(isinstance(d, int) and d > 0 for d in dims):
-        return None
-    batch, seq, hidden = dims
-    return batch / microbatches * seq * hidden * 4
-
-
 def turning_stages(placement: Sequence[int]) -> set[int]:
     """The stages whose next stage is on the same rank (``placement``: stage -> rank)."""
     return {s for s in range(len(placement) - 1) if placement[s + 1] == placement[s]}

@@ -10,7 +10,7 @@ reported with it. The assumptions behind every number are listed in ``Prediction
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import TYPE_CHECKING
 
@@ -21,6 +21,7 @@ from pipeaudit.explain.calibrate import Calibration
 from pipeaudit.explain.explain import prepared_graphs
 from pipeaudit.explain.graph import StepGraph
 from pipeaudit.explain.layers import Shares, layer_shares, manifest_layers, restage
+from pipeaudit.explain.link import manifest_link, message_bytes
 from pipeaudit.explain.model import measured_model, run_model, typical_model
 from pipeaudit.schedules import build_schedule, canonical_name, default_chunks
 from pipeaudit.schedules.catalogue import torch_runtime
@@ -328,8 +329,9 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
             f"same global batch: M {M_old} -> {M_new}, so each action's compute scales by "
             f"M_old/M_new = {mb:g} (linear in the microbatch size; small microbatches are often "
             "less efficient than that on GPUs)")
+    cal_new, comm_note = _delays_at(cal, manifest, M_old, M_new, latency is not None)
     model = typical_model(sched.orders, sched.placement, lambda s, k: new_dur[(s, k)],
-                          lambda s, k: new_comp[(s, k)], cal, latency, pairs=sched.pairs)
+                          lambda s, k: new_comp[(s, k)], cal_new, latency, pairs=sched.pairs)
     pred = run_model(model)
 
     # calibration: the same typical model on the observed order, nothing changed
@@ -343,10 +345,8 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
         f"order: the catalogue's {name} order for P={P}, M={M_new}, v={sched.chunks}",
         "each (stage, kind) takes its mean measured duration (first to last compute) over "
         "all steps and microbatches",
-        "cross-rank delays: the run's mean delay per type (activation "
-        f"{cal.comm.get('activation', 0) / US:.0f} us, gradient "
-        f"{cal.comm.get('gradient', 0) / US:.0f} us), not rescaled with the microbatch size"
-        if latency is None else f"every cross-rank delay is {changes.comm_latency_us:g} us",
+        comm_note if latency is None
+        else f"every cross-rank delay is {changes.comm_latency_us:g} us",
         "host/launch gap before every action but a rank's first: the rank's mean measured gap",
         "the step time is the replay's window; the bubble uses the mean compute time of each "
         "(stage, kind)",
@@ -365,6 +365,32 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
     return Prediction(predicted_step_time_us=pred.step_time / US, predicted_bubble=pred.bubble,
                       model="typical values", after=after, assumptions=assumptions,
                       calibration=calibration, **common)
+
+
+def _delays_at(cal: Calibration, manifest: dict | None, M_old: int, M_new: int,
+               overridden: bool) -> tuple[Calibration, str]:
+    """The run's cross-rank delays for messages of ``M_new`` microbatches, and what was assumed:
+    each moved by the change of its message over the bandwidth of the link the harness timed
+    (:mod:`pipeaudit.explain.link`), else kept as measured."""
+    measured = (f"the run's mean delay per type (activation "
+                f"{cal.comm.get('activation', 0) / US:.0f} us, gradient "
+                f"{cal.comm.get('gradient', 0) / US:.0f} us)")
+    if overridden or M_new == M_old:
+        return cal, f"cross-rank delays: {measured}"
+    link = manifest_link(manifest)
+    old, new = message_bytes(manifest, M_old), message_bytes(manifest, M_new)
+    if link is None or link.bandwidth is None or old is None or new is None:
+        why = ("the run timed no link at several sizes (manifest p2p_link)" if link is None
+               else "the timed link showed no growth with size" if link.bandwidth is None
+               else "the message size is not known")
+        return cal, (f"cross-rank delays: {measured}, not rescaled with the microbatch size "
+                     f"({why})")
+    delta = link.delay_change_ns(old, new)
+    comm = {t: max(0.0, d + delta) for t, d in cal.comm.items()}
+    return replace(cal, comm=comm), (
+        f"cross-rank delays: {measured}, each {delta / US:+.0f} us for its message of "
+        f"{new / 1e6:.3g} MB instead of {old / 1e6:.3g} MB over the link the run timed "
+        f"({link.describe()})")
 
 
 def _run_pairs(before: dict) -> frozenset:

@@ -59,6 +59,7 @@ def build_manifest(
     warmup_step_wall_s: list[float] | None = None,
     stage_devices: list[str] | None = None,
     stages_concurrent: bool | None = None,
+    p2p_link: list[list[float]] | None = None,
 ) -> dict[str, Any]:
     spec = get_spec(config.schedule)
     layout = config.layout
@@ -109,6 +110,8 @@ def build_manifest(
         "profile_memory": config.profile_memory,
         "record_shapes": config.record_shapes,
         "seed": config.seed,
+        # the link timed before the profiled steps (harness.link_probe): [bytes, seconds]
+        "p2p_link": {"samples": p2p_link} if p2p_link else None,
         "traces": {str(r): trace_name(r) for r in range(world)},
         "command": list(config.command),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -28,8 +28,9 @@ def runs(tmp_path_factory):
 def test_a_split_run_shows_what_its_i_holds_until_its_w(runs):
     import pipeaudit
     from pipeaudit.advise.memory import (
-        SPLIT_HOLD, held_by_runtime, message_bytes, net_of_messages, rank_memory, split_hold_ratio,
+        SPLIT_HOLD, held_by_runtime, net_of_messages, rank_memory, split_hold_ratio,
     )
+    from pipeaudit.explain.link import message_bytes
     from pipeaudit.schedules import build_schedule
 
     tl = pipeaudit.load(runs["zbv"]).timeline

@@ -163,6 +163,17 @@ def test_1f1b_p4_m8_counts_and_manifest(tmp_path):
     # 1F1B order: stage 0 warms up with 4 forwards; the last stage alternates.
     assert man["rank_actions"]["0"][:5] == ["0F0", "0F1", "0F2", "0F3", "0B0"]
     assert man["rank_actions"]["3"][:4] == ["3F0", "3B0", "3F1", "3B1"]
+    # The link from rank 0 to rank 1, timed before the profiled steps at a quarter, one and
+    # four messages (one message: 4 rows x 8 tokens x 64 float32 = 8 KiB; 4 KiB the least).
+    from pipeaudit.explain.link import manifest_link
+    from pipeaudit.harness.link_probe import ROUND_TRIPS
+
+    samples = man["p2p_link"]["samples"]
+    assert collections.Counter(b for b, _ in samples) == {
+        4096.0: ROUND_TRIPS, 8192.0: ROUND_TRIPS, 32768.0: ROUND_TRIPS}
+    assert all(0 < s < 1 for _, s in samples)
+    link = manifest_link(man)
+    assert link is not None and link.sizes == 3 and link.latency_s >= 0
 
     # Each rank's trace says which rank it is; its PP: spans follow the manifest's
     # plan (check_run above also checked that they enclose all the compute).

@@ -10,9 +10,10 @@ import pytest
 
 from pipeaudit.actions import KINDS
 from pipeaudit.advise.memory import (
-    HeldSends, RankMemory, StageMemory, held_by_runtime, held_sends, message_bytes, order_peak,
+    HeldSends, RankMemory, StageMemory, held_by_runtime, held_sends, order_peak,
     _restaged, net_of_messages, predicted_peaks, rank_memory,
 )
+from pipeaudit.explain.link import message_bytes
 from pipeaudit.explain.layers import even_layers, layer_shares, manifest_layers, restage
 from pipeaudit.explain.whatif import _rederive, _split_from_full, split_cost
 from pipeaudit.schedules import build_schedule

@@ -22,7 +22,7 @@ from pipeaudit.advise.memory import (
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.explain.graph import pipeline_layout
 from pipeaudit.explain.layers import layer_shares, manifest_layers
-from pipeaudit.explain.link import manifest_link, message_bytes
+from pipeaudit.explain.link import activation_bytes, manifest_link, message_bytes
 from pipeaudit.explain.whatif import Changes, whatif
 from pipeaudit.harness.config import FRAMEWORK_SCHEDULES as HARNESS_FRAMEWORK_SCHEDULES
 from pipeaudit.harness.config import MANIFEST_NAMES
@@ -283,7 +283,7 @@ def close_to_best(candidates: list[Candidate], model_error: float) -> list[Candi
 def _delays_assumed(manifest: dict | None, M0: int) -> str:
     """What the candidates' cross-rank delays and host gaps assume."""
     link = manifest_link(manifest)
-    if link is None or link.bandwidth is None or message_bytes(manifest, M0) is None:
+    if link is None or link.bandwidth is None or activation_bytes(manifest, M0) is None:
         return "cross-rank delays and host gaps per action as measured (not rescaled)"
     return ("host gaps per action as measured; cross-rank delays as measured, each moved by "
             "its message's change in size over the bandwidth of the link the run timed ("

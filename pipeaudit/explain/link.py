@@ -51,17 +51,23 @@ class Link:
                 "transfers": self.transfers}
 
 
-def message_bytes(manifest: dict | None, microbatches: int) -> float | None:
-    """One stage-to-stage message at ``microbatches`` microbatches, for a harness run of the
-    transformer blocks (rows x seq_len x hidden float32 values; the manifest's model); None
-    for another model."""
+def activation_bytes(manifest: dict | None, microbatches: int) -> float | None:
+    """One stage-to-stage message at ``microbatches`` microbatches of a harness run's blocks,
+    whichever framework ran them (rows x seq_len x hidden float32 values; the manifest's
+    model); None for another model."""
     model = (manifest or {}).get("model") or {}
-    framework = ((manifest or {}).get("framework") or {}).get("name", "torch")
     dims = [model.get(k) for k in ("batch_size", "seq_len", "hidden")]
-    if framework != "torch" or not all(isinstance(d, int) and d > 0 for d in dims):
+    if not all(isinstance(d, int) and d > 0 for d in dims):
         return None
     batch, seq, hidden = dims
     return batch / microbatches * seq * hidden * 4
+
+
+def message_bytes(manifest: dict | None, microbatches: int) -> float | None:
+    """:func:`activation_bytes` of a torch.distributed.pipelining harness run, the one runtime
+    whose holding of its messages the memory model knows; None for any other run."""
+    framework = ((manifest or {}).get("framework") or {}).get("name", "torch")
+    return activation_bytes(manifest, microbatches) if framework == "torch" else None
 
 
 def fit_link(samples: Sequence[Sequence[float]]) -> Link | None:

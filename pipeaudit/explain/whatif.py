@@ -21,7 +21,7 @@ from pipeaudit.explain.calibrate import Calibration
 from pipeaudit.explain.explain import prepared_graphs
 from pipeaudit.explain.graph import StepGraph
 from pipeaudit.explain.layers import Shares, layer_shares, manifest_layers, restage
-from pipeaudit.explain.link import manifest_link, message_bytes
+from pipeaudit.explain.link import activation_bytes, manifest_link
 from pipeaudit.explain.model import measured_model, run_model, typical_model
 from pipeaudit.schedules import build_schedule, canonical_name, default_chunks
 from pipeaudit.schedules.catalogue import torch_runtime
@@ -378,7 +378,7 @@ def _delays_at(cal: Calibration, manifest: dict | None, M_old: int, M_new: int,
     if overridden or M_new == M_old:
         return cal, f"cross-rank delays: {measured}"
     link = manifest_link(manifest)
-    old, new = message_bytes(manifest, M_old), message_bytes(manifest, M_new)
+    old, new = activation_bytes(manifest, M_old), activation_bytes(manifest, M_new)
     if link is None or link.bandwidth is None or old is None or new is None:
         why = ("the run timed no link at several sizes (manifest p2p_link)" if link is None
                else "the timed link showed no growth with size" if link.bandwidth is None

@@ -29,6 +29,7 @@ from pipeaudit.harness.faults import maybe_inject
 from pipeaudit.harness.framework_run import finish_framework_run, start_framework_rank
 from pipeaudit.harness.model import StageModule, loss_fn, make_batch
 from pipeaudit.harness.plans import single_stage_rank_actions
+from pipeaudit.harness.link_probe import time_link
 from pipeaudit.harness.profiling import run_steps
 
 
@@ -167,12 +168,14 @@ def run_deepspeed_rank(config: ProfileConfig, rank: int, world_size: int, local_
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
 
+    link = time_link(config, rank, device)
     walls = run_steps(config, rank, rep, train_step, place.use_cuda)
     plan = single_stage_rank_actions("1f1b", config.stages, config.microbatches)
     return finish_framework_run(
         config, rank, rep, place, launcher, walls,
         {r: plan[config.layout.coords(r)["pp"]] for r in range(config.world_size)},
-        {"name": "deepspeed", "version": deepspeed.__version__, "schedule": "TrainSchedule"})
+        {"name": "deepspeed", "version": deepspeed.__version__, "schedule": "TrainSchedule"},
+        p2p_link=link)
 
 
 def _timeout(config: ProfileConfig):

@@ -51,9 +51,10 @@ def place_framework_rank(config: ProfileConfig, local_rank: int, local_world_siz
 
 def finish_framework_run(config: ProfileConfig, rank: int, rep: Reporter, place: Placement,
                          launcher: str, walls: tuple[list[float], list[float]],
-                         rank_actions: dict[int, list[str]], framework: dict) -> dict | None:
-    """Barrier, rank 0 writes the manifest (with ``framework``: name, version, schedule), tear
-    down; returns the manifest on rank 0."""
+                         rank_actions: dict[int, list[str]], framework: dict,
+                         p2p_link: list[list[float]] | None = None) -> dict | None:
+    """Barrier, rank 0 writes the manifest (with ``framework``: name, version, schedule; and
+    the link it timed), tear down; returns the manifest on rank 0."""
     warmup_wall, step_wall = walls
     rep.phase("finish")
     dist.barrier()
@@ -63,7 +64,7 @@ def finish_framework_run(config: ProfileConfig, rank: int, rep: Reporter, place:
             config, torch_version=torch.__version__, backend=place.backend,
             device=place.description, host=socket.gethostname(), launcher=launcher,
             step_wall_s=step_wall, warmup_step_wall_s=warmup_wall, rank_actions=rank_actions,
-            annotation_source="harness" if config.annotate else "none")
+            annotation_source="harness" if config.annotate else "none", p2p_link=p2p_link)
         manifest["framework"] = framework
         write_manifest(config.out, manifest)
     dist.barrier()

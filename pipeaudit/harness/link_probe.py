@@ -15,6 +15,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from pipeaudit.harness.config import ProfileConfig
+
 #: Message sizes, in microbatch activations (one microbatch's message is 1).
 SIZES = (0.25, 1.0, 4.0)
 #: Timed round trips per size, after one untimed.
@@ -48,3 +50,15 @@ def probe_link(rank: int, peer: int | None, first: bool, message_bytes: int,
                     samples.append([float(n * 4), (time.perf_counter() - t0) / 2])
     dist.barrier()
     return samples
+
+
+def time_link(config: ProfileConfig, rank: int, device: torch.device) -> list[list[float]] | None:
+    """The link from the first stage's rank to the next, timed around one microbatch's
+    activations (``batch / M x seq_len x hidden`` float32 values); the samples on the first
+    rank, None elsewhere. Every rank of the job must call it."""
+    pipe = config.layout.pipeline()
+    first, second = (pipe[0], pipe[1]) if len(pipe) > 1 else (None, None)
+    peer = second if rank == first else first if rank == second else None
+    model = config.model
+    message = config.batch_size // config.microbatches * model.seq_len * model.hidden * 4
+    return probe_link(rank, peer, rank == first, message, device)

@@ -39,6 +39,7 @@ from pipeaudit.harness.config import ProfileConfig
 from pipeaudit.harness.faults import maybe_inject
 from pipeaudit.harness.framework_run import finish_framework_run, start_framework_rank
 from pipeaudit.harness.model import StageModule, build_stage_module, make_batch
+from pipeaudit.harness.link_probe import time_link
 from pipeaudit.harness.profiling import run_steps
 from pipeaudit.schedules import build_schedule
 
@@ -189,6 +190,7 @@ def run_megatron_rank(config: ProfileConfig, rank: int, world_size: int, local_r
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
 
+    link = time_link(config, rank, device)
     walls = run_steps(config, rank, rep, train_step, use_cuda)
     import megatron.core as mcore
 
@@ -198,5 +200,6 @@ def run_megatron_rank(config: ProfileConfig, rank: int, world_size: int, local_r
         {r: [f"{a.stage}{a.kind}{a.microbatch}" for a in sched.orders[r]] for r in range(config.stages)},
         {"name": "megatron-core", "version": mcore.__version__,
          "schedule": "forward_backward_pipelining_"
-         + ("with_interleaving" if v > 1 else "without_interleaving")})
+         + ("with_interleaving" if v > 1 else "without_interleaving")},
+        p2p_link=link)
 

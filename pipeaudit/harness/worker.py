@@ -20,7 +20,7 @@ from pipeaudit.harness.catalog import get_spec
 from pipeaudit.harness.config import ProfileConfig
 from pipeaudit.harness.faults import faults_from_env, maybe_inject
 from pipeaudit.harness.manifest import build_manifest, write_manifest
-from pipeaudit.harness.link_probe import probe_link
+from pipeaudit.harness.link_probe import time_link
 from pipeaudit.harness.mesh import place_rank
 from pipeaudit.harness.model import make_batch
 from pipeaudit.harness.profiling import INCOMPLETE_STEP_KEY, PARTIAL_PREFIX, run_steps
@@ -119,7 +119,7 @@ def run_rank(
     holds_first = any(st.is_first for st in pipe.stages)
     holds_last = any(st.is_last for st in pipe.stages)
 
-    link = _time_link(config, rank, device)
+    link = time_link(config, rank, device)
 
     def train_step(step: int) -> float:
         maybe_inject(faults, rank, step, note=rep.note)
@@ -164,15 +164,3 @@ def run_rank(
     dist.destroy_process_group()
     rep.phase("done")
     return manifest
-
-
-def _time_link(config: ProfileConfig, rank: int, device: torch.device) -> list[list[float]] | None:
-    """The link from the first stage's rank to the next, timed at several message sizes
-    (:mod:`pipeaudit.harness.link_probe`); the samples on the first rank, None elsewhere."""
-    pipe = config.layout.pipeline()
-    first, second = (pipe[0], pipe[1]) if len(pipe) > 1 else (None, None)
-    peer = second if rank == first else first if rank == second else None
-    model = config.model
-    message = config.batch_size // config.microbatches * model.seq_len * model.hidden * 4
-    return probe_link(rank, peer, rank == first, message, device)
-

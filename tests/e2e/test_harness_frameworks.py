@@ -9,6 +9,7 @@ import pytest
 
 import pipeaudit
 from pipeaudit.errors import ConfigError
+from pipeaudit.explain.link import manifest_link
 from pipeaudit.harness import ProfileConfig
 from tests.support.cli import invoke
 from tests.support.strip import strip_run
@@ -43,6 +44,7 @@ def test_real_deepspeed_run(tmp_path):
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["framework"]["name"] == "deepspeed" and manifest["annotation_source"] == "harness"
+    assert manifest_link(manifest).sizes == 3  # the link timed before the profiled steps
     annotated = pipeaudit.load(out).audit()
     assert (annotated.schedule, annotated.num_microbatches, annotated.num_steps) == ("1f1b", 3, 2)
     bare = pipeaudit.load(strip_run(out, tmp_path / "bare")).audit()
@@ -75,6 +77,7 @@ def test_real_megatron_interleaved_run(tmp_path):
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["framework"]["name"] == "megatron-core"
+    assert manifest_link(manifest).sizes == 3
     annotated = pipeaudit.load(out).audit()
     assert "interleaved-1f1b" in annotated.detected_schedules
     bare = pipeaudit.load(strip_run(out, tmp_path / "bare")).audit()

@@ -9,7 +9,7 @@ import pytest
 
 import pipeaudit
 from pipeaudit.explain import Changes, whatif
-from pipeaudit.explain.link import fit_link, manifest_link, message_bytes
+from pipeaudit.explain.link import activation_bytes, fit_link, manifest_link, message_bytes
 from tests.support.builders import build_run, gpipe_orders, one_f_one_b_orders
 
 P = 4
@@ -51,6 +51,17 @@ def test_manifest_link_reads_only_well_formed_samples():
     assert manifest_link({"p2p_link": {"samples": "x"}}) is None
     assert manifest_link({"p2p_link": {"samples": [["a", 1]]}}) is None
     assert manifest_link({"p2p_link": {"samples": timed(0.0, 1e9)}}).bandwidth == pytest.approx(1e9)
+
+
+def test_every_harness_framework_sends_its_blocks_activations():
+    """The link scales any harness run's delays; only torch's runtime's held messages are
+    modelled in memory (message_bytes)."""
+    for name in ("deepspeed", "megatron-core"):
+        man = {"model": MODEL, "framework": {"name": name}}
+        assert activation_bytes(man, 8) == 8 * 64 * 256 * 4
+        assert message_bytes(man, 8) is None
+    assert message_bytes({"model": MODEL}, 8) == activation_bytes({"model": MODEL}, 8)
+    assert activation_bytes({"model": {"hidden": 256}}, 8) is None
 
 
 def _with_manifest(built, link_samples) -> pipeaudit.Run:

@@ -380,7 +380,7 @@ def _delays_at(cal: Calibration, manifest: dict | None, M_old: int, M_new: int,
     link = manifest_link(manifest)
     old, new = activation_bytes(manifest, M_old), activation_bytes(manifest, M_new)
     if link is None or link.bandwidth is None or old is None or new is None:
-        why = ("the run timed no link at several sizes (manifest p2p_link)" if link is None
+        why = ("the run timed no link at several sizes: no manifest p2p_link" if link is None
                else "the timed link showed no growth with size" if link.bandwidth is None
                else "the message size is not known")
         return cal, (f"cross-rank delays: {measured}, not rescaled with the microbatch size "

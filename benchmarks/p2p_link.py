@@ -36,7 +36,7 @@ def make(out: Path, P: int, steps: int) -> None:
 def read(out: Path) -> None:
     from pipeaudit.api import load
     from pipeaudit.explain.explain import prepared_graphs
-    from pipeaudit.explain.link import manifest_link, message_bytes
+    from pipeaudit.explain.link import activation_bytes, scaling_link
 
     runs = {}
     for d in sorted(p for p in out.iterdir() if (p / "manifest.json").exists()):
@@ -45,15 +45,15 @@ def read(out: Path) -> None:
         runs[d.name] = (run.timeline.manifest, cal)
     kept, moved = [], []
     for src, (man, cal) in runs.items():
-        link = manifest_link(man)
-        print(f"{src}: {link.describe() if link else 'no timed link'}")
+        link, what = scaling_link(man)
+        print(f"{src}: {what}")
         if link is None:
             continue
         for dst, (man2, cal2) in runs.items():
             if dst == src or man2["schedule"] != man["schedule"]:
                 continue
-            delta = link.delay_change_ns(message_bytes(man, man["num_microbatches"]),
-                                         message_bytes(man, man2["num_microbatches"]))
+            delta = link.delay_change_ns(activation_bytes(man, man["num_microbatches"]),
+                                         activation_bytes(man, man2["num_microbatches"]))
             for t in ("activation", "gradient"):
                 kept.append(abs(cal.comm[t] - cal2.comm[t]) / 1e3)
                 moved.append(abs(max(0.0, cal.comm[t] + delta) - cal2.comm[t]) / 1e3)

@@ -22,7 +22,7 @@ from pipeaudit.advise.memory import (
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.explain.graph import pipeline_layout
 from pipeaudit.explain.layers import layer_shares, manifest_layers
-from pipeaudit.explain.link import activation_bytes, manifest_link, message_bytes
+from pipeaudit.explain.link import manifest_link, message_bytes, scaling_link
 from pipeaudit.explain.whatif import Changes, whatif
 from pipeaudit.harness.config import FRAMEWORK_SCHEDULES as HARNESS_FRAMEWORK_SCHEDULES
 from pipeaudit.harness.config import MANIFEST_NAMES
@@ -226,7 +226,7 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         "in the microbatch's rows); re-staged candidates take each stage's time from the layers it "
         "holds (each layer its measured stage's time over that stage's layers, the manifest's "
         "stage_layers), else each rank's work split evenly over its chunks",
-        _delays_assumed(tl.manifest, M0),
+        _delays_assumed(tl.manifest),
         "memory: each rank's order replayed with a level read from the [memory] events: base "
         "(before the step), + the stage's forward rise per forward, - the stage's backward fall "
         "at the microbatch's last backward piece, + gradients at the stage's first backward; "
@@ -280,14 +280,13 @@ def close_to_best(candidates: list[Candidate], model_error: float) -> list[Candi
     return [c for c in fitting[1:] if c.predicted_step_time_us <= best * (1.0 + tol)]
 
 
-def _delays_assumed(manifest: dict | None, M0: int) -> str:
+def _delays_assumed(manifest: dict | None) -> str:
     """What the candidates' cross-rank delays and host gaps assume."""
-    link = manifest_link(manifest)
-    if link is None or link.bandwidth is None or activation_bytes(manifest, M0) is None:
-        return "cross-rank delays and host gaps per action as measured (not rescaled)"
+    link, what = scaling_link(manifest)
+    if link is None:
+        return f"cross-rank delays and host gaps per action as measured (not rescaled: {what})"
     return ("host gaps per action as measured; cross-rank delays as measured, each moved by "
-            "its message's change in size over the bandwidth of the link the run timed ("
-            f"{link.describe()})")
+            f"its message's change in size over the bandwidth of the link the run timed ({what})")
 
 
 def _global_batch(manifest: dict | None) -> int | None:

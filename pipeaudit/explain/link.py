@@ -51,16 +51,20 @@ class Link:
                 "transfers": self.transfers}
 
 
+def block_message_bytes(batch: int, seq_len: int, hidden: int, microbatches: int) -> float:
+    """One stage-to-stage message of the harness's blocks: a microbatch's rows x seq_len x
+    hidden float32 values."""
+    return batch / microbatches * seq_len * hidden * 4
+
+
 def activation_bytes(manifest: dict | None, microbatches: int) -> float | None:
-    """One stage-to-stage message at ``microbatches`` microbatches of a harness run's blocks,
-    whichever framework ran them (rows x seq_len x hidden float32 values; the manifest's
-    model); None for another model."""
+    """:func:`block_message_bytes` of a harness run at ``microbatches`` microbatches, whichever
+    framework ran the blocks (the manifest's model); None for another model."""
     model = (manifest or {}).get("model") or {}
     dims = [model.get(k) for k in ("batch_size", "seq_len", "hidden")]
     if not all(isinstance(d, int) and d > 0 for d in dims):
         return None
-    batch, seq, hidden = dims
-    return batch / microbatches * seq * hidden * 4
+    return block_message_bytes(*dims, microbatches)
 
 
 def message_bytes(manifest: dict | None, microbatches: int) -> float | None:
@@ -101,3 +105,18 @@ def manifest_link(manifest: dict | None) -> Link | None:
         return fit_link([(float(b), float(s)) for b, s in samples])
     except (TypeError, ValueError):
         return None
+
+
+def scaling_link(manifest: dict | None) -> tuple[Link | None, str]:
+    """The timed link that moves a run's delays with its message size, and what it is; None
+    and why not, when the run cannot (no timed link, no growth with size, or an unknown
+    message size)."""
+    link = manifest_link(manifest)
+    if link is None:
+        return None, "the run timed no link at several sizes"
+    if link.bandwidth is None:
+        return None, "the timed link showed no growth with size"
+    if activation_bytes(manifest, 1) is None:
+        return None, "the message size is not known"
+    return link, link.describe()
+

@@ -21,7 +21,7 @@ from pipeaudit.explain.calibrate import Calibration
 from pipeaudit.explain.explain import prepared_graphs
 from pipeaudit.explain.graph import StepGraph
 from pipeaudit.explain.layers import Shares, layer_shares, manifest_layers, restage
-from pipeaudit.explain.link import activation_bytes, manifest_link
+from pipeaudit.explain.link import activation_bytes, scaling_link
 from pipeaudit.explain.model import measured_model, run_model, typical_model
 from pipeaudit.schedules import build_schedule, canonical_name, default_chunks
 from pipeaudit.schedules.catalogue import torch_runtime
@@ -377,20 +377,17 @@ def _delays_at(cal: Calibration, manifest: dict | None, M_old: int, M_new: int,
                 f"{cal.comm.get('gradient', 0) / US:.0f} us)")
     if overridden or M_new == M_old:
         return cal, f"cross-rank delays: {measured}"
-    link = manifest_link(manifest)
-    old, new = activation_bytes(manifest, M_old), activation_bytes(manifest, M_new)
-    if link is None or link.bandwidth is None or old is None or new is None:
-        why = ("the run timed no link at several sizes: no manifest p2p_link" if link is None
-               else "the timed link showed no growth with size" if link.bandwidth is None
-               else "the message size is not known")
+    link, what = scaling_link(manifest)
+    if link is None:
         return cal, (f"cross-rank delays: {measured}, not rescaled with the microbatch size "
-                     f"({why})")
+                     f"({what})")
+    old, new = activation_bytes(manifest, M_old), activation_bytes(manifest, M_new)
     delta = link.delay_change_ns(old, new)
     comm = {t: max(0.0, d + delta) for t, d in cal.comm.items()}
     return replace(cal, comm=comm), (
         f"cross-rank delays: {measured}, each {delta / US:+.0f} us for its message of "
         f"{new / 1e6:.3g} MB instead of {old / 1e6:.3g} MB over the link the run timed "
-        f"({link.describe()})")
+        f"({what})")
 
 
 def _run_pairs(before: dict) -> frozenset:

@@ -27,9 +27,9 @@ from torch.profiler import record_function
 from pipeaudit.harness.config import ProfileConfig
 from pipeaudit.harness.faults import maybe_inject
 from pipeaudit.harness.framework_run import finish_framework_run, start_framework_rank
+from pipeaudit.harness.link_probe import time_link
 from pipeaudit.harness.model import StageModule, loss_fn, make_batch
 from pipeaudit.harness.plans import single_stage_rank_actions
-from pipeaudit.harness.link_probe import time_link
 from pipeaudit.harness.profiling import run_steps
 
 

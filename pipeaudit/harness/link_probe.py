@@ -15,6 +15,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from pipeaudit.explain.link import block_message_bytes
 from pipeaudit.harness.config import ProfileConfig
 
 #: Message sizes, in microbatch activations (one microbatch's message is 1).
@@ -54,11 +55,12 @@ def probe_link(rank: int, peer: int | None, first: bool, message_bytes: int,
 
 def time_link(config: ProfileConfig, rank: int, device: torch.device) -> list[list[float]] | None:
     """The link from the first stage's rank to the next, timed around one microbatch's
-    activations (``batch / M x seq_len x hidden`` float32 values); the samples on the first
-    rank, None elsewhere. Every rank of the job must call it."""
+    activations; the samples on the first rank, None elsewhere. Every rank of the job must
+    call it."""
     pipe = config.layout.pipeline()
     first, second = (pipe[0], pipe[1]) if len(pipe) > 1 else (None, None)
     peer = second if rank == first else first if rank == second else None
     model = config.model
-    message = config.batch_size // config.microbatches * model.seq_len * model.hidden * 4
-    return probe_link(rank, peer, rank == first, message, device)
+    message = block_message_bytes(config.batch_size, model.seq_len, model.hidden,
+                                  config.microbatches)
+    return probe_link(rank, peer, rank == first, int(message), device)

@@ -51,7 +51,6 @@ class SizeFactors:
         return known[max(below) if below else min(above)]
 
 
-
 #: An action's size: (M, chunks per rank v), its rows and its layers.
 Size = tuple[int, int]
 
@@ -81,7 +80,7 @@ class ActionSizes:
         ran = [c for c, curve in self.curves.items() if curve.seen] + [self.base[1]]
         if v not in ran:
             v = min(ran, key=lambda c: (abs(c - v), c))
-        return self._curve(v).factor(m)
+        return self.curves.get(v, SizeFactors(self.base[0])).factor(m)
 
     def learned(self) -> dict[Size, float]:
         """The factor of every size rerun, by (M, v)."""

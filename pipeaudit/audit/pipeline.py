@@ -122,7 +122,7 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
             (None, "unknown", [], None)
     else:
         name, source, detected, sched = choose_schedule(
-            rep_tl, schedule, P, M, v, representatives, stage_pos, notes, steps[0])
+            rep_tl, schedule, P, M, v, representatives, stage_pos, notes, steps)
     kind_means = {k: _mean_ns(arr.compute_ns[arr.kind == KIND_CODE[k]]) / US
                   for k in ("F", "B", "I", "W")}
     # replay ideal per step: the observed order, measured compute, free communication; the

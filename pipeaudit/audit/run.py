@@ -72,7 +72,8 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
 def _pipeline_findings(pa: PipelineAudit) -> list[Finding]:
     """What one pipeline replica's audit finds in its own timeline."""
     findings: list[Finding] = []
-    if pa.sched is not None and pa.schedule_source in ("declared", "manifest"):
+    # detected: from a later step when the first step's order differs (choose_schedule)
+    if pa.sched is not None and pa.schedule_source in ("declared", "manifest", "detected"):
         findings += order_violations(pa.tl, pa.sched, pa.representatives, sorted(pa.windows)
                                      or [s.step for s in pa.steps])
     findings += completeness_findings(pa.tl, pa.stages, [s.step for s in pa.steps])

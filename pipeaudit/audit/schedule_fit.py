@@ -111,14 +111,28 @@ def _fits(placement: tuple[int, ...], per_rank: tuple, stage_pos: dict[int, int]
     return all(o == per_rank[p] for p, o in observed.items() if p < len(per_rank))
 
 
-def choose_schedule(tl: Timeline, declared, P, M, v, representatives, stage_pos, notes, step):
-    """The schedule to audit against: declared, else the manifest's, else detected from
-    ``step``'s order. Returns (name, source, detected names, catalogue Schedule or None)."""
+#: How many audited steps detection tries, first to last, before it gives up: one step whose
+#: order was misread (a span lost, an action split by a descheduled rank) or ran differently
+#: (the first profiled step) does not hide the schedule of the others.
+DETECT_STEPS = 3
+
+
+def choose_schedule(tl: Timeline, declared, P, M, v, representatives, stage_pos, notes, steps):
+    """The schedule to audit against: declared, else the manifest's, else detected from the
+    order of the first of ``steps`` (at most :data:`DETECT_STEPS`) that matches a catalogue
+    schedule. Returns (name, source, detected names, catalogue Schedule or None)."""
     detected: list[str] = []
-    by_rank = tl.orders(step)
-    orders = {p: by_rank.get(r, []) for p, r in enumerate(representatives) if r is not None}
-    if orders and all(0 <= p < P for p in stage_pos.values()):
-        detected = detect_on_positions(orders, stage_pos, P, M, v)
+    if all(0 <= p < P for p in stage_pos.values()):
+        for k in steps[:DETECT_STEPS]:
+            by_rank = tl.orders(k)
+            orders = {p: by_rank.get(r, []) for p, r in enumerate(representatives)
+                      if r is not None}
+            detected = detect_on_positions(orders, stage_pos, P, M, v) if orders else []
+            if detected:
+                if k != steps[0]:
+                    notes.append(f"schedule detected from step {k}'s order: the first audited "
+                                 f"step's ({steps[0]}) differs from it")
+                break
     manifest_name = (tl.manifest or {}).get("schedule")
     if declared:
         name, source = declared, "declared"

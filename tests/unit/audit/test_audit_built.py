@@ -107,6 +107,27 @@ def test_declared_schedule_contradicted(tmp_path):
     assert any(f.code == "SCHEDULE_ORDER_VIOLATION" for f in result.findings)
 
 
+def test_one_misread_step_does_not_hide_the_schedule(tmp_path):
+    """Step 0's order on rank 0 differs (two of its spans' names swapped: 0B0 where 0F1 ran);
+    step 1 is 1F1B: the schedule is detected from step 1, and step 0 is flagged."""
+    import json
+
+    built = build_run(tmp_path, one_f_one_b_orders(4, 8), steps=2, latency=100)
+    path = built.directory / "rank0.json"
+    trace = json.loads(path.read_text())
+    first = min(e["ts"] for e in trace["traceEvents"] if e.get("name", "").startswith("PP:"))
+    step0 = [e for e in trace["traceEvents"] if e.get("name") in ("PP:0F1", "PP:0B0")
+             and e["ts"] < first + 20_000]
+    assert len(step0) == 2
+    step0[0]["name"], step0[1]["name"] = step0[1]["name"], step0[0]["name"]
+    path.write_text(json.dumps(trace))
+
+    result = pipeaudit.load(built.directory).audit()
+    assert (result.schedule, result.schedule_source) == ("1f1b", "detected")
+    assert any("detected from step 1" in n for n in result.notes)
+    assert any(f.code == "SCHEDULE_ORDER_VIOLATION" and f.rank == 0 for f in result.findings)
+
+
 def test_memory_peak(tmp_path):
     built = build_run(tmp_path, gpipe_orders(2, 4), memory=True)
     result = pipeaudit.load(built.directory).audit()

@@ -111,6 +111,12 @@ def _fits(placement: tuple[int, ...], per_rank: tuple, stage_pos: dict[int, int]
     return all(o == per_rank[p] for p, o in observed.items() if p < len(per_rank))
 
 
+def tie_rank(name: str) -> int:
+    """Which of several schedules that run the same order (M = 1, or one rank's file of the
+    last stage) is read: 1F1B, the one every framework runs, first; ``naive``, the harness's
+    own teaching schedule, last."""
+    return {"1f1b": 0, "naive": 2}.get(name, 1)
+
 #: How many audited steps detection tries, first to last, before it gives up: one step whose
 #: order was misread (a span lost, an action split by a descheduled rank) or ran differently
 #: (the first profiled step) does not hide the schedule of the others.
@@ -139,7 +145,11 @@ def choose_schedule(tl: Timeline, declared, P, M, v, representatives, stage_pos,
     elif manifest_name:
         name, source = str(manifest_name), "manifest"
     elif detected:
+        detected = sorted(detected, key=tie_rank)  # stable: catalogue order otherwise
         name, source = detected[0], "detected"
+        if len(detected) > 1:
+            notes.append(f"at P={P}, M={M} the schedules {', '.join(detected)} run the same "
+                         f"order: audited as {name} (same closed form, same replay)")
     else:
         notes.append("schedule not recognised from the action order: no closed-form theory")
         return None, "unknown", detected, None

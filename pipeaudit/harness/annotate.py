@@ -4,10 +4,13 @@ torch's runtime schedules wrap each action in ``record_function("PP:2F0")``;
 ``Schedule1F1B`` writes nothing and ``ScheduleGPipe`` writes ``Forward i`` /
 ``Backward i``. For those the harness wraps the stage's ``forward_one_chunk`` and
 ``backward_one_chunk`` so each F/B gets a span named exactly like torch's
-(global stage index, microbatch index). Scope difference worth knowing: torch's
-runtime span also contains the wait for the incoming P2P recv (and the loss on
-the last stage); the harness span contains only the stage's forward/backward
-compute, because the recv waits happen in the schedule outside those methods.
+(global stage index, microbatch index). An action holds its input's delivery and
+its compute (docs/metrics.md): on the last stage a forward's span stays open
+until the schedule has computed that microbatch's loss (``_maybe_compute_loss``),
+as torch's runtime spans hold it. Scope difference worth knowing: torch's
+runtime span also contains the wait for the incoming P2P recv; the harness span
+does not, because the recv waits happen in the schedule outside those methods
+(a wait is no compute either way).
 """
 
 from __future__ import annotations
@@ -17,16 +20,43 @@ import functools
 from torch.profiler import record_function
 
 
-def annotate_stage(stage) -> None:
-    """Wrap ``stage``'s forward/backward (instance attributes, nothing global)."""
+def annotate_stage(stage, schedule=None) -> None:
+    """Wrap ``stage``'s forward/backward (instance attributes, nothing global); with the
+    ``schedule`` that runs a last stage, its loss joins the forward's span."""
     index = stage.stage_index
     fwd = stage.forward_one_chunk
     bwd = stage.backward_one_chunk
+    loss_joins = schedule is not None and stage.is_last
+    open_forwards: dict[int, record_function] = {}
 
     @functools.wraps(fwd)
     def forward_one_chunk(fwd_chunk_id, *args, **kwargs):
-        with record_function(f"PP:{index}F{fwd_chunk_id}"):
-            return fwd(fwd_chunk_id, *args, **kwargs)
+        span = record_function(f"PP:{index}F{fwd_chunk_id}")
+        span.__enter__()
+        try:
+            out = fwd(fwd_chunk_id, *args, **kwargs)
+        except BaseException:
+            span.__exit__(None, None, None)
+            raise
+        if loss_joins:
+            open_forwards[fwd_chunk_id] = span  # closed once the loss is computed
+        else:
+            span.__exit__(None, None, None)
+        return out
+
+    if loss_joins:
+        compute_loss = schedule._maybe_compute_loss
+
+        @functools.wraps(compute_loss)
+        def maybe_compute_loss(st, output, target_mbs, mb_index, *args, **kwargs):
+            try:
+                return compute_loss(st, output, target_mbs, mb_index, *args, **kwargs)
+            finally:
+                span = open_forwards.pop(mb_index, None) if st is stage else None
+                if span is not None:
+                    span.__exit__(None, None, None)
+
+        schedule._maybe_compute_loss = maybe_compute_loss
 
     @functools.wraps(bwd)
     def backward_one_chunk(bwd_chunk_id, *args, **kwargs):

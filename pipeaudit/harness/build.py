@@ -80,15 +80,15 @@ def build_pipeline(config: ProfileConfig, rank: int, device: torch.device, group
     if spec.placement == "v":
         for st in stages:
             skip_self_warmup(st)
-    harness_annotated = config.annotate and not spec.torch_annotates
-    if harness_annotated:
-        for st in stages:
-            annotate_stage(st)
     cls = schedule_class(spec.torch_class)
     if spec.multi_stage:
         schedule = cls(stages, config.microbatches, loss_fn=loss_fn)
     else:
         schedule = cls(stages[0], config.microbatches, loss_fn=loss_fn)
+    harness_annotated = config.annotate and not spec.torch_annotates
+    if harness_annotated:
+        for st in stages:
+            annotate_stage(st, schedule)
     return Pipeline(schedule, stages, modules, harness_annotated)
 
 

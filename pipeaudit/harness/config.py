@@ -15,7 +15,7 @@ from typing import Any
 
 from pipeaudit.errors import ConfigError
 from pipeaudit.harness.catalog import check_schedule, get_spec, stage_to_rank
-from pipeaudit.harness.layout import DP_MODES, MeshLayout
+from pipeaudit.harness.layout import DP_MODES, GRIDS, MeshLayout
 from pipeaudit.harness.plans import SINGLE_PROCESS_SCHEDULES
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -57,6 +57,12 @@ class ModelConfig:
     ffn_mult: int = 4
     batch_size: int | None = None  #: None: 4 x M (microbatch size 4)
     seq_len: int = 64
+    #: recompute each block's forward in the backward (torch.utils.checkpoint; DeepSpeed's own
+    #: ``activation_checkpoint_interval=1``)
+    activation_checkpointing: bool = False
+    #: DeepSpeed: the first and last stage share a tied projection (``TiedLayerSpec``), whose
+    #: gradients DeepSpeed all-reduces between them every step
+    tied_embedding: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -79,6 +85,7 @@ class ProfileConfig:
     dp: int = 1  #: D, data-parallel replicas of the pipeline
     tp: int = 1  #: T, tensor-parallel ranks per stage
     dp_mode: str = "fsdp"  #: how the dp dimension syncs gradients: fsdp (FSDP2) or ddp
+    grid: str = "pp-outer"  #: which of pp and dp is outermost in the rank grid (GRIDS)
     slow_ranks: dict[int, int] = field(default_factory=dict)  #: global rank -> integer factor
     step_marks: bool = True  #: ProfilerStep#i spans (a profiler schedule and prof.step())
     single_process: bool = False  #: one process runs every stage (no process group)
@@ -98,7 +105,7 @@ class ProfileConfig:
     @property
     def layout(self) -> MeshLayout:
         """Where each rank sits: P x D x T, pp outermost (see ``pipeaudit.harness.layout``)."""
-        return MeshLayout(self.stages, self.dp, self.tp, self.dp_mode)
+        return MeshLayout(self.stages, self.dp, self.tp, self.dp_mode, self.grid)
 
     @property
     def world_size(self) -> int:
@@ -186,6 +193,8 @@ class ProfileConfig:
         for name, value in (("--dp", self.dp), ("--tp", self.tp)):
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.grid not in GRIDS:
+            raise ConfigError(f"--grid must be one of {', '.join(GRIDS)}, got {self.grid!r}")
         if self.dp_mode not in DP_MODES:
             raise ConfigError(f"--dp-mode must be one of {', '.join(DP_MODES)}, got {self.dp_mode!r}")
         if self.tp > 1 and self.dp > 1 and self.dp_mode == "ddp":
@@ -253,6 +262,9 @@ class ProfileConfig:
         if self.framework not in FRAMEWORKS:
             raise ConfigError(f"--framework must be one of {', '.join(FRAMEWORKS)}, "
                               f"got {self.framework!r}")
+        if self.model.tied_embedding and self.framework != "deepspeed":
+            raise ConfigError("--tied-embedding is DeepSpeed's TiedLayerSpec: use it with "
+                              "--framework deepspeed")
         if self.framework == "torch":
             return
         allowed = FRAMEWORK_SCHEDULES[self.framework]
@@ -266,6 +278,14 @@ class ProfileConfig:
                               "replica: no --single-process, no --tp")
         if self.framework == "deepspeed" and self.chunks not in (None, 1):
             raise ConfigError(f"--framework {self.framework} holds one stage per rank: no --chunks")
+        if (self.framework == "megatron" and self.num_chunks > 1
+                and (self.microbatches < self.stages or self.microbatches % self.stages)):
+            # schedules.py: P <= microbatch_group_size_per_vp_stage (default P) <= M, and M
+            # divides into such groups or leaves at least P over
+            raise ConfigError(
+                f"Megatron-core's interleaved schedule needs --microbatches a multiple of "
+                f"--ranks ({self.stages}) and at least as many: its microbatch groups of P "
+                f"contiguous microbatches per virtual stage; got {self.microbatches}")
         if self.framework == "megatron" and self.dp != 1:
             raise ConfigError("--framework megatron runs one pipeline here: no --dp")
 
@@ -280,7 +300,7 @@ class ProfileConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ProfileConfig":
         d = dict(d)
-        d["model"] = ModelConfig(**d.get("model", {}))
+        d["model"] = ModelConfig(**d.get("model", {}))  # older manifests lack the newer fields
         d["imbalance"] = {int(k): int(v) for k, v in d.get("imbalance", {}).items()}
         d["slow_ranks"] = {int(k): int(v) for k, v in d.get("slow_ranks", {}).items()}
         d["command"] = tuple(d.get("command", ()))

@@ -11,8 +11,13 @@ DeepSpeed writes no ``record_function`` of its own. With ``--annotate`` (the def
 wraps the engine's ``ForwardPass`` and ``BackwardPass`` instructions in ``PP:<stage>F<mb>`` /
 ``PP:<stage>B<mb>`` spans on this engine only (an instance-level copy of its instruction map;
 nothing global is patched), so a test can read one real run with and without its annotations.
-DeepSpeed's grid puts the pipe dimension outermost: rank ``s * D + d`` is stage ``s`` of
-replica ``d``, as the harness's own layout (:mod:`pipeaudit.harness.layout` with T = 1).
+DeepSpeed's grid puts the pipe dimension outermost by default: rank ``s * D + d`` is stage ``s``
+of replica ``d``, as the harness's own layout (:mod:`pipeaudit.harness.layout` with T = 1);
+``--grid dp-outer`` builds ``ProcessTopology(axes=["data", "pipe"])`` instead (rank ``d * P + s``).
+``--activation-checkpointing`` is DeepSpeed's own ``activation_checkpoint_interval=1``;
+``--tied-embedding`` adds a projection tied between the first and the last stage
+(``TiedLayerSpec``: the last stage applies its transpose), whose gradients DeepSpeed all-reduces
+between the two stages after every step.
 """
 
 from __future__ import annotations
@@ -49,25 +54,67 @@ class RepeatedBlock(StageModule):
             torch.random.set_rng_state(gen_state)
 
 
+class TiedProjection(torch.nn.Linear):
+    """The tied layer: ``hidden -> hidden``, applied as is on the first stage."""
+
+    def __init__(self, hidden: int, seed: int) -> None:
+        gen_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        try:
+            super().__init__(hidden, hidden, bias=False)
+        finally:
+            torch.random.set_rng_state(gen_state)
+
+
+def tied_head(module: TiedProjection, x: torch.Tensor) -> torch.Tensor:
+    """The tied layer as the last stage applies it: its transpose (an LM head's use of the
+    embedding)."""
+    return torch.nn.functional.linear(x, module.weight.t())
+
+
+#: DeepSpeed's partition_method: blocks counted by class name, so tied layers ride along
+PARTITION_METHOD = "type:RepeatedBlock"
+
+
 def layer_specs(config: ProfileConfig, rank: int) -> list:
     """The model as DeepSpeed LayerSpecs, each layer ``--imbalance`` blocks of its stage.
 
-    DeepSpeed partitions ``uniform`` by layer count (``partition_uniform``); the factors follow
-    the stage each layer lands on, so ``--imbalance 1=3`` makes DeepSpeed's stage 1 3x heavier.
+    DeepSpeed partitions the blocks evenly (:data:`PARTITION_METHOD`); the factors follow the
+    stage each layer lands on, so ``--imbalance 1=3`` makes DeepSpeed's stage 1 3x heavier. With ``--tied-embedding`` a
+    :class:`TiedProjection` opens the first stage and closes the last.
     """
-    from deepspeed.pipe import LayerSpec
-    from deepspeed.runtime.utils import partition_uniform
+    from deepspeed.pipe import LayerSpec, TiedLayerSpec
+    from deepspeed.runtime.utils import partition_balanced
 
-    n = config.model.layers
-    bounds = partition_uniform(n, config.stages)
+    n, tied = config.model.layers, config.model.tied_embedding
+    # the bounds DeepSpeed computes for PARTITION_METHOD: blocks weigh 1, tied layers 0
+    weights = [0] * tied + [1] * n + [0] * tied
+    bounds = partition_balanced(weights=weights, num_parts=config.stages)
     specs = []
     for stage in range(config.stages):
-        for layer in range(bounds[stage], bounds[stage + 1]):
+        for index in range(bounds[stage], bounds[stage + 1]):
+            layer = index - tied
+            if not 0 <= layer < n:
+                continue
             specs.append(LayerSpec(RepeatedBlock, stage, config.model.hidden,
                                    config.model.ffn_mult,
                                    config.imbalance.get(stage, 1), config.slow_ranks.get(rank, 1),
                                    config.seed * 100_003 + layer))
+    if tied:
+        seed = config.seed * 100_003 + n
+        specs = ([TiedLayerSpec("tied", TiedProjection, config.model.hidden, seed)] + specs
+                 + [TiedLayerSpec("tied", TiedProjection, config.model.hidden, seed,
+                                  forward_fn=tied_head)])
     return specs
+
+
+def topology(config: ProfileConfig):
+    """DeepSpeed's process grid: pipe outermost (its default) or data outermost (``--grid``)."""
+    from deepspeed.runtime.pipe.topology import PipeDataParallelTopology, ProcessTopology
+
+    if config.grid == "dp-outer":
+        return ProcessTopology(axes=["data", "pipe"], dims=[config.dp, config.stages])
+    return PipeDataParallelTopology(num_pp=config.stages, num_dp=config.dp)
 
 
 def ds_config(config: ProfileConfig) -> dict:
@@ -144,8 +191,10 @@ def run_deepspeed_rank(config: ProfileConfig, rank: int, world_size: int, local_
     deepspeed.init_distributed(dist_backend=place.backend, auto_mpi_discovery=False,
                                timeout=_timeout(config))
     rep.phase("build")
-    model = PipelineModule(layers=layer_specs(config, rank), num_stages=config.stages,
-                           loss_fn=loss_fn, partition_method="uniform")
+    model = PipelineModule(layers=layer_specs(config, rank), topology=topology(config),
+                           loss_fn=loss_fn, partition_method=PARTITION_METHOD,
+                           activation_checkpoint_interval=(
+                               1 if config.model.activation_checkpointing else 0))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                            config=ds_config(config))

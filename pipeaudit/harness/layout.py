@@ -8,6 +8,10 @@ position ``p``, data-parallel index ``d`` and tensor-parallel index ``t`` is
 other) is every D*T-th rank, and a data-parallel replica of the pipeline is the T pp groups
 that share d.
 
+``grid="dp-outer"`` puts the data-parallel dimension outermost instead (DeepSpeed's
+``ProcessTopology(axes=["data", "pipe"])``, Megatron's ``order="dp-pp"`` style): rank
+``(d * P + p) * T + t``, so a pipeline is P consecutive ranks (times T).
+
 Mesh dimension names follow torchtitan: ``pp``; ``dp_shard`` for FSDP (torchtitan's
 ``data_parallel_shard_degree``) or ``dp_replicate`` for DDP; ``tp``. Dimensions of size 1
 other than ``pp`` are left out of the mesh (torchtitan gives them only a fake process group),
@@ -21,6 +25,8 @@ from dataclasses import dataclass
 #: The logical order of the dimensions, outermost first.
 ORDER: tuple[str, ...] = ("pp", "dp", "tp")
 DP_MODES: tuple[str, ...] = ("fsdp", "ddp")
+#: Which of pp and dp is the outermost dimension of the grid.
+GRIDS: tuple[str, ...] = ("pp-outer", "dp-outer")
 DP_DIM_NAMES = {"fsdp": "dp_shard", "ddp": "dp_replicate"}
 
 
@@ -32,6 +38,12 @@ class MeshLayout:
     dp: int = 1
     tp: int = 1
     dp_mode: str = "fsdp"
+    grid: str = "pp-outer"  #: one of GRIDS
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """The dimensions, outermost first."""
+        return ORDER if self.grid == "pp-outer" else ("dp", "pp", "tp")
 
     @property
     def world_size(self) -> int:
@@ -47,12 +59,9 @@ class MeshLayout:
         """(name, size) of each mesh dimension, outermost first; [] when no mesh is built."""
         if not self.uses_mesh:
             return []
-        dims = [("pp", self.pp)]
-        if self.dp > 1:
-            dims.append((DP_DIM_NAMES[self.dp_mode], self.dp))
-        if self.tp > 1:
-            dims.append(("tp", self.tp))
-        return dims
+        sizes = {"pp": ("pp", self.pp), "dp": (DP_DIM_NAMES[self.dp_mode], self.dp),
+                 "tp": ("tp", self.tp)}
+        return [sizes[d] for d in self.order if d == "pp" or sizes[d][1] > 1]
 
     @property
     def mesh_dim_names(self) -> list[str]:
@@ -60,12 +69,17 @@ class MeshLayout:
 
     def rank(self, pp: int, dp: int = 0, tp: int = 0) -> int:
         """Global rank of the given mesh coordinates."""
+        if self.grid == "dp-outer":
+            return (dp * self.pp + pp) * self.tp + tp
         return (pp * self.dp + dp) * self.tp + tp
 
     def coords(self, rank: int) -> dict[str, int]:
         """``{"pp": p, "dp": d, "tp": t}`` of a global rank."""
         rest, t = divmod(rank, self.tp)
-        p, d = divmod(rest, self.dp)
+        if self.grid == "dp-outer":
+            d, p = divmod(rest, self.pp)
+        else:
+            p, d = divmod(rest, self.dp)
         return {"pp": p, "dp": d, "tp": t}
 
     def pipeline(self, dp: int = 0, tp: int = 0) -> list[int]:
@@ -87,7 +101,7 @@ class MeshLayout:
     def to_dict(self) -> dict:
         """The manifest's ``layout``."""
         return {
-            "pp": self.pp, "dp": self.dp, "tp": self.tp, "order": list(ORDER),
+            "pp": self.pp, "dp": self.dp, "tp": self.tp, "order": list(self.order),
             "dp_mode": self.dp_mode if self.dp > 1 else None,
             "mesh_dim_names": self.mesh_dim_names if self.uses_mesh else None,
         }

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from pipeaudit.harness.layout import MeshLayout
+from pipeaudit.harness.layout import DP_DIM_NAMES, MeshLayout
 
 
 @dataclass
@@ -38,10 +38,9 @@ def place_rank(layout: MeshLayout, rank: int, device_type: str) -> RankPlace:
     dims = layout.mesh_dims
     mesh = init_device_mesh(device_type, tuple(n for _, n in dims),
                             mesh_dim_names=tuple(name for name, _ in dims))
-    names = layout.mesh_dim_names
     if mesh["pp"].get_local_rank() != c["pp"]:  # pragma: no cover - torch's layout changed
         raise RuntimeError(f"rank {rank}: DeviceMesh puts it at pp {mesh['pp'].get_local_rank()}, "
                            f"expected {c['pp']}")
-    dp_mesh = mesh[names[1]] if layout.dp > 1 else None
+    dp_mesh = mesh[DP_DIM_NAMES[layout.dp_mode]] if layout.dp > 1 else None
     tp_mesh = mesh["tp"] if layout.tp > 1 else None
     return RankPlace(rank, c["pp"], c["dp"], c["tp"], mesh["pp"].get_group(), dp_mesh, tp_mesh, mesh)

@@ -19,6 +19,7 @@ one forward ("backward through the graph a second time").
 from __future__ import annotations
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 from pipeaudit.harness.config import ProfileConfig
@@ -39,18 +40,24 @@ class Block(nn.Module):
 
 
 class StageModule(nn.Module):
-    """The blocks of one stage; each block applied ``repeat`` times (a slow rank)."""
+    """The blocks of one stage; each block applied ``repeat`` times (a slow rank), its forward
+    recomputed in the backward with ``checkpoint`` (activation checkpointing)."""
 
-    def __init__(self, stage: int, num_blocks: int, hidden: int, ffn_mult: int, repeat: int = 1):
+    def __init__(self, stage: int, num_blocks: int, hidden: int, ffn_mult: int, repeat: int = 1,
+                 checkpoint: bool = False):
         super().__init__()
         self.stage = stage
         self.repeat = repeat
+        self.checkpoint = checkpoint
         self.blocks = nn.ModuleList(Block(hidden, ffn_mult) for _ in range(num_blocks))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
             for _ in range(self.repeat):
-                x = block(x)
+                if self.checkpoint and torch.is_grad_enabled():
+                    x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+                else:
+                    x = block(x)
         return x
 
 
@@ -71,6 +78,7 @@ def build_stage_module(config: ProfileConfig, stage: int, device: torch.device,
             config.model.hidden,
             config.model.ffn_mult,
             config.slow_ranks.get(rank, 1) if rank is not None else 1,
+            config.model.activation_checkpointing,
         )
     finally:
         torch.random.set_rng_state(gen_state)

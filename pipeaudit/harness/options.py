@@ -57,6 +57,17 @@ _OPTIONS = [
     click.option("--dp-mode", default="fsdp", show_default=True, metavar="fsdp|ddp",
                  help="Data parallelism on the dp dimension: FSDP2 fully_shard (torchtitan's "
                       "choice) or DDP."),
+    click.option("--grid", default="pp-outer", show_default=True, metavar="pp-outer|dp-outer",
+                 help="Rank order of the P x D grid: pipeline dimension outermost (torchtitan, "
+                      "DeepSpeed's default) or data-parallel outermost (DeepSpeed's "
+                      "ProcessTopology(axes=['data', 'pipe'])): a pipeline is then P "
+                      "consecutive ranks."),
+    click.option("--activation-checkpointing", is_flag=True,
+                 help="Recompute each block's forward in the backward (torch.utils.checkpoint; "
+                      "DeepSpeed's activation_checkpoint_interval=1)."),
+    click.option("--tied-embedding", is_flag=True,
+                 help="DeepSpeed: a projection tied between the first and last stage "
+                      "(TiedLayerSpec; its gradients are all-reduced between them every step)."),
     click.option("--slow-rank", multiple=True, metavar="RANK=FACTOR",
                  help="Make the stage(s) of one global RANK FACTOR (integer) times heavier, "
                       "e.g. one replica slower than its peers. Repeatable."),
@@ -110,11 +121,14 @@ def config_from_options(opts: dict[str, Any], default_stages: int = 2,
         model=ModelConfig(
             layers=opts["layers"], hidden=opts["hidden"], ffn_mult=opts["ffn_mult"],
             batch_size=opts["batch_size"], seq_len=opts["seq_len"],
+            activation_checkpointing=opts.get("activation_checkpointing", False),
+            tied_embedding=opts.get("tied_embedding", False),
         ),
         imbalance=parse_imbalance(opts["imbalance"]),
         dp=opts["dp"],
         tp=opts["tp"],
         dp_mode=opts["dp_mode"],
+        grid=opts.get("grid", "pp-outer"),
         slow_ranks=parse_slow_ranks(opts["slow_rank"]),
         step_marks=not opts["no_step_marks"],
         single_process=opts["single_process"],

@@ -1,7 +1,8 @@
 """Attribute compute units to action spans.
 
-On CPU traces a unit belongs to the span of the same thread that contains its
-start, and is clipped to the span: the time a span spends waiting for a recv
+Units inside the framework's own per-step work (the optimizer's and FSDP's spans,
+:mod:`pipeaudit.timeline.framework_work`) belong to no action. On CPU traces a unit
+belongs to the span of the same thread that contains its start, and is clipped to the span: the time a span spends waiting for a recv
 (no op running) is not compute. On GPU traces a kernel belongs to the span that
 contains its launch, on any thread of the rank (the autograd engine launches
 backward kernels from its own thread), and keeps its own GPU time; a kernel
@@ -15,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from pipeaudit.timeline import intervals as iv
+from pipeaudit.timeline.framework_work import without_framework_work
 from pipeaudit.timeline.ops import RankOps
 
 COMPUTE_SCHEMA = {"action": pl.Int64, "start": pl.Int64, "end": pl.Int64}
@@ -35,16 +37,17 @@ def attribute(spans: pl.DataFrame, ops: RankOps, copies: pl.DataFrame | None = N
     if spans.height == 0 or ops.units.height == 0:
         return pl.DataFrame(schema=empty)
     indexed = spans.with_row_index("action").with_columns(pl.col("action").cast(pl.Int64))
+    units = without_framework_work(ops.units, ops.spans)  # optimizer, FSDP: no action's compute
     pieces = []
     if ops.on_gpu:
-        launched = ops.units.filter(pl.col("anchor").is_not_null())
+        launched = units.filter(pl.col("anchor").is_not_null())
         pieces.append(_by_anchor(indexed, launched, clip=False))
         if copies is not None and copies.height:
-            pieces.append(_by_copy(copies, ops.units.filter(pl.col("anchor").is_null())))
+            pieces.append(_by_copy(copies, units.filter(pl.col("anchor").is_null())))
     else:
         for _, group in indexed.partition_by("tid", as_dict=True).items():
-            units = ops.units.filter(pl.col("tid") == group["tid"][0])
-            pieces.append(_by_anchor(group, units, clip=True))
+            mine = units.filter(pl.col("tid") == group["tid"][0])
+            pieces.append(_by_anchor(group, mine, clip=True))
     pieces = [p for p in pieces if p.height]
     if not pieces:
         return pl.DataFrame(schema=empty)

@@ -4,7 +4,8 @@ torch's ``Schedule1F1B`` writes none, so its actions are read off the ops of the
 that runs the schedule (the one that issues the point-to-point ``c10d::send``/``recv_``
 ops), together with the autograd engine's ops wherever they run (on GPU the engine runs
 backward on its own thread while the schedule's thread waits). Ops inside the optimizer's
-own annotations (``Optimizer.step#…``, ``Optimizer.zero_grad#…``) are not pipeline work.
+own annotations and inside FSDP's hooks (:mod:`pipeaudit.timeline.framework_work`) are not
+pipeline work.
 
 1. The op sequence is cut into *blocks*: maximal runs of backward ops
    (``autograd::engine::evaluate_function: …``) or of other compute ops, separated by
@@ -37,16 +38,17 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
+from pipeaudit.timeline.framework_work import framework_spans, inside
 from pipeaudit.timeline.ops import RankOps
 from pipeaudit.timeline.recognise import SPAN_SCHEMA
 
-#: Host annotations whose ops are not pipeline work.
-EXCLUDED_SPAN_RE = r"^Optimizer\.(step|zero_grad)#"
 #: The op torch.distributed.pipelining splits the batch into microbatches with (first and
 #: last stage, once per ``schedule.step()``).
 SPLIT_OP = "aten::tensor_split"
 
 _COMPUTE, _BACKWARD, _SEND, _RECV, _COMM, _EXCLUDED = range(6)
+#: Kineto's step spans (``ProfilerStep#N``).
+STEP_SPAN_PREFIX = "ProfilerStep#"
 #: Blocks longer than this (ops) are not searched for repeated stretches (quadratic).
 TANDEM_MAX_OPS = 2000
 
@@ -112,11 +114,11 @@ def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
     cls[comm] = _COMM
     cls[p2p & send] = _SEND
     cls[p2p & ~send] = _RECV
-    cls[_inside(starts, _excluded_spans(ops, tid))] = _EXCLUDED
+    cls[inside(starts, framework_spans(ops.spans))] = _EXCLUDED
     codes = _name_codes(seq["name"])
     busy = ends - starts
 
-    blocks = _blocks(cls)
+    blocks = _blocks(cls, _step_ids(starts, ops))
     backward_blocks = [b for b in blocks if cls[b[0]] == _BACKWARD]
     backward = _split_repeats(backward_blocks, codes) if split else backward_blocks
     # Every microbatch crosses the stage: its input or its output is a tensor of its own sent
@@ -127,6 +129,9 @@ def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
         backward = backward_blocks
     forward_blocks = [b for b in blocks if cls[b[0]] == _COMPUTE]
     forward, how = _forwards(forward_blocks, backward, codes, busy)
+    forward = _without_leading_collectives(forward, cls)
+    forward, backward = _seeds_to_backward(forward, backward, cls,
+                                           seq["name"].is_in(list(GRAD_SEED_OPS)).to_numpy())
 
     rows = []
     for kind, found in (("F", forward), ("B", backward)):
@@ -142,39 +147,35 @@ def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
                     how, split=len(backward) > len(backward_blocks))
 
 
-def _excluded_spans(ops: RankOps, tid: str) -> tuple[np.ndarray, np.ndarray]:
-    ex = ops.spans.filter(pl.col("name").str.starts_with("Optimizer."))  # before the regex
-    ex = ex.filter(pl.col("name").str.contains(EXCLUDED_SPAN_RE)).sort("start")
-    return ex["start"].to_numpy(), ex["end"].to_numpy()
-
-
-def _inside(points: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Which points fall inside one of the (sorted, disjoint) spans."""
-    lo, hi = spans
-    if lo.size == 0:
-        return np.zeros(points.size, dtype=bool)
-    k = np.searchsorted(lo, points, side="right") - 1
-    ok = k >= 0
-    ok[ok] &= points[ok] < hi[k[ok]]
-    return ok
-
-
 def _name_codes(names: pl.Series) -> np.ndarray:
     """Each op name's rank among the distinct names (sorted), as ``np.unique``'s inverse."""
     distinct = names.drop_nulls().unique().sort()  # a few dozen names among 10^4-10^5 ops
     return names.cast(pl.Enum(distinct)).to_physical().to_numpy().astype(np.int64)
 
 
-def _blocks(cls: np.ndarray) -> list[tuple[int, int]]:
+def _step_ids(starts: np.ndarray, ops: RankOps) -> np.ndarray | None:
+    """Which ``ProfilerStep#N`` span each op starts in (its index by start; None when the
+    trace has no step marks): an action never crosses the start of a step."""
+    marks = ops.spans.filter(pl.col("name").str.starts_with(STEP_SPAN_PREFIX))
+    if marks.height == 0:
+        return None
+    return np.searchsorted(np.sort(marks["start"].to_numpy()), starts, side="right")
+
+
+def _blocks(cls: np.ndarray, step_ids: np.ndarray | None = None) -> list[tuple[int, int]]:
     """Maximal runs of backward or of other compute ops: (first index, last index).
 
-    Point-to-point ops and excluded ops end a run; collectives do not (tensor-parallel
-    all-reduces run inside a forward or a backward) and belong to the run around them."""
+    Point-to-point ops, excluded ops and the start of a profiler step end a run; collectives
+    do not (tensor-parallel all-reduces run inside a forward or a backward) and belong to the
+    run around them."""
     at = np.flatnonzero(cls != _COMM)  # collectives neither end nor extend a run
     if at.size == 0:
         return []
     kinds = cls[at]
-    first = np.flatnonzero(np.concatenate(([True], kinds[1:] != kinds[:-1])))
+    change = kinds[1:] != kinds[:-1]
+    if step_ids is not None:
+        change |= step_ids[at][1:] != step_ids[at][:-1]
+    first = np.flatnonzero(np.concatenate(([True], change)))
     last = np.concatenate((first[1:], [kinds.size])) - 1
     runs = (kinds[first] == _COMPUTE) | (kinds[first] == _BACKWARD)
     return list(zip(at[first[runs]].tolist(), at[last[runs]].tolist()))
@@ -284,9 +285,10 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
     candidates |= {tuple(codes[a:b + 1].tolist()) for a, b in largest}  # a forward of repeated layers
     candidates |= {u for u in (_tandem_unit(tuple(codes[a:b + 1].tolist())) for a, b in largest[:8]
                                if b - a < TANDEM_MAX_OPS) if u}
+    b_starts = sorted(b[0] for b in backward)
     for unit in candidates:
         found = _occurrences(unit, blocks, codes)
-        if len(found) == wanted:
+        if len(found) == wanted and _each_before(found, b_starts):
             total = sum(work(b) for b in found)
             if best is None or total > best[0]:
                 best = (total, found)
@@ -306,6 +308,66 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
         if len(found) > wanted:
             return sorted(sorted(found, key=lambda b: (-work(b), b[0]))[:wanted]), "forward signature"
     return sorted(largest), "largest blocks"
+
+
+#: The op ``torch.autograd.backward`` seeds a scalar loss's gradient with, at top level just
+#: before the engine runs (torch's ``_make_grads``, Megatron-core's ``custom_backward``).
+GRAD_SEED_OPS = ("aten::ones_like",)
+
+
+def _seeds_to_backward(forwards: list[tuple[int, int]], backwards: list[tuple[int, int]],
+                       cls: np.ndarray, seed: np.ndarray
+                       ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The gradient seed right before a backward is that backward's input (the last stage's
+    output gradient, as a received gradient is another stage's): it moves out of the forward
+    block it ends into the backward."""
+    starts = {}
+    for a, b in backwards:
+        k = a
+        while k > 0 and cls[k - 1] == _COMPUTE and seed[k - 1]:
+            k -= 1
+        starts[(a, b)] = k
+    if all(k == a for (a, _), k in starts.items()):
+        return forwards, backwards
+    moved = {k: a for (a, _), k in starts.items() if k < a}
+    out_f = []
+    for a, b in forwards:
+        cut = next((k for k in moved if a < k <= b + 1), None)
+        out_f.append((a, cut - 1) if cut is not None else (a, b))
+    return out_f, [(starts[(a, b)], b) for a, b in backwards]
+
+
+def _without_leading_collectives(forwards: list[tuple[int, int]],
+                                 cls: np.ndarray) -> list[tuple[int, int]]:
+    """Forwards less what precedes a collective that the other forwards lack.
+
+    Every forward of a stage runs the same collectives (a tensor-parallel all-reduce in each):
+    one with k more than the fewest holds k collectives of other work before its own (the
+    previous step's loss broadcast and its tail, with no step mark between), and starts after
+    them."""
+    if len(forwards) < 2:
+        return forwards
+    comm = np.flatnonzero(cls == _COMM)
+    counts = [int(np.searchsorted(comm, b, side="right") - np.searchsorted(comm, a, side="left"))
+              for a, b in forwards]
+    fewest = min(counts)
+    out = []
+    for (a, b), n in zip(forwards, counts):
+        if n > fewest:
+            k = int(np.searchsorted(comm, a, side="left")) + (n - fewest) - 1
+            a = int(comm[k]) + 1
+            while a < b and cls[a] not in (_COMPUTE, _BACKWARD):
+                a += 1
+        out.append((a, b))
+    return out
+
+
+def _each_before(forwards: list[tuple[int, int]], b_starts: list[int]) -> bool:
+    """Whether the i-th forward starts before the i-th backward: every schedule of the 1F1B and
+    GPipe families and naive runs a microbatch's forward before its backward, so a family
+    whose members come after the backwards (the optimizer's or the gradient norm's block, once
+    per step) is not the forwards."""
+    return all(f[0] < b for f, b in zip(sorted(forwards), b_starts))
 
 
 #: Blocks whose ops, as multisets, share at least this share (Jaccard) are the same work: one
@@ -343,7 +405,7 @@ def _similar_blocks(blocks: list[tuple[int, int]], backward: list[tuple[int, int
     best: tuple[int, list[tuple[int, int]]] | None = None
     for fam in _family_unions([f for _, f in families], wanted):
         fam = sorted(fam)
-        if any(f[0] > b for f, b in zip(fam, b_starts)):
+        if not _each_before(fam, b_starts):
             continue
         total = sum(work(b) for b in fam)
         if best is None or total > best[0]:

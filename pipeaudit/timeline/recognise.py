@@ -162,7 +162,36 @@ def gpipe_spans(ops: RankOps, default_stage: int) -> pl.DataFrame:
         tid="tid", start="start", end="end", source=pl.lit("annotation"), name="name",
         external_id="external_id",
     ).filter(_valid_indices())
-    return _drop_nested_duplicates(spans).sort("start")
+    return _with_loss(_drop_nested_duplicates(spans).sort("start"), ops)
+
+
+def _with_loss(spans: pl.DataFrame, ops: RankOps) -> pl.DataFrame:
+    """``Forward <mb>`` spans extended over the compute that follows them on their thread up to
+    the next action span or communication op: ``ScheduleGPipe`` computes the last stage's loss
+    just after the span (``_maybe_compute_loss``), and the loss is the forward's
+    (docs/metrics.md, "What an action holds"); on other stages nothing follows."""
+    if spans.height == 0:
+        return spans
+    ends = spans["end"].to_numpy().copy()
+    starts = spans["start"].to_numpy()
+    is_fwd = (spans["kind"] == "F").to_numpy()
+    tids = spans["tid"].to_list()
+    for tid in set(tids):
+        top = ops.cpu_ops.filter(pl.col("tid") == tid).sort("start")
+        o_start, o_end = top["start"].to_numpy(), top["end"].to_numpy()
+        o_comm = top["comm"].to_numpy()
+        rows = [i for i, t in enumerate(tids) if t == tid]
+        for j, i in enumerate(rows):
+            if not is_fwd[i]:
+                continue
+            limit = starts[rows[j + 1]] if j + 1 < len(rows) else np.iinfo(np.int64).max
+            k = int(np.searchsorted(o_start, ends[i], side="left"))
+            end = ends[i]
+            while k < o_start.size and o_start[k] < limit and not o_comm[k]:
+                end = max(end, min(int(o_end[k]), int(limit)))
+                k += 1
+            ends[i] = end
+    return spans.with_columns(end=pl.Series(ends, dtype=pl.Int64))
 
 
 def _valid_indices() -> pl.Expr:

@@ -1,0 +1,142 @@
+"""Hold the un-annotated reading of a run to its annotated twin and to the run's truth.
+
+Cell passes when, read without annotations: schedule, P, v, M, steps and layout equal the
+truth; no ``MISSING_ACTIONS``, ``DUPLICATED_ACTIONS`` or ``SCHEDULE_ORDER_VIOLATION``; each
+rank's bubble is within :data:`BUBBLE_TOL` of the twin's; each (rank, stage, kind)'s median
+per-action compute within :data:`COMPUTE_TOL` of the twin's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+import polars as pl
+
+from pipeaudit.audit.result import AuditResult
+
+BUBBLE_TOL = 0.005
+COMPUTE_TOL = 0.05
+#: Findings that say the reading got the actions wrong.
+READING_ERRORS = ("MISSING_ACTIONS", "DUPLICATED_ACTIONS", "SCHEDULE_ORDER_VIOLATION")
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What the run was: from its configuration, never from a reading."""
+
+    schedule: str
+    P: int
+    v: int
+    M: int
+    steps: int
+    dp: int
+    #: the ranks read (all of the job's, or one)
+    ranks: tuple[int, ...]
+    #: the pipeline positions read (None: every one)
+    positions: tuple[int, ...] | None = None
+
+
+@dataclass
+class Verdict:
+    """One cell's comparison: the problems found (empty: it passes) and the margins."""
+
+    problems: list[str] = field(default_factory=list)
+    max_bubble_diff: float | None = None
+    max_compute_diff: float | None = None  #: relative, over (rank, stage, kind)
+    coverage: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "problems": self.problems, "max_bubble_diff": self.max_bubble_diff,
+                "max_compute_diff": self.max_compute_diff, "coverage": self.coverage}
+
+
+def compare(truth: Truth, twin: AuditResult, twin_actions: pl.DataFrame,
+            bare: AuditResult, bare_actions: pl.DataFrame) -> Verdict:
+    """The verdict on ``bare`` (read without annotations) against ``twin`` and ``truth``."""
+    v = Verdict(coverage=bare.inference_coverage)
+    _check_shape(truth, bare, v.problems)
+    for f in bare.findings:
+        if f.code in READING_ERRORS:
+            where = f" rank {f.rank}" if f.rank is not None else ""
+            v.problems.append(f"{f.code}{where}: {f.message}")
+    truth_bubble = {r.rank: r.bubble for r in twin.ranks}
+    diffs = []
+    for r in bare.ranks:
+        want = truth_bubble.get(r.rank)
+        if want is None or r.bubble is None:
+            v.problems.append(f"rank {r.rank}: no bubble to compare (twin {want}, bare {r.bubble})")
+            continue
+        d = abs(r.bubble - want)
+        diffs.append(d)
+        if d > BUBBLE_TOL:
+            v.problems.append(f"rank {r.rank}: bubble {r.bubble:.4f}, twin {want:.4f} "
+                              f"({d:+.4f} off)")
+    v.max_bubble_diff = max(diffs) if diffs else None
+    rel = _compute_diffs(twin_actions, bare_actions, v.problems)
+    v.max_compute_diff = max(rel) if rel else None
+    return v
+
+
+def _check_shape(truth: Truth, bare: AuditResult, problems: list[str]) -> None:
+    seen = {"schedule": bare.schedule, "P": bare.num_ranks, "v": bare.num_chunks,
+            "M": bare.num_microbatches, "steps": bare.num_steps}
+    want = {"schedule": truth.schedule, "P": truth.P, "v": truth.v, "M": truth.M,
+            "steps": truth.steps}
+    for key, value in want.items():
+        if seen[key] != value and not (key == "schedule" and same_order(seen[key], truth)):
+            problems.append(f"{key} read as {seen[key]!r}, is {value!r}")
+    layout = bare.layout or {}
+    if len(truth.ranks) > 1 and (layout.get("pp"), layout.get("dp")) != (truth.P, truth.dp):
+        problems.append(f"layout read as pp={layout.get('pp')}, dp={layout.get('dp')}; "
+                        f"is pp={truth.P}, dp={truth.dp}")
+    present = tuple(sorted(bare.ranks_present or [r.rank for r in bare.ranks]))
+    if present != truth.ranks:
+        problems.append(f"ranks read {list(present)}, given {list(truth.ranks)}")
+
+
+def same_order(name: str | None, truth: Truth) -> bool:
+    """Whether schedule ``name`` runs exactly the truth's order at its P, M and v, at the
+    positions read (at M = 1 naive, GPipe and 1F1B are one schedule, and 1F1B's last stage
+    runs naive's order: no reading can tell them apart)."""
+    from pipeaudit.errors import ScheduleError
+    from pipeaudit.schedules import build_schedule
+
+    if name is None:
+        return False
+    try:
+        a = build_schedule(name, truth.P, truth.M, truth.v if truth.v > 1 else None)
+        b = build_schedule(truth.schedule, truth.P, truth.M, truth.v if truth.v > 1 else None)
+    except ScheduleError:
+        return False
+    positions = truth.positions if truth.positions is not None else range(truth.P)
+    return a.placement == b.placement and all(a.orders[p] == b.orders[p] for p in positions)
+
+
+def _compute_diffs(twin: pl.DataFrame, bare: pl.DataFrame, problems: list[str]) -> list[float]:
+    """Relative differences of the median per-action compute per (rank, stage, kind)."""
+    def medians(actions: pl.DataFrame) -> dict[tuple, float]:
+        out: dict[tuple, list[float]] = {}
+        for rank, stage, kind, us in actions.select("rank", "stage", "kind", "compute_us").iter_rows():
+            out.setdefault((rank, stage, kind), []).append(us)
+        return {k: median(vs) for k, vs in out.items()}
+
+    want, seen = medians(twin), medians(bare)
+    rel = []
+    for key in sorted(set(want) | set(seen)):
+        if key not in want or key not in seen:
+            problems.append("rank {} stage {} {}: actions only in the {} reading".format(
+                *key, "bare" if key in seen else "annotated"))
+            continue
+        d = abs(seen[key] - want[key]) / want[key] if want[key] > 0 else 0.0
+        rel.append(d)
+        if d > COMPUTE_TOL:
+            problems.append("rank {} stage {} {}: median compute {:.0f} us, twin {:.0f} us "
+                            "({:+.1%})".format(*key, seen[key], want[key],
+                                              (seen[key] - want[key]) / want[key]))
+    return rel

@@ -1,0 +1,125 @@
+"""Run conformance cells and render the matrix.
+
+Each run is made once (cells that differ only in how they are read share it), read with its
+annotations (the twin, with the manifest) and without them (:func:`strip_run`, no manifest),
+and compared (:func:`pipeaudit.conformance.compare.compare`). Schedules that torch's own
+runtime annotates are read as torch writes them: their spans are what every user has.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pipeaudit
+from pipeaudit.conformance.cells import Cell
+from pipeaudit.conformance.compare import Truth, Verdict, compare
+from pipeaudit.conformance.strip import rank_files, strip_run
+from pipeaudit.errors import PipeauditError
+
+
+@dataclass
+class Row:
+    """One cell's outcome."""
+
+    cell: Cell
+    verdict: Verdict
+    read_as: str  #: "schedule P=.. v=.. M=.. steps=.." of the bare reading
+    stripped: bool  #: False: the framework writes the annotations itself (read as written)
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.cell.name, **asdict(self.cell), **self.verdict.to_dict(),
+                "read_as": self.read_as, "stripped": self.stripped, "seconds": self.seconds}
+
+
+def framework_annotates(cell: Cell) -> bool:
+    """Whether the framework itself writes per-action spans for this schedule (torch's
+    action runtime): then there is nothing to strip."""
+    if cell.framework != "torch":
+        return False
+    from pipeaudit.harness.catalog import get_spec
+
+    return get_spec(cell.schedule).torch_annotates
+
+
+def make_run(cell: Cell, root: Path) -> Path:
+    """The cell's harness run under ``root`` (made once, reused by its other readings)."""
+    from pipeaudit.harness import run_profile
+
+    out = root / cell.run_key
+    if (out / "manifest.json").exists():
+        return out
+    if out.exists():
+        shutil.rmtree(out)
+    run_profile(cell.config(str(out)).validate())
+    return out
+
+
+def read_cell(cell: Cell, run: Path, scratch: Path) -> Row:
+    """Read ``run`` as ``cell`` says, with and without annotations, and compare."""
+    t0 = time.perf_counter()
+    files = rank_files(run)
+    ranks = list(range(len(files))) if cell.reading == "all" else [cell.one_rank]
+    twin_paths = [str(run)] if cell.reading == "all" else [str(files[cell.one_rank])]
+    twin_run = pipeaudit.load(twin_paths)
+    stripped = not framework_annotates(cell)
+    if stripped:
+        bare_dir = strip_run(run, scratch / cell.name, ranks=ranks)
+        bare_run = pipeaudit.load([str(p) for p in rank_files(bare_dir)])
+    else:
+        bare_dir = None
+        bare_run = pipeaudit.load([str(files[r]) for r in ranks])
+    twin, bare = twin_run.audit(), bare_run.audit()
+    config = cell.config("x")
+    positions = (None if cell.reading == "all"
+                 else (config.layout.coords(cell.one_rank)["pp"],))
+    truth = Truth(cell.schedule, cell.P, config.num_chunks, cell.M, 2, cell.dp, tuple(ranks),
+                  positions)
+    verdict = compare(truth, twin, twin_run.actions(), bare, bare_run.actions())
+    read_as = (f"{bare.schedule} P={bare.num_ranks} v={bare.num_chunks} "
+               f"M={bare.num_microbatches} steps={bare.num_steps}")
+    if bare_dir is not None:
+        shutil.rmtree(bare_dir, ignore_errors=True)
+    return Row(cell, verdict, read_as, stripped, time.perf_counter() - t0)
+
+
+def run_cells(cells: Iterable[Cell], root: Path, *,
+              on_row: Callable[[Row], None] | None = None) -> list[Row]:
+    """Run and read every cell (a failing run is a failing row, not an exception)."""
+    rows = []
+    scratch = root / "_bare"
+    for cell in cells:
+        t0 = time.perf_counter()
+        try:
+            run = make_run(cell, root)
+            row = read_cell(cell, run, scratch)
+            row.seconds = time.perf_counter() - t0
+        except (PipeauditError, OSError, RuntimeError) as e:
+            row = Row(cell, Verdict([f"{type(e).__name__}: {e}"]), "-", True,
+                      time.perf_counter() - t0)
+        rows.append(row)
+        if on_row:
+            on_row(row)
+    return rows
+
+
+def markdown(rows: list[Row]) -> str:
+    """The matrix as a markdown table, one line per cell, then the count."""
+    head = ("| cell | read as (bare) | max Δbubble | max Δcompute | coverage | result |\n"
+            "|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        v = r.verdict
+        db = "-" if v.max_bubble_diff is None else f"{v.max_bubble_diff:.4f}"
+        dc = "-" if v.max_compute_diff is None else f"{v.max_compute_diff:.1%}"
+        cov = "-" if v.coverage is None else f"{v.coverage:.2f}"
+        result = "pass" if v.ok else "FAIL: " + "; ".join(v.problems[:3]).replace("|", "/")
+        if not r.stripped:
+            result += " (torch's own spans)"
+        lines.append(f"| {r.cell.name} | {r.read_as} | {db} | {dc} | {cov} | {result} |")
+    passed = sum(r.verdict.ok for r in rows)
+    return head + "\n".join(lines) + f"\n\n{passed} of {len(rows)} cells pass.\n"

@@ -75,6 +75,15 @@ class Cell:
             return self.dp  # position 1 of replica 0
         return 1
 
+    @property
+    def layout_given(self) -> str | None:
+        """The ``--layout`` a user gives to read this cell: one rank's file of a DeepSpeed job
+        of several replicas cannot say which of its unnamed groups is the pipeline."""
+        if self.framework != "deepspeed" or self.dp == 1 or self.reading == "all":
+            return None
+        dims = [f"pp={self.P}", f"dp={self.dp}"]
+        return ",".join(dims if self.grid == "pp-outer" else dims[::-1])
+
     def config(self, out: str):
         """The harness's ProfileConfig of this cell's run (not yet validated)."""
         from pipeaudit.harness.config import ModelConfig, ProfileConfig

@@ -69,7 +69,7 @@ def read_cell(cell: Cell, run: Path, scratch: Path) -> Row:
     stripped = not framework_annotates(cell)
     if stripped:
         bare_dir = strip_run(run, scratch / cell.name, ranks=ranks)
-        bare_run = pipeaudit.load([str(p) for p in rank_files(bare_dir)])
+        bare_run = pipeaudit.load([str(p) for p in rank_files(bare_dir)], layout=cell.layout_given)
     else:
         bare_dir = None
         bare_run = pipeaudit.load([str(files[r]) for r in ranks])

@@ -132,6 +132,7 @@ def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
     forward = _without_leading_collectives(forward, cls)
     forward, backward = _seeds_to_backward(forward, backward, cls,
                                            seq["name"].is_in(list(GRAD_SEED_OPS)).to_numpy())
+    forward = _loss_to_forward(forward, backward, cls)
 
     rows = []
     for kind, found in (("F", forward), ("B", backward)):
@@ -245,6 +246,50 @@ def _split_repeats(blocks: list[tuple[int, int]], codes: np.ndarray) -> list[tup
     return out
 
 
+def _grown(found: list[tuple[int, int]], unit: tuple, blocks: list[tuple[int, int]],
+           codes: np.ndarray) -> list[tuple[int, int]]:
+    """Each occurrence of ``unit`` grown over the ops of its block on either side that are
+    ops of the unit too, up to the block's edge or the next occurrence: a chunk of more layers
+    than another on the same rank runs the same ops more times, and all of them are its
+    forward (its last layers alone match the smaller chunk's signature)."""
+    if not found:
+        return found
+    ops = set(unit)
+    starts = np.array([a for a, _ in blocks])
+    out = []
+    for n, (i, j) in enumerate(found):
+        a, b = blocks[int(np.searchsorted(starts, i, side="right")) - 1]
+        lo = max(a, found[n - 1][1] + 1) if n and found[n - 1][1] >= a else a
+        hi = min(b, found[n + 1][0] - 1) if n + 1 < len(found) and found[n + 1][0] <= b else b
+        while i > lo and int(codes[i - 1]) in ops:
+            i -= 1
+        while j < hi and int(codes[j + 1]) in ops:
+            j += 1
+        out.append((i, j))
+    return out
+
+
+#: The largest blocks whose pairwise common op sequences are forward candidates.
+COMMON_CORE_BLOCKS = 4
+
+
+def _common_cores(blocks: list[tuple[int, int]], codes: np.ndarray) -> set[tuple]:
+    """The longest op sequence each pair of ``blocks`` shares: a forward with other work
+    before or after it in its block (the step's start-up work, the previous forward's
+    bookkeeping, a receive buffer's allocation), where its neighbours hold the same forward
+    with other work around it."""
+    from difflib import SequenceMatcher
+    from itertools import combinations
+
+    out = set()
+    seqs = [tuple(codes[a:b + 1].tolist()) for a, b in blocks if b - a < TANDEM_MAX_OPS]
+    for x, y in combinations(seqs, 2):
+        m = SequenceMatcher(None, x, y, autojunk=False).find_longest_match(0, len(x), 0, len(y))
+        if m.size >= 2:
+            out.add(x[m.a:m.a + m.size])
+    return out
+
+
 def _occurrences(unit: tuple, blocks: list[tuple[int, int]], codes: np.ndarray) -> list[tuple[int, int]]:
     """Non-overlapping occurrences of the op sequence ``unit`` inside the blocks, left to right."""
     n = len(unit)
@@ -285,9 +330,10 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
     candidates |= {tuple(codes[a:b + 1].tolist()) for a, b in largest}  # a forward of repeated layers
     candidates |= {u for u in (_tandem_unit(tuple(codes[a:b + 1].tolist())) for a, b in largest[:8]
                                if b - a < TANDEM_MAX_OPS) if u}
+    candidates |= _common_cores(largest[:COMMON_CORE_BLOCKS], codes)
     b_starts = sorted(b[0] for b in backward)
     for unit in candidates:
-        found = _occurrences(unit, blocks, codes)
+        found = _grown(_occurrences(unit, blocks, codes), unit, blocks, codes)
         if len(found) == wanted and _each_before(found, b_starts):
             total = sum(work(b) for b in found)
             if best is None or total > best[0]:
@@ -335,6 +381,27 @@ def _seeds_to_backward(forwards: list[tuple[int, int]], backwards: list[tuple[in
         cut = next((k for k in moved if a < k <= b + 1), None)
         out_f.append((a, cut - 1) if cut is not None else (a, b))
     return out_f, [(starts[(a, b)], b) for a, b in backwards]
+
+
+def _loss_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[int, int]],
+                     cls: np.ndarray) -> list[tuple[int, int]]:
+    """A forward that runs straight into a backward (nothing but compute between: no transfer,
+    no step mark) is the last stage's, and the compute between is its loss: the forward's."""
+    if not forwards or not backwards:
+        return forwards
+    ends = np.array(sorted(b for _, b in forwards))
+    grow: dict[int, int] = {}
+    for a, _ in backwards:
+        k = int(np.searchsorted(ends, a, side="left")) - 1
+        if k < 0:
+            continue
+        f_end = int(ends[k])
+        between = cls[f_end + 1:a]
+        if between.size and bool(np.isin(between, (_COMPUTE, _COMM)).all()):
+            grow[f_end] = a - 1
+    if not grow:
+        return forwards
+    return [(a, grow.get(b, b)) for a, b in forwards]
 
 
 def _without_leading_collectives(forwards: list[tuple[int, int]],

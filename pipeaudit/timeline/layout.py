@@ -306,11 +306,32 @@ def detect_layout(*, headers: Sequence[Mapping[str, Any]], ranks: Sequence[int],
     from_stages = layout_from_stages(rank_stages or {}, world_size)
     if from_stages is not None:
         return from_stages
+    _refuse_unnamed_subgroups(groups, ranks, world_size)
     if world_size is not None and 0 < world_size <= MAX_WORLD and all(r < world_size for r in ranks):
         return Layout(world_size, 1, 1, (tuple((r,) for r in range(world_size)),), "world size",
                       world_size)
     members = sorted(set(ranks))
     return Layout(len(members), 1, 1, (tuple((r,) for r in members),), "ranks given", None)
+
+
+def _refuse_unnamed_subgroups(groups: Sequence[Mapping[str, Any]], ranks: Sequence[int],
+                              world_size: int | None) -> None:
+    """Some of the job's ranks given, in groups that carry no names (DeepSpeed's), one of which
+    holds more than one rank and fewer than all: the pipeline may be any of them, so the world
+    size says nothing about P. A ConfigError asks for ``--layout`` or every rank's trace."""
+    if world_size is None or len(set(ranks)) >= world_size:
+        return
+    given = set(ranks)
+    unnamed = sorted({tuple(g["ranks"]) for g in groups
+                      if g["desc"] in ("", "undefined") and 1 < len(g["ranks"]) < world_size
+                      and given & set(g["ranks"])})
+    if unnamed:
+        shown = ", ".join(str(list(g)) for g in unnamed[:4])
+        raise ConfigError(
+            f"rank(s) {', '.join(map(str, sorted(given)))} of {world_size} cannot say which ranks "
+            f"form their pipeline: their process groups carry no names and more than one could "
+            f"be it ({shown}); give --layout (e.g. pp=2,dp=2, the outermost dimension first) or "
+            f"every rank's trace")
 
 
 def _pipelines(layout: Layout) -> list[tuple[int, ...]]:

@@ -1,0 +1,49 @@
+"""compare(): the verdict on an un-annotated reading, on readings of a bundled real run."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import pipeaudit
+from pipeaudit.conformance.compare import BUBBLE_TOL, Truth, compare, same_order
+from tests.support.paths import SAMPLES
+
+RUN = SAMPLES / "1f1b_p2_m4"
+
+
+@pytest.fixture(scope="module")
+def reading():
+    run = pipeaudit.load(str(RUN))
+    return run.audit(), run.actions()
+
+
+def test_a_reading_equal_to_its_twin_passes(reading):
+    result, actions = reading
+    truth = Truth("1f1b", 2, 1, 4, result.num_steps, 1, (0, 1))
+    verdict = compare(truth, result, actions, result, actions)
+    assert verdict.ok, verdict.problems
+    assert verdict.max_bubble_diff == 0 and verdict.max_compute_diff == 0
+
+
+def test_each_kind_of_difference_is_named(reading):
+    result, actions = reading
+    truth = Truth("gpipe", 2, 1, 8, result.num_steps, 1, (0, 1))
+    off = dataclasses.replace(result, ranks=[dataclasses.replace(r, bubble=r.bubble + 2 * BUBBLE_TOL)
+                                             for r in result.ranks])
+    slower = actions.with_columns(compute_us=actions["compute_us"] * 1.06)
+    problems = compare(truth, result, actions, off, slower).problems
+    text = "\n".join(problems)
+    assert "schedule read as '1f1b', is 'gpipe'" in text and "M read as 4, is 8" in text
+    assert sum("bubble" in p for p in problems) == 2
+    assert "median compute" in text and "+6.0%" in text
+
+
+def test_schedules_that_run_one_order_are_one_truth():
+    at_m1 = Truth("1f1b", 2, 1, 1, 2, 1, (0, 1))
+    assert same_order("naive", at_m1) and same_order("gpipe", at_m1)
+    at_m4 = dataclasses.replace(at_m1, M=4)
+    assert not same_order("naive", at_m4)
+    last_stage_only = dataclasses.replace(at_m4, ranks=(1,), positions=(1,))
+    assert same_order("naive", last_stage_only) and not same_order("gpipe", last_stage_only)

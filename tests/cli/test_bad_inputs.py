@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import DATA, DOCS, REPO
+from tests.support.paths import DATA, DOCS, REPO, SAMPLES
 from tests.support.cli import invoke
 
 BAD = DATA / "bad"
@@ -236,3 +236,19 @@ def test_an_internal_error_is_one_line_exit_3(monkeypatch, corpus):
     monkeypatch.setenv("PIPEAUDIT_DEBUG", "1")
     res = invoke("analyze", target)
     assert isinstance(res.exception, ZeroDivisionError)
+
+
+def test_one_deepspeed_rank_of_several_replicas_asks_for_the_layout(tmp_path):
+    """DeepSpeed's process groups carry no names: one rank's file of a 2 x 2 job cannot say
+    which of its groups is the pipeline, and the world size is not P. One line, exit 2; with
+    --layout it is read."""
+    lone = shutil.copy(SAMPLES / "deepspeed_p2_dp2_m8" / "rank2.json.gz", tmp_path / "rank2.json.gz")
+    res = invoke("analyze", lone)
+    assert res.exit_code == 2
+    line = res.stderr.strip()
+    assert "\n" not in line and "cannot say which ranks form their pipeline" in line
+    assert "[0, 2]" in line and "[2, 3]" in line and "--layout" in line
+    ok = invoke("analyze", lone, "--layout", "pp=2,dp=2", "--format", "json")
+    assert ok.exit_code == 0, ok.output
+    doc = json.loads(ok.stdout)
+    assert (doc["num_ranks"], doc["layout"]["dp"], doc["num_microbatches"]) == (2, 2, 8)

@@ -1,6 +1,6 @@
 """The conformance matrix: real harness runs read with and without their per-action spans.
 
-    python benchmarks/conformance.py                 # the CI slice (13 cells)
+    python benchmarks/conformance.py                 # the CI slice (14 cells)
     python benchmarks/conformance.py --all           # the whole grid
     python benchmarks/conformance.py --cells deepspeed-1f1b-p3-m5,torch-gpipe-p8-m5-mid3
     python benchmarks/conformance.py --all --keep runs/conformance -o conformance.md

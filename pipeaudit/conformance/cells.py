@@ -2,7 +2,7 @@
 
 A :class:`Cell` is one harness run (framework, schedule, P, M, v, D and grid order, a heavy
 stage, activation checkpointing, DeepSpeed's tied layer, ProfilerStep marks) and one way of
-reading it (every rank's file, or one rank's alone). :func:`full_grid` is the whole matrix:
+reading it (every rank's file, one rank's alone, or every rank's with its events shuffled). :func:`full_grid` is the whole matrix:
 every framework's schedules over P in {2, 3, 4} and M in {P - 1, P, 2P + 1} where the
 framework runs them, then each other dimension varied from a base run, and the shapes that
 broke earlier readings. :data:`CI_SLICE` is the fixed slice CI runs on every change.
@@ -17,8 +17,9 @@ from pipeaudit.errors import ConfigError
 FRAMEWORKS = ("torch", "deepspeed", "megatron")
 #: none; one middle stage 3x; the first stage 2x; the last stage 2x
 IMBALANCES = ("none", "mid3", "first2", "last2")
-#: every rank's trace, or one rank's alone (the middle position of the first pipeline)
-READINGS = ("all", "one")
+#: every rank's trace, one rank's alone (the middle position of the first pipeline), or every
+#: rank's with its events in a random order
+READINGS = ("all", "one", "shuffled")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class Cell:
                                         ("nosteps", not self.step_marks)) if on]
         if self.reading == "one":
             parts.append(f"rank{self.one_rank}")
+        elif self.reading == "shuffled":
+            parts.append("shuffled")
         return "-".join(parts)
 
     @property
@@ -79,7 +82,7 @@ class Cell:
     def layout_given(self) -> str | None:
         """The ``--layout`` a user gives to read this cell: one rank's file of a DeepSpeed job
         of several replicas cannot say which of its unnamed groups is the pipeline."""
-        if self.framework != "deepspeed" or self.dp == 1 or self.reading == "all":
+        if self.framework != "deepspeed" or self.dp == 1 or self.reading != "one":
             return None
         dims = [f"pp={self.P}", f"dp={self.dp}"]
         return ",".join(dims if self.grid == "pp-outer" else dims[::-1])
@@ -146,6 +149,7 @@ def variation_cells() -> list[Cell]:
         out.append(replace(base, checkpointing=True))
         out.append(replace(base, step_marks=False))
         out.append(replace(base, reading="one"))
+        out.append(replace(base, reading="shuffled"))
         if base.framework != "megatron":  # the harness runs one Megatron pipeline
             for grid in ("pp-outer", "dp-outer"):
                 out.append(replace(base, P=2, M=4, dp=2, grid=grid))
@@ -176,7 +180,7 @@ def full_grid() -> list[Cell]:
 
 
 #: The slice CI runs: every framework, both grid orders, checkpointing, a tied layer, a heavy
-#: stage, M < P, no step marks and one rank's file (small runs, P <= 3).
+#: stage, M < P, no step marks, one rank's file and events out of order (small runs, P <= 3).
 CI_SLICE: tuple[Cell, ...] = (
     Cell("torch", "1f1b", 2, 4),
     Cell("torch", "1f1b", 3, 7, imbalance="mid3"),
@@ -185,6 +189,7 @@ CI_SLICE: tuple[Cell, ...] = (
     Cell("torch", "1f1b", 2, 4, dp=2, grid="dp-outer"),
     Cell("torch", "interleaved-1f1b", 2, 4, 2),
     Cell("deepspeed", "1f1b", 3, 5),
+    Cell("deepspeed", "1f1b", 3, 5, reading="shuffled"),
     Cell("deepspeed", "1f1b", 2, 4, dp=2, grid="dp-outer"),
     Cell("deepspeed", "1f1b", 2, 4, dp=2, grid="dp-outer", reading="one"),
     Cell("deepspeed", "1f1b", 2, 3, checkpointing=True, tied=True, imbalance="last2"),

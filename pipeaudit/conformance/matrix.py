@@ -8,6 +8,7 @@ runtime annotates are read as torch writes them: their spans are what every user
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -17,8 +18,12 @@ from typing import Any, Callable, Iterable
 import pipeaudit
 from pipeaudit.conformance.cells import Cell
 from pipeaudit.conformance.compare import Truth, Verdict, compare
-from pipeaudit.conformance.strip import rank_files, strip_run
+from pipeaudit.conformance.strip import PP_SPAN, rank_files, strip_run
 from pipeaudit.errors import PipeauditError
+
+
+#: Matches no span name: a copy of the traces as they are (their own annotations kept).
+NOTHING = re.compile(r"(?!)")
 
 
 @dataclass
@@ -63,27 +68,24 @@ def read_cell(cell: Cell, run: Path, scratch: Path) -> Row:
     """Read ``run`` as ``cell`` says, with and without annotations, and compare."""
     t0 = time.perf_counter()
     files = rank_files(run)
-    ranks = list(range(len(files))) if cell.reading == "all" else [cell.one_rank]
-    twin_paths = [str(run)] if cell.reading == "all" else [str(files[cell.one_rank])]
+    one = cell.reading == "one"
+    ranks = [cell.one_rank] if one else list(range(len(files)))
+    twin_paths = [str(files[cell.one_rank])] if one else [str(run)]
     twin_run = pipeaudit.load(twin_paths)
     stripped = not framework_annotates(cell)
-    if stripped:
-        bare_dir = strip_run(run, scratch / cell.name, ranks=ranks)
-        bare_run = pipeaudit.load([str(p) for p in rank_files(bare_dir)], layout=cell.layout_given)
-    else:
-        bare_dir = None
-        bare_run = pipeaudit.load([str(files[r]) for r in ranks])
+    bare_dir = strip_run(run, scratch / cell.name, ranks=ranks,
+                         pattern=PP_SPAN if stripped else NOTHING,
+                         shuffle_seed=0 if cell.reading == "shuffled" else None)
+    bare_run = pipeaudit.load([str(p) for p in rank_files(bare_dir)], layout=cell.layout_given)
     twin, bare = twin_run.audit(), bare_run.audit()
     config = cell.config("x")
-    positions = (None if cell.reading == "all"
-                 else (config.layout.coords(cell.one_rank)["pp"],))
+    positions = (config.layout.coords(cell.one_rank)["pp"],) if one else None
     truth = Truth(cell.schedule, cell.P, config.num_chunks, cell.M, 2, cell.dp, tuple(ranks),
                   positions)
     verdict = compare(truth, twin, twin_run.actions(), bare, bare_run.actions())
     read_as = (f"{bare.schedule} P={bare.num_ranks} v={bare.num_chunks} "
                f"M={bare.num_microbatches} steps={bare.num_steps}")
-    if bare_dir is not None:
-        shutil.rmtree(bare_dir, ignore_errors=True)
+    shutil.rmtree(bare_dir, ignore_errors=True)
     return Row(cell, verdict, read_as, stripped, time.perf_counter() - t0)
 
 

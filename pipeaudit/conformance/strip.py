@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 import re
 import shutil
 from pathlib import Path
@@ -24,9 +25,11 @@ def rank_files(src: Path) -> list[Path]:
 
 
 def strip_run(src: Path, dst: Path, *, keep_manifest: bool = False,
-              pattern: re.Pattern[str] = PP_SPAN, ranks: list[int] | None = None) -> Path:
+              pattern: re.Pattern[str] = PP_SPAN, ranks: list[int] | None = None,
+              shuffle_seed: int | None = None) -> Path:
     """Copy ``src``'s rank traces into ``dst`` without the spans whose name matches ``pattern``
-    (``ranks``: only those ranks' files)."""
+    (``ranks``: only those ranks' files; ``shuffle_seed``: the events in a random order, which
+    no reading may depend on)."""
     dst.mkdir(parents=True, exist_ok=True)
     for path in rank_files(src):
         if ranks is not None and int(re.sub(r"\D", "", path.name)) not in ranks:
@@ -35,6 +38,8 @@ def strip_run(src: Path, dst: Path, *, keep_manifest: bool = False,
             doc = json.load(f)
         doc["traceEvents"] = [e for e in doc["traceEvents"]
                               if not pattern.search(str(e.get("name", "")))]
+        if shuffle_seed is not None:
+            random.Random(shuffle_seed).shuffle(doc["traceEvents"])
         with gzip.open(dst / path.name, "wt") as f:
             json.dump(doc, f)
     if keep_manifest and (src / "manifest.json").exists():

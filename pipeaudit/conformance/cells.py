@@ -17,9 +17,10 @@ from pipeaudit.errors import ConfigError
 FRAMEWORKS = ("torch", "deepspeed", "megatron")
 #: none; one middle stage 3x; the first stage 2x; the last stage 2x
 IMBALANCES = ("none", "mid3", "first2", "last2")
-#: every rank's trace, one rank's alone (the middle position of the first pipeline), or every
-#: rank's with its events in a random order
-READINGS = ("all", "one", "shuffled")
+#: every rank's trace, one rank's alone (the middle position of the first pipeline), every
+#: rank's with its events in a random order, or every rank's without any span that names an
+#: action (GPipe's own ``Forward i`` / ``Backward i`` too: the ops alone)
+READINGS = ("all", "one", "shuffled", "ops")
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ class Cell:
                                         ("nosteps", not self.step_marks)) if on]
         if self.reading == "one":
             parts.append(f"rank{self.one_rank}")
-        elif self.reading == "shuffled":
-            parts.append("shuffled")
+        elif self.reading in ("shuffled", "ops"):
+            parts.append({"shuffled": "shuffled", "ops": "opsonly"}[self.reading])
         return "-".join(parts)
 
     @property
@@ -154,6 +155,7 @@ def variation_cells() -> list[Cell]:
             for grid in ("pp-outer", "dp-outer"):
                 out.append(replace(base, P=2, M=4, dp=2, grid=grid))
                 out.append(replace(base, P=2, M=4, dp=2, grid=grid, reading="one"))
+    out.append(Cell("torch", "gpipe", 3, 4, reading="ops"))
     ds = Cell("deepspeed", "1f1b", 3, 4)
     out += [replace(ds, tied=True), replace(ds, tied=True, checkpointing=True),
             replace(ds, P=4, M=3, tied=True, imbalance="last2")]
@@ -167,6 +169,7 @@ REGRESSION_CELLS: tuple[Cell, ...] = (
     Cell("deepspeed", "1f1b", 3, 5),
     Cell("deepspeed", "1f1b", 4, 6, checkpointing=True),
     Cell("torch", "gpipe", 8, 5, imbalance="mid3", hidden=64, seq_len=8),
+    Cell("torch", "gpipe", 8, 5, imbalance="mid3", hidden=64, seq_len=8, reading="ops"),
 )
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 import pipeaudit
 from pipeaudit.conformance.cells import Cell
 from pipeaudit.conformance.compare import Truth, Verdict, compare
-from pipeaudit.conformance.strip import PP_SPAN, rank_files, strip_run
+from pipeaudit.conformance.strip import ACTION_SPAN, PP_SPAN, rank_files, strip_run
 from pipeaudit.errors import PipeauditError
 
 
@@ -74,7 +74,8 @@ def read_cell(cell: Cell, run: Path, scratch: Path) -> Row:
     twin_run = pipeaudit.load(twin_paths)
     stripped = not framework_annotates(cell)
     bare_dir = strip_run(run, scratch / cell.name, ranks=ranks,
-                         pattern=PP_SPAN if stripped else NOTHING,
+                         pattern=(ACTION_SPAN if cell.reading == "ops"
+                                  else PP_SPAN if stripped else NOTHING),
                          shuffle_seed=0 if cell.reading == "shuffled" else None)
     bare_run = pipeaudit.load([str(p) for p in rank_files(bare_dir)], layout=cell.layout_given)
     twin, bare = twin_run.audit(), bare_run.audit()

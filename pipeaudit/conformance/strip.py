@@ -17,6 +17,8 @@ import shutil
 from pathlib import Path
 
 PP_SPAN = re.compile(r"^PP:")
+#: Every span that names an action: the ``PP:`` ones and ScheduleGPipe's own.
+ACTION_SPAN = re.compile(r"^(PP:|Forward \d+$|Backward \d+$)")
 
 
 def rank_files(src: Path) -> list[Path]:

@@ -16,7 +16,7 @@ def test_grid_has_every_dimension_and_at_least_60_runnable_cells():
     assert seen("grid") == {"pp-outer", "dp-outer"} and seen("dp") == {1, 2}
     assert seen("imbalance") == {"none", "mid3", "first2", "last2"}
     assert seen("checkpointing") == seen("tied") == seen("step_marks") == {True, False}
-    assert seen("reading") == {"all", "one", "shuffled"}
+    assert seen("reading") == {"all", "one", "shuffled", "ops"}
     assert any(c.M < c.P for c in grid) and any(c.M == 2 * c.P + 1 for c in grid)
     torch_schedules = {c.schedule for c in grid if c.framework == "torch"}
     assert {"naive", "gpipe", "1f1b", "interleaved-1f1b", "zbv", "dualpipev"} <= torch_schedules

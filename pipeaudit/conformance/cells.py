@@ -39,8 +39,8 @@ class Cell:
     tied: bool = False
     step_marks: bool = True
     reading: str = "all"
-    hidden: int = 128
-    seq_len: int = 16
+    hidden: int = 256
+    seq_len: int = 8
 
     @property
     def name(self) -> str:

@@ -40,7 +40,7 @@ def command(paths, fmt, output, html_path, force, with_hta, **run) -> None:
     check_writable(html_path, force=force)
     # the worker pool's imports and the read of the first rank overlap ours
     start_early(paths, options.jobs, options.executor, options.max_memory, options.salvage)
-    run = load_run(paths, options)
+    run = load_run(paths, options, needs_pipeline=False)  # per-rank figures stand without one
     result = run.audit()
     timings.mark("audit")
     from pipeaudit.report import render

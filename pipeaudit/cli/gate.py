@@ -11,7 +11,7 @@ import sys
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
-from pipeaudit.cli.runopts import load_options, run_options
+from pipeaudit.cli.runopts import load_options, load_run, run_options
 from pipeaudit.report import render
 from pipeaudit.report.run_facts import ranks_text
 
@@ -91,7 +91,7 @@ def command(ctx, paths, baseline_path, allow_config_change, config_path, no_conf
     if base is None and not th.budgets():
         raise ConfigError("nothing to check: give --baseline FILE or a budget (--max-bubble, "
                           "--max-step-time-ms, ...)")
-    run = load_snapshot(paths, options=options)
+    run = load_snapshot(paths, options=options, load=load_run)
     if run.audit.ranks_missing:
         click.echo(f"pipeaudit: note: ranks {ranks_text(run.audit.ranks_missing)} have no trace: "
                    "gate checks the ranks present, each bubble in its own window", err=True)

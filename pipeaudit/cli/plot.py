@@ -33,7 +33,7 @@ def command(paths, output, kind, step, no_ideal, dpi, force, **run) -> None:
         raise ConfigError(f"{output}: the plot format comes from the extension; use .png or .svg")
     options = load_options(run)
     check_writable(output, force=force)
-    run = load_run(paths, options)
+    run = load_run(paths, options, needs_pipeline=kind != "memory")
     note_missing_ranks(run, "plot", "draws the ranks present, each bubble in its own window")
     opts = {"step": step, "ideal": not no_ideal} if kind == "timeline" else {}
     save_plot(kind, run.timeline, run.audit(), output, force=force, dpi=dpi, **opts)

@@ -174,15 +174,21 @@ def _ranks_table(r: AuditResult) -> str:
 
 
 def _header(r: AuditResult) -> str:
-    from pipeaudit.report.run_facts import PIPELINE_COLUMNS, fact_lines, job_lines, pipeline_rows
+    from pipeaudit.report.run_facts import (
+    PIPELINE_COLUMNS,
+    fact_lines,
+    job_lines,
+    pipeline_rows,
+    shape_text,
+)
 
     if not r.pipeline_found:
         return (f"<p>{r.num_ranks} rank(s), device {_e(r.device_type)}: no pipeline actions found; "
                 "per-rank busy, idle and communication below.</p>")
     how = {"declared": "declared", "manifest": "from manifest", "detected": "detected from order",
            "unknown": "not recognised"}.get(r.schedule_source, r.schedule_source)
-    text = (f"Schedule <b>{_e(r.schedule or 'unknown')}</b> ({_e(how)}); P={r.num_ranks} ranks, "
-            f"{r.num_stages} stages (v={r.num_chunks}), M={r.num_microbatches} microbatches, "
+    text = (f"Schedule <b>{_e(r.schedule or 'unknown')}</b> ({_e(how)}); {_e(shape_text(r))}, "
+            f"M={r.num_microbatches} microbatches, "
             f"{r.num_steps} step(s), device {_e(r.device_type)}.")
     facts = "".join(f"<li>{_e(line)}</li>" for line in fact_lines(r) + job_lines(r))
     replicas = ""

@@ -20,6 +20,7 @@ from pipeaudit.report.run_facts import (
     fact_lines,
     job_lines,
     pipeline_rows,
+    shape_text,
 )
 from pipeaudit.report.step_view import timeline_caption
 
@@ -76,7 +77,7 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
     out = ["# pipeaudit report", ""]
     if r.pipeline_found:
         out.append(f"Schedule **{md_text(r.schedule or 'unknown')}** ({md_text(r.schedule_source)}), "
-                   f"P={r.num_ranks}, {r.num_stages} stages (v={r.num_chunks}), "
+                   f"{shape_text(r)}, "
                    f"M={r.num_microbatches}, {r.num_steps} step(s), device {md_text(r.device_type)}.")
         out += [""] + [f"- {md_text(line)}" for line in fact_lines(r)]
         b = r.bubble

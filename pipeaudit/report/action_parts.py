@@ -50,3 +50,15 @@ def waiting_parts(start: int, end: int, compute: Iterable[tuple[int, int]],
     if end > t and end - t >= max(min_ns, 1):
         out.append((t, end))
     return out
+
+
+def coarse(compute: Iterable[tuple[int, int]], min_gap: int) -> list[tuple[int, int]]:
+    """``compute`` (sorted) with the gaps shorter than ``min_gap`` closed: what a picture
+    ``min_gap`` per pixel can show."""
+    out: list[list[int]] = []
+    for s, e in compute:
+        if out and s - out[-1][1] < min_gap:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]

@@ -26,7 +26,8 @@ LIMITS = {
                                  "[0.05].",
     "max-peak-memory-increase": "Peak memory of each rank, relative increase [0.10].",
     "max-inflight-increase": "Peak in-flight microbatches of each stage, increase [0].",
-    "noise-k": "A change must also exceed K x the baseline's step-to-step spread (scaled MAD) [3].",
+    "noise-k": ("A change must also exceed K standard errors of the change of the medians, from "
+                "the baseline's step-to-step spread (scaled MAD) [3]."),
     "max-bubble": "Budget: pipeline bubble (fraction of the step).",
     "max-bubble-over-theory": "Budget: pipeline bubble minus the schedule's theory.",
     "max-rank-bubble": "Budget: bubble of every rank.",

@@ -89,6 +89,10 @@ def command(paths, memory_cap, schedules, microbatches_list, global_batch, top, 
     cap = parse_size(memory_cap) if memory_cap is not None else None
     if verify_top and not out_dir:
         raise click.UsageError("--verify needs --out DIR for the reruns")
+    if verify_top:
+        from pipeaudit.extras import require
+
+        require("harness", "advise --verify")  # its reruns are `pipeaudit profile` runs
     if repeats > 1 and not verify_top:
         raise click.UsageError("--repeat repeats the reruns of --verify: give --verify K")
     if check and len(paths) != 2:

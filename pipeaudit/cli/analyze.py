@@ -39,6 +39,10 @@ def command(paths, fmt, output, html_path, force, verbose, with_hta, **run) -> N
     from pipeaudit.cli.output import check_writable
 
     options = load_options(run)
+    if with_hta:
+        from pipeaudit.extras import require
+
+        require("hta", "analyze --with-hta")
     check_writable(output, force=force)  # before the (possibly long) analysis
     check_writable(html_path, force=force)
     # the worker pool's imports and the read of the first rank overlap ours

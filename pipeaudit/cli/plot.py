@@ -31,6 +31,9 @@ def command(paths, output, kind, step, no_ideal, dpi, force, **run) -> None:
 
     if os.path.splitext(output)[1].lower() not in FORMATS:
         raise ConfigError(f"{output}: the plot format comes from the extension; use .png or .svg")
+    from pipeaudit.extras import require
+
+    require("plot", "plot")
     options = load_options(run)
     check_writable(output, force=force)
     run = load_run(paths, options, needs_pipeline=kind != "memory")

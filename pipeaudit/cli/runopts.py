@@ -100,9 +100,14 @@ def load_options(params: dict[str, Any], *, flags: dict[str, str] | None = None,
     values["salvage"] = bool(values["salvage"])
     values.update(overrides)
     try:
-        return LoadOptions(**values)
+        options = LoadOptions(**values)
     except OptionError as exc:
         raise click.BadParameter(exc.reason, param_hint=names.get(exc.option, exc.option)) from None
+    if (options.executor or "").startswith("dask://"):
+        from pipeaudit.extras import require
+
+        require("dask", f"{names['executor']} dask://...")
+    return options
 
 
 #: What a user can do when no pipeline is found: every command that reads a run has the flag.

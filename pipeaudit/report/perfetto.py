@@ -2,8 +2,8 @@
 
 Layout: one process per rank (``pid`` = rank, named ``rank N``), and in it one thread per
 stage (``stage S``) holding the F/B/I/W slices named ``F3 (stage 1)``, each with the parts of
-its span where it computes nothing (at least 20 µs: waiting on a recv, a send or the host) as
-nested ``waiting`` slices; with ``with_ideal``
+its span where it computes nothing (at least 20 µs and 5% of the span: waiting on a recv, a
+send or the host) as nested ``waiting`` slices; with ``with_ideal``
 a ``stage S · replay ideal`` thread under each stage; a ``bubble`` thread with the intervals
 of each step window where the rank computes nothing; counter tracks ``memory Total
 Allocated`` (bytes, from ``[memory]`` samples) and ``in-flight microbatches stage S``. Flow
@@ -54,8 +54,10 @@ from pipeaudit.timeline.model import Timeline
 KIND_CNAME = {"F": "rail_response", "B": "rail_load", "I": "good", "W": "rail_idle"}
 BUBBLE_CNAME = "grey"
 WAIT_CNAME = "grey"
-#: shortest wait inside an action written as a ``waiting`` slice (host gaps between ops are less)
+#: shortest wait inside an action written as a ``waiting`` slice: 20 us and 5% of the
+#: action's span (the host's gaps between an action's ops are shorter)
 MIN_WAIT_NS = 20_000
+MIN_WAIT_SHARE = 0.05
 KIND_WORD = {"F": "forward", "B": "backward", "I": "backward (input grad)", "W": "backward (weight grad)"}
 
 #: Chrome JSON event fields that pipeaudit writes (a subset of the documented ones).
@@ -169,8 +171,9 @@ def pipeline_events(tl: Timeline, *, origin_ns: int, with_ideal: bool = False,
                 },
             }
             # where the action waits inside its span, nested in its slice
-            busy = coarse(parts.get((stage, kind, mb, step), [(cs, ce)]), MIN_WAIT_NS)
-            for w0, w1 in waiting_parts(start, end, busy, MIN_WAIT_NS):
+            shortest = max(MIN_WAIT_NS, int(MIN_WAIT_SHARE * (end - start)))
+            busy = coarse(parts.get((stage, kind, mb, step), [(cs, ce)]), shortest)
+            for w0, w1 in waiting_parts(start, end, busy, shortest):
                 summary.wait_slices += 1
                 yield {"ph": "X", "name": "waiting", "cat": "wait", "ts": _us(w0, origin_ns),
                        "dur": _dur_us(w0, w1), "pid": int(rank), "tid": tid_of[stage],

@@ -308,7 +308,8 @@ def test_cli_export_and_refusals(tmp_path):
 
 def test_waiting_inside_an_action_is_its_own_nested_slice(tmp_path):
     """An un-annotated DeepSpeed run: its actions' spans hold waits; each is a ``waiting``
-    slice nested in its action, and the action's compute plus its waits (>= 20 us) is its span."""
+    slice nested in its action, and the action's compute plus its waits (>= 20 us and 5% of
+    the span) is most of its span."""
     run = pipeaudit.load(SAMPLES / "deepspeed_p4_m8")
     out = tmp_path / "ds.json"
     summary = write_perfetto(run.timeline, str(out))
@@ -323,7 +324,7 @@ def test_waiting_inside_an_action_is_its_own_nested_slice(tmp_path):
         a = acts[(w["pid"], w["args"]["action"], w["args"]["step"])]
         assert a["ts"] <= w["ts"] and w["ts"] + w["dur"] <= a["ts"] + a["dur"] + 1e-3
         waited[(w["pid"], w["args"]["action"], w["args"]["step"])] += w["dur"]
-    # compute + waiting covers the span, up to the host gaps under 20 us between ops
+    # compute + waiting covers the span, up to the short host gaps between ops
     for key, wait_us in waited.items():
         a = acts[key]["args"]
         assert wait_us + a["compute_us"] <= a["span_us"] + 0.01

@@ -27,6 +27,8 @@ _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 #: findings the default report shows (the most severe first); --verbose shows all
 TOP_FINDINGS = 4
+#: findings about the input itself, shown whatever their rank: every figure rests on them
+ABOUT_THE_INPUT = frozenset({"TRUNCATED_TRACE", "PARTIAL_TRACE", "MISSING_RANKS"})
 
 
 def render_analyze_text(result: AuditResult, *, timeline_text: str = "",
@@ -70,13 +72,13 @@ def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = ""
 
 def _more(con: Console, r: AuditResult) -> None:
     """The one line saying what --verbose adds."""
-    left = max(0, len(r.findings) - TOP_FINDINGS)
+    left = len(r.findings) - len(_top(r.findings, TOP_FINDINGS))
     parts = ([f"{left} more finding{'s' if left != 1 else ''}"] if left else []) + (
         [f"{len(r.notes)} note{'s' if len(r.notes) != 1 else ''}"] if r.notes else [])
     if r.pipeline_found:
-        parts.append("per-stage and per-rank tables, the published formulas")
-    con.print(f"\n--verbose adds {', '.join(parts)}; --html FILE writes all of it as a page"
-              if parts else "", style="dim", markup=False)
+        parts.append("stage and rank tables, the published formulas")
+    con.print(f"\n--verbose adds {', '.join(parts)}; --html FILE writes it all as a page"
+              if parts else "", style="dim", markup=False, soft_wrap=True)
 
 
 def _header(con: Console, r: AuditResult) -> None:
@@ -183,12 +185,18 @@ def _ranks(con: Console, r: AuditResult) -> None:
     con.print(t)
 
 
+def _top(findings: list, top: int) -> list:
+    """The ``top`` most severe findings and those about the input, in the report's order."""
+    ranked = sorted(range(len(findings)), key=lambda i: _SEVERITY_ORDER.get(findings[i].severity, 3))
+    keep = set(ranked[:top]) | {i for i, f in enumerate(findings) if f.code in ABOUT_THE_INPUT}
+    return [f for i, f in enumerate(findings) if i in keep]
+
+
 def _findings(con: Console, r: AuditResult, top: int | None) -> None:
     if not r.findings:
         con.print("\n[green]No findings: the run matches its schedule's theory.[/]")
         return
-    shown = r.findings if top is None else sorted(
-        r.findings, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))[:top]
+    shown = r.findings if top is None else _top(r.findings, top)
     more = "" if len(shown) == len(r.findings) else f", the {len(shown)} most severe"
     con.print(f"\n[bold]Findings ({len(r.findings)}{more})[/]")
     for f in shown:

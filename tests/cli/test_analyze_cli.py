@@ -51,8 +51,8 @@ def test_text_report_shows_summary_timeline_and_findings():
     assert "published:" not in out
     assert re.search(r"^rank 3 +\|[^|]*B7[^|]*\|$", out, re.M)  # the ASCII timeline
     assert "STAGE_IMBALANCE" in out and "\x1b[" not in out  # no colour when not a terminal
-    assert out.splitlines()[-1] == ("--verbose adds per-stage and per-rank tables, the published "
-                                    "formulas; --html FILE writes all of it as a page")
+    assert out.splitlines()[-1] == ("--verbose adds stage and rank tables, the published "
+                                    "formulas; --html FILE writes it all as a page")
     lines = out.splitlines()
     assert len(lines) <= 50 and max(map(len, lines)) <= 120, (len(lines), max(map(len, lines)))
     full = run("analyze", SAMPLES / "1f1b_p4_m8_imb_s1x3", "--verbose").output

@@ -66,8 +66,8 @@ def test_readme_commands(readme_dir, monkeypatch):
     assert lines[1] == ("schedule 1f1b (from manifest); P=4 ranks, 4 stages (v=1), M=8 "
                         "microbatches, 2 step(s), device cpu")
     assert "ERROR   STAGE_IMBALANCE rank 1 stage 1 (measured 1.99x, expected 1.00x)" in lines
-    assert lines[-1] == ("--verbose adds per-stage and per-rank tables, the published formulas; "
-                         "--html FILE writes all of it as a page")
+    assert lines[-1] == ("--verbose adds stage and rank tables, the published formulas; "
+                         "--html FILE writes it all as a page")
     html = results["analyze --html"]
     assert (html.exit_code, html.stderr) == (0, "wrote report.html\n")
     assert (readme_dir / "report.html").stat().st_size > 10_000

@@ -227,3 +227,19 @@ def test_a_one_process_run_is_told_as_one(run, header):
     assert "assuming rank 0" not in res.stdout
     rows = [line for line in lines if re.match(r"^(stage|rank) \d+ +\|", line)]
     assert rows and all(line.startswith("stage ") for line in rows)  # a line per stage
+
+
+def test_advise_names_its_own_flag_and_the_file(tmp_path):
+    """A run whose order matches no schedule: advise names the run and --run-schedule, the
+    flag it has (its --schedules lists candidates; the run's own is --run-schedule)."""
+    from tests.support.builders import build_run
+
+    odd = [[(s, "F", 0), (s, "B", 0), (s, "F", 1), (s, "F", 2), (s, "B", 1), (s, "B", 2)]
+           for s in range(2)]
+    built = build_run(tmp_path, odd, steps=2)
+    res = invoke("advise", built.directory)
+    assert (res.exit_code, res.stdout) == (2, "")
+    assert res.stderr == (f"pipeaudit: error: {built.directory}: the run's schedule was not "
+                          "recognised: advise predicts from a run whose schedule it knows; "
+                          "declare the one that ran with --run-schedule NAME\n")
+    assert "--run-schedule NAME" in invoke("advise", "--help").stdout

@@ -139,10 +139,9 @@ def load_run(paths, options: LoadOptions, *, needs_pipeline: bool = True):
 
 def cli_trace_error(exc, paths: list[str], salvage: bool):
     """The TraceError as the CLI reports it (see :func:`load_run`)."""
+    from pipeaudit.audit.found import describe_paths
     from pipeaudit.errors import TraceError
     from pipeaudit.trace.salvage import SALVAGE_HINT, is_salvageable
-
-    from pipeaudit.audit.found import describe_paths
 
     path, problem = exc.path, exc.problem
     if path is None and paths:

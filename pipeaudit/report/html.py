@@ -151,11 +151,13 @@ def _summary(r: AuditResult) -> str:
 
 
 def _findings(r: AuditResult) -> str:
+    from pipeaudit.report.run_facts import one_process
+
     if not r.findings:
         return "<p>None: the run matches its schedule's theory.</p>"
     items = []
     for f in r.findings:
-        where = finding_where(f)
+        where = finding_where(f, one_process=one_process(r))
         vals = finding_values(f).strip().strip("()")
         items.append(f'<li class="finding {_e(f.severity)}"><span class="sev">{_e(f.severity)}</span> '
                      f'<code>{_e(f.code)}</code> <span class="where">{_e(where)}</span> '

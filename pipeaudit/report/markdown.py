@@ -19,6 +19,7 @@ from pipeaudit.report.run_facts import (
     bubble_title,
     fact_lines,
     job_lines,
+    one_process,
     pipeline_rows,
     shape_text,
 )
@@ -119,7 +120,7 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
     if not r.findings:
         out.append("None: the run matches its schedule's theory.")
     for f in r.findings:
-        where = finding_where(f)
+        where = finding_where(f, one_process=one_process(r))
         vals = finding_values(f)
         out.append(f"- **{f.severity}** `{f.code}`{' ' + where if where else ''}{md_text(vals)}: "
                    f"{md_text(f.message)}")

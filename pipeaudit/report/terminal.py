@@ -18,6 +18,7 @@ from pipeaudit.report.run_facts import (
     bubble_title,
     fact_lines,
     job_lines,
+    one_process,
     pipeline_rows,
     shape_text,
 )
@@ -200,7 +201,7 @@ def _findings(con: Console, r: AuditResult, top: int | None) -> None:
     more = "" if len(shown) == len(r.findings) else f", the {len(shown)} most severe"
     con.print(f"\n[bold]Findings ({len(r.findings)}{more})[/]")
     for f in shown:
-        where = finding_where(f, " ")
+        where = finding_where(f, " ", one_process(r))
         vals = finding_values(f)
         con.print(f"[{_SEV_STYLE.get(f.severity, '')}]{f.severity.upper():7}[/] {f.code}"
                   f"{' ' + where if where else ''}{vals}")

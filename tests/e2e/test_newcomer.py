@@ -227,6 +227,7 @@ def test_a_one_process_run_is_told_as_one(run, header):
     assert "assuming rank 0" not in res.stdout
     rows = [line for line in lines if re.match(r"^(stage|rank) \d+ +\|", line)]
     assert rows and all(line.startswith("stage ") for line in rows)  # a line per stage
+    assert not re.search(r"^(ERROR|WARNING|INFO) +\w+ rank ", res.stdout, re.M)  # findings: stages
 
 
 def test_advise_names_its_own_flag_and_the_file(tmp_path):

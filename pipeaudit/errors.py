@@ -48,6 +48,8 @@ class TraceErrorKind(enum.Enum):
     SET = "set"
     #: ``--salvage`` was asked for and could not recover anything usable
     SALVAGE_FAILED = "salvage-failed"
+    #: readable traces in which no pipeline stage was found (see :mod:`pipeaudit.audit.found`)
+    NO_PIPELINE = "no-pipeline"
     #: anything else
     OTHER = "other"
 

@@ -121,7 +121,7 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
     tl = run.timeline
     if result.schedule is None:
         raise ConfigError("the run's schedule was not recognised: advise predicts from a run "
-                          "whose schedule it knows (give --schedule to analyze it as one)")
+                          "whose schedule it knows (declare the one that ran: load(..., schedule=NAME))")
     P = result.num_ranks
     M0 = result.num_microbatches
     v0 = max(1, result.num_stages // P)

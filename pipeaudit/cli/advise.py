@@ -89,6 +89,10 @@ def command(paths, memory_cap, schedules, microbatches_list, global_batch, top, 
     cap = parse_size(memory_cap) if memory_cap is not None else None
     if verify_top and not out_dir:
         raise click.UsageError("--verify needs --out DIR for the reruns")
+    if verify_top:
+        from pipeaudit.extras import require
+
+        require("harness", "advise --verify")  # its reruns are `pipeaudit profile` runs
     if repeats > 1 and not verify_top:
         raise click.UsageError("--repeat repeats the reruns of --verify: give --verify K")
     if check and len(paths) != 2:
@@ -96,6 +100,12 @@ def command(paths, memory_cap, schedules, microbatches_list, global_batch, top, 
     before_paths = [paths[0]] if check else list(paths)
     base, note = one_pipeline(load_run(before_paths, options), pipeline)
     require_every_rank(base, "advise", "the replay runs every rank's order")
+    if base.audit().schedule is None:
+        from pipeaudit.audit.found import describe_paths
+
+        raise ConfigError(f"{describe_paths(before_paths)}: the run's schedule was not recognised: "
+                          "advise predicts from a run whose schedule it knows; declare the one "
+                          "that ran with --run-schedule NAME")
     advice = advise(base, memory_cap=cap, schedules=schedules.split(",") if schedules else None,
                     microbatches=_ints(microbatches_list, "--microbatches"),
                     global_batch=global_batch)

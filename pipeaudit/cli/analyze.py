@@ -25,10 +25,13 @@ from pipeaudit.cli.runopts import load_options, load_run, run_options
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML report (charts, no network needed) to this file.")
 @click.option("--force", is_flag=True, help="Overwrite --output / --html if they exist.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Text report: add the theory and published-formula notes, the per-stage and "
+                   "per-rank tables, every finding and the notes (the default fits a screen).")
 @click.option("--with-hta", is_flag=True,
               help="Also run Holistic Trace Analysis (pipeaudit[hta]) on GPU traces and show its "
                    "idle and comm/comp overlap next to pipeaudit's per-rank figures.")
-def command(paths, fmt, output, html_path, force, with_hta, **run) -> None:
+def command(paths, fmt, output, html_path, force, verbose, with_hta, **run) -> None:
     """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
     from pipeaudit import timings
     from pipeaudit.prestart import start_early
@@ -36,11 +39,15 @@ def command(paths, fmt, output, html_path, force, with_hta, **run) -> None:
     from pipeaudit.cli.output import check_writable
 
     options = load_options(run)
+    if with_hta:
+        from pipeaudit.extras import require
+
+        require("hta", "analyze --with-hta")
     check_writable(output, force=force)  # before the (possibly long) analysis
     check_writable(html_path, force=force)
     # the worker pool's imports and the read of the first rank overlap ours
     start_early(paths, options.jobs, options.executor, options.max_memory, options.salvage)
-    run = load_run(paths, options)
+    run = load_run(paths, options, needs_pipeline=False)  # per-rank figures stand without one
     result = run.audit()
     timings.mark("audit")
     from pipeaudit.report import render
@@ -65,7 +72,7 @@ def command(paths, fmt, output, html_path, force, with_hta, **run) -> None:
 
         step, tl_text = step_timeline_text(run.timeline, result) if result.pipeline_found else (None, "")
         text = render("analyze", result, fmt, timeline_text=tl_text, timeline_step=step,
-                      color=sys.stdout.isatty() and output is None)
+                      color=sys.stdout.isatty() and output is None, verbose=verbose)
         if hta is not None:
             from pipeaudit.report.markdown import md_fence
 

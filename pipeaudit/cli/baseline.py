@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
-from pipeaudit.cli.runopts import load_options, run_options
+from pipeaudit.cli.runopts import load_options, load_run, run_options
 
 
 @click.command("baseline")
@@ -24,7 +24,7 @@ def command(paths, output, force, **run) -> None:
     from pipeaudit.gate.snapshot import baseline_json, load_snapshot
 
     check_writable(output, force=force)
-    snap = load_snapshot(paths, options=load_options(run))
+    snap = load_snapshot(paths, options=load_options(run), load=load_run)
     write_output(baseline_json(snap), output, force=force)
     s = snap.series
     n = len(s.steps) if s else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
-from pipeaudit.cli.runopts import load_options, run_options
+from pipeaudit.cli.runopts import load_options, load_run, run_options
 from pipeaudit.report import render
 
 
@@ -29,7 +29,7 @@ def command(run_a, run_b, fmt, output, force, **run) -> None:
 
     check_writable(output, force=force)
     options = load_options(run)
-    a = load_snapshot([run_a], allow_analyze=True, options=options)
-    b = load_snapshot([run_b], allow_analyze=True, options=options)
+    a = load_snapshot([run_a], allow_analyze=True, options=options, load=load_run)
+    b = load_snapshot([run_b], allow_analyze=True, options=options, load=load_run)
     d = diff_runs(a, b)
     write_output(render("diff", d, fmt), output, force=force)

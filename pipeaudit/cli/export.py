@@ -32,7 +32,8 @@ def command(paths, out, with_ideal, merge_original, force, **run) -> None:
                                       "window of the ranks present")
     s = write_perfetto(run.timeline, out, with_ideal=with_ideal, merge_original=merge_original,
                        force=force)
-    parts = [f"{s.ranks} ranks", f"{s.slices} actions", f"{s.flows} flows",
+    parts = [f"{s.ranks} ranks", f"{s.slices} actions", f"{s.wait_slices} waits inside them",
+             f"{s.flows} flows",
              f"{s.bubble_slices} bubble intervals", f"{s.counter_events} counter samples"]
     if with_ideal:
         parts.append(f"{s.ideal_slices} ideal actions")

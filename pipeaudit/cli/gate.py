@@ -11,7 +11,7 @@ import sys
 import click
 
 from pipeaudit.cli.output import check_writable, write_output
-from pipeaudit.cli.runopts import load_options, run_options
+from pipeaudit.cli.runopts import load_options, load_run, run_options
 from pipeaudit.report import render
 from pipeaudit.report.run_facts import ranks_text
 
@@ -26,7 +26,8 @@ LIMITS = {
                                  "[0.05].",
     "max-peak-memory-increase": "Peak memory of each rank, relative increase [0.10].",
     "max-inflight-increase": "Peak in-flight microbatches of each stage, increase [0].",
-    "noise-k": "A change must also exceed K x the baseline's step-to-step spread (scaled MAD) [3].",
+    "noise-k": ("A change must also exceed K standard errors of the change of the medians, from "
+                "the baseline's step-to-step spread (scaled MAD) [3]."),
     "max-bubble": "Budget: pipeline bubble (fraction of the step).",
     "max-bubble-over-theory": "Budget: pipeline bubble minus the schedule's theory.",
     "max-rank-bubble": "Budget: bubble of every rank.",
@@ -91,7 +92,7 @@ def command(ctx, paths, baseline_path, allow_config_change, config_path, no_conf
     if base is None and not th.budgets():
         raise ConfigError("nothing to check: give --baseline FILE or a budget (--max-bubble, "
                           "--max-step-time-ms, ...)")
-    run = load_snapshot(paths, options=options)
+    run = load_snapshot(paths, options=options, load=load_run)
     if run.audit.ranks_missing:
         click.echo(f"pipeaudit: note: ranks {ranks_text(run.audit.ranks_missing)} have no trace: "
                    "gate checks the ranks present, each bubble in its own window", err=True)

@@ -110,8 +110,10 @@ class LazyGroup(click.Group):
             if extra is None:
                 _bug(exc, ctx)
             what = ctx.invoked_subcommand or "this command"
+            from pipeaudit.extras import install_line
+
             click.echo(f"pipeaudit: error: {what} needs {extra[0]}, which is not installed: "
-                       f"pip install 'pipeaudit[{extra[1]}]'", err=True)
+                       f"{install_line(extra[1])}", err=True)
             ctx.exit(2)
         except Exception as exc:  # a bug: still one line, unless asked for the traceback
             _bug(exc, ctx)
@@ -119,23 +121,14 @@ class LazyGroup(click.Group):
 
 #: Exit code of an unexpected exception (a bug), distinct from 1 (gate failed) and 2 (bad input).
 INTERNAL_ERROR = 3
-#: Optional dependencies: top-level module -> (what to call it, the extra that installs it).
-OPTIONAL_MODULES = {
-    "matplotlib": ("matplotlib", "plot"),
-    "dask": ("Dask", "dask"),
-    "distributed": ("Dask distributed", "dask"),
-    "torch": ("PyTorch", "harness"),
-    "hta": ("Holistic Trace Analysis", "hta"),
-    "traceinsight": ("Holistic Trace Analysis", "hta"),
-    "nbclient": ("nbclient", "notebooks"),
-    "nbformat": ("nbformat", "notebooks"),
-}
-
-
 def _missing_extra(exc: ImportError) -> tuple[str, str] | None:
-    """(what, extra) when ``exc`` is an optional dependency that is not installed."""
+    """(what, extra) when ``exc`` is an optional dependency that is not installed (commands
+    check theirs before they start, :func:`pipeaudit.extras.require`: this is the last
+    resort)."""
+    from pipeaudit.extras import MODULES
+
     name = (getattr(exc, "name", None) or "").split(".")[0]
-    return OPTIONAL_MODULES.get(name) if isinstance(exc, ModuleNotFoundError) else None
+    return MODULES.get(name) if isinstance(exc, ModuleNotFoundError) else None
 
 
 def _bug(exc: BaseException, ctx: click.Context):

@@ -31,9 +31,12 @@ def command(paths, output, kind, step, no_ideal, dpi, force, **run) -> None:
 
     if os.path.splitext(output)[1].lower() not in FORMATS:
         raise ConfigError(f"{output}: the plot format comes from the extension; use .png or .svg")
+    from pipeaudit.extras import require
+
+    require("plot", "plot")
     options = load_options(run)
     check_writable(output, force=force)
-    run = load_run(paths, options)
+    run = load_run(paths, options, needs_pipeline=kind != "memory")
     note_missing_ranks(run, "plot", "draws the ranks present, each bubble in its own window")
     opts = {"step": step, "ideal": not no_ideal} if kind == "timeline" else {}
     save_plot(kind, run.timeline, run.audit(), output, force=force, dpi=dpi, **opts)

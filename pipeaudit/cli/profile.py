@@ -20,6 +20,11 @@ def command(fmt: str, **opts) -> None:
     Writes OUT/rank{r}.json.gz (one Kineto trace per rank) and OUT/manifest.json.
     Invalid combinations fail before any process starts.
     """
+    from pipeaudit.extras import require
+
+    framework = opts.get("framework", "torch")
+    require("harness" if framework == "torch" else framework,
+            "profile" if framework == "torch" else f"profile --framework {framework}")
     from pipeaudit.harness import run_profile
 
     config = config_from_options(opts, command=_invocation()).validate()

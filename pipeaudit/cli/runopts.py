@@ -100,31 +100,52 @@ def load_options(params: dict[str, Any], *, flags: dict[str, str] | None = None,
     values["salvage"] = bool(values["salvage"])
     values.update(overrides)
     try:
-        return LoadOptions(**values)
+        options = LoadOptions(**values)
     except OptionError as exc:
         raise click.BadParameter(exc.reason, param_hint=names.get(exc.option, exc.option)) from None
+    if (options.executor or "").startswith("dask://"):
+        from pipeaudit.extras import require
+
+        require("dask", f"{names['executor']} dask://...")
+    return options
 
 
-def load_run(paths, options: LoadOptions):
+#: What a user can do when no pipeline is found: every command that reads a run has the flag.
+NO_PIPELINE_HINT = ("if the run names its forward/backward spans its own way, give --action-pattern "
+                    "REGEX (docs/profiling-your-own-training.md)")
+
+
+def load_run(paths, options: LoadOptions, *, needs_pipeline: bool = True):
     """``pipeaudit.load`` for a command: a trace error names the inputs when it concerns the
-    set, and damage that ``--salvage`` can repair says so when it was not given."""
+    set, and damage that ``--salvage`` can repair says so when it was not given. A run without
+    a pipeline (:func:`pipeaudit.audit.found.no_pipeline_error`, the rule of every command) is
+    an input error (exit 2) for a command that ``needs_pipeline``, else a note on stderr."""
     import pipeaudit
     from pipeaudit.errors import TraceError
 
     try:
-        return pipeaudit.load(paths, options=options)
+        run = pipeaudit.load(paths, options=options)
     except TraceError as exc:
         raise cli_trace_error(exc, list(paths), options.salvage) from None
+    from pipeaudit.audit.found import no_pipeline_error
+
+    err = no_pipeline_error(run, list(paths), NO_PIPELINE_HINT)
+    if err is not None:
+        if needs_pipeline:
+            raise err
+        click.echo(f"pipeaudit: note: {err}", err=True)
+    return run
 
 
 def cli_trace_error(exc, paths: list[str], salvage: bool):
     """The TraceError as the CLI reports it (see :func:`load_run`)."""
+    from pipeaudit.audit.found import describe_paths
     from pipeaudit.errors import TraceError
     from pipeaudit.trace.salvage import SALVAGE_HINT, is_salvageable
 
     path, problem = exc.path, exc.problem
     if path is None and paths:
-        path = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        path = describe_paths(paths)
     if not salvage and is_salvageable(exc):
         problem = f"{problem}; {SALVAGE_HINT}"
     return TraceError(path, problem, exc.kind)

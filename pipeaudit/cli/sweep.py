@@ -71,6 +71,9 @@ def command(schedules, stages, stages_alias, microbatches, chunks, steps, warmup
         raise ConfigError("--out DIR is required (or --report DIR to show a finished sweep)")
     if resume and force:
         raise ConfigError("--resume and --force do not go together: --resume keeps finished runs")
+    from pipeaudit.extras import require
+
+    require("harness", "sweep")  # its runs are `pipeaudit profile` runs
     from pipeaudit.harness.config import ModelConfig
     from pipeaudit.sweep.grid import parse_int_list, parse_schedules
     from pipeaudit.sweep.progress import SweepProgress

@@ -1,9 +1,12 @@
 """The gate's comparison model: checks of a run against a baseline and against budgets.
 
-Every check compares the *median of per-step values*. Against a baseline, a
-check fails when its change exceeds both its threshold and ``noise_k`` times
-the baseline's step-to-step spread (scaled MAD, in the change's units); it
-warns when the change exceeds the threshold but stays inside that noise band.
+Every check compares the *median of per-step values* (``diff`` reads the same medians).
+Against a baseline, a check fails when its change exceeds both its threshold and the noise
+band, ``noise_k`` standard errors of the change of the two medians (from the baseline's
+step-to-step spread, scaled MAD, over the steps of both sides, :mod:`pipeaudit.gate.stats`);
+it warns when the change exceeds the threshold but stays inside that noise band. A check
+whose band is wider than its threshold cannot be gated at it: the result says so in one line
+with the steps a baseline and a run need (:meth:`GateResult.noisy_line`).
 Budgets fail when the run's median exceeds them. Each check explains itself,
 naming the rank or stage that moved and why.
 """
@@ -95,19 +98,21 @@ class _Compare:
                mode: str, unit: str, threshold: float | None,
                why: Callable[[float], str] | None = None) -> Check:
         bm, nm = stats.median(base), stats.median(now)
-        spread = stats.spread(base)
+        nb, nn = len(stats.values(base)), len(stats.values(now))
+        noise = stats.median_noise(stats.spread(base), self.k, nb, nn)
         if mode == "rel":
             change = stats.relative_change(bm, nm)
             if change is None and bm == 0 and nm is not None:
                 change = 0.0 if nm == 0 else float("inf")
-            noise = self.k * spread / abs(bm) if bm else 0.0
+            noise = noise / abs(bm) if bm else 0.0
         else:
             change = None if bm is None or nm is None else nm - bm
-            noise = self.k * spread
         verdict = _judge(change, threshold, noise)
         c = Check(metric=metric, scope=scope, index=index, baseline=bm, now=nm, change=change,
                   mode=mode, threshold=threshold, noise=noise, unit=unit, verdict=verdict,
                   explanation="")
+        if c.too_noisy:
+            c.steps_needed = stats.steps_to_gate(noise, threshold, nb, nn)  # type: ignore[arg-type]
         c.explanation = self._explain(c, why)
         return c
 
@@ -121,8 +126,10 @@ class _Compare:
             return head + f", limit {fmt_change(c.threshold, c.mode, c.unit)})"
         if c.verdict == "warn":
             return (head + f") exceeds the threshold {fmt_change(c.threshold, c.mode, c.unit)} "
-                    f"but stays within the baseline's step-to-step noise "
-                    f"({fmt_change(c.noise, c.mode, c.unit)}); not counted as a regression")
+                    f"but stays within the noise of the medians "
+                    f"({fmt_change(c.noise, c.mode, c.unit)}: the baseline's step-to-step noise "
+                    f"over {len(self.bs.steps)} and {len(self.ns.steps)} steps); not counted as a "
+                    "regression")
         reason = why(c.change) if why else ""
         limit = fmt_change(c.limit, c.mode, c.unit)
         return head + f", limit {limit})" + (f": {reason}" if reason else "")

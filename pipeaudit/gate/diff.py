@@ -1,9 +1,12 @@
 """Side-by-side comparison of two runs, stage by stage (``pipeaudit diff``).
 
-Works from the audit documents alone, so either side may be traces, a saved
-``analyze --format json`` document or a baseline. Compute is the mean per
-step (the stage's total over the audited steps / number of steps); bubble,
-overlap and peak memory are those of the rank that holds the stage.
+Either side may be traces, a saved ``analyze --format json`` document or a baseline. It
+reads the statistic ``gate`` reads: the median over steps of each per-step value (a stage's
+compute per step, by kind and in all, its rank's bubble, the pipeline bubble and imbalance)
+from the per-step series traces and baselines carry. An ``analyze`` document carries none:
+with one on either side both sides fall back to the mean per step (the stage's total over the
+audited steps / number of steps), and the diff says so. Overlap and peak memory are those of
+the rank that holds the stage.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import Any
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.actions import KINDS
 from pipeaudit.audit.result import AuditResult, RankMetrics, StageMetrics
+from pipeaudit.gate import stats
+from pipeaudit.gate.series import StepSeries
 from pipeaudit.gate.snapshot import Snapshot
 from pipeaudit.gate.stats import relative_change
 
@@ -90,6 +95,7 @@ class RunDiff:
     pipeline: list[Row]
     stages: list[StageDiff]
     movers: list[Mover]
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -106,44 +112,69 @@ class RunDiff:
 def diff_runs(a: Snapshot, b: Snapshot) -> RunDiff:
     """Compare run ``a`` (before) with run ``b`` (after)."""
     ra, rb = a.audit, b.audit
+    medians = a.series is not None and b.series is not None
+    sa, sb = (a.series, b.series) if medians else (None, None)
     stages = sorted({s.stage for s in ra.stages} | {s.stage for s in rb.stages})
-    rows = [StageDiff(s, _side(ra, s), _side(rb, s), None) for s in stages]
+    rows = [StageDiff(s, _side(ra, s, sa), _side(rb, s, sb), None) for s in stages]
     for r in rows:
         r.compute_change = relative_change(r.a.total_us, r.b.total_us)
+    notes = [] if medians else [
+        f"{a.source if a.series is None else b.source} is an analyze document (no per-step "
+        "series): compute, bubble and imbalance are means over steps on both sides; gate and "
+        "diff of traces or baselines read the median over steps"]
     return RunDiff(
         a_source=a.source, b_source=b.source, a_config=a.config.describe(),
         b_config=b.config.describe(), config_changes=a.config.differences(b.config),
-        pipeline=_pipeline(ra, rb), stages=rows, movers=_movers(rows),
+        pipeline=_pipeline(ra, rb, sa, sb), stages=rows, movers=_movers(rows), notes=notes,
     )
 
 
-def _side(r: AuditResult, stage: int) -> Side:
-    """One run's figures of a stage; with several pipeline replicas, the mean over the
-    replicas that run it (the largest in-flight count and peak memory)."""
+def _side(r: AuditResult, stage: int, series: StepSeries | None = None) -> Side:
+    """One run's figures of a stage: from ``series``, the median over steps (compute per step
+    by kind and in all, the bubble of its ranks), else the mean per step; with several
+    pipeline replicas, the mean over the replicas that run it (the largest in-flight count
+    and peak memory)."""
     sts: list[StageMetrics] = [s for s in r.stages if s.stage == stage]
     if not sts:
         return Side()
     n = max(r.num_steps, 1) * len(sts)
     ranks: list[RankMetrics] = [x for x in r.ranks if x.rank in {st.rank for st in sts}]
-    comp = {k: sum(st.compute_us.get(k, 0.0) for st in sts) / n for k in KINDS
-            if any(st.actions.get(k, 0) for st in sts)}
-    bubbles = [x.bubble for x in ranks if x.bubble is not None]
+    kinds = [k for k in KINDS if any(st.actions.get(k, 0) for st in sts)]
+    if series is not None and stage in series.stage_compute_us:
+        per_kind = series.stage_compute_us[stage]
+        comp = {k: stats.median(per_kind.get(k, [])) or 0.0 for k in kinds}
+        total = stats.median(series.stage_total_us(stage))
+        bubbles = [stats.median(series.rank_bubble[x.rank]) for x in ranks
+                   if x.rank in series.rank_bubble]
+        bubbles = [b for b in bubbles if b is not None]
+    else:
+        comp = {k: sum(st.compute_us.get(k, 0.0) for st in sts) / n for k in kinds}
+        total = sum(sum(st.compute_us.values()) for st in sts) / n
+        bubbles = [x.bubble for x in ranks if x.bubble is not None]
     overlaps = [x.overlap for x in ranks if x.overlap is not None]
     peaks = [x.peak_allocated_bytes for x in ranks if x.peak_allocated_bytes is not None]
-    return Side(rank=sts[0].rank, compute_us=comp,
-                total_us=sum(sum(st.compute_us.values()) for st in sts) / n,
+    return Side(rank=sts[0].rank, compute_us=comp, total_us=total,
                 bubble=sum(bubbles) / len(bubbles) if bubbles else None,
                 overlap=sum(overlaps) / len(overlaps) if overlaps else None,
                 peak_bytes=max(peaks) if peaks else None,
                 inflight=max(st.peak_inflight for st in sts))
 
 
-def _imbalance(r: AuditResult) -> float | None:
+def _imbalance(r: AuditResult, series: StepSeries | None) -> float | None:
+    """Max over median stage compute: the median over steps of the per-step ratio (the
+    gate's), else the ratio of the stages' means per step."""
+    if series is not None:
+        return stats.median(series.imbalance)
     totals = [_side(r, s).total_us or 0.0 for s in sorted({st.stage for st in r.stages})]
     if not totals:
         return None
     med = median(totals)
     return max(totals) / med if med > 0 else None
+
+
+def _bubble(r: AuditResult, series: StepSeries | None) -> float | None:
+    """The pipeline bubble: the median over steps (the gate's), else the mean."""
+    return stats.median(series.bubble) if series is not None else r.bubble.measured
 
 
 def _overlap(r: AuditResult) -> float | None:
@@ -156,7 +187,8 @@ def _peak(r: AuditResult) -> float | None:
     return float(max(peaks)) if peaks else None
 
 
-def _pipeline(a: AuditResult, b: AuditResult) -> list[Row]:
+def _pipeline(a: AuditResult, b: AuditResult, sa: StepSeries | None,
+              sb: StepSeries | None) -> list[Row]:
     def row(metric, va, vb, unit, mode):
         ch = relative_change(va, vb) if mode == "rel" else (
             None if va is None or vb is None else vb - va)
@@ -164,12 +196,12 @@ def _pipeline(a: AuditResult, b: AuditResult) -> list[Row]:
 
     return [
         row("median step time", a.step_time_us, b.step_time_us, "us", "rel"),
-        row("bubble (measured)", a.bubble.measured, b.bubble.measured, "fraction", "abs"),
+        row("bubble (measured)", _bubble(a, sa), _bubble(b, sb), "fraction", "abs"),
         row("bubble (theory)", a.bubble.theory, b.bubble.theory, "fraction", "abs"),
         row("bubble (replay ideal)", a.bubble.replay_ideal, b.bubble.replay_ideal, "fraction", "abs"),
         row("imbalance part", a.bubble.imbalance_part, b.bubble.imbalance_part, "fraction", "abs"),
         row("overhead part", a.bubble.overhead_part, b.bubble.overhead_part, "fraction", "abs"),
-        row("stage imbalance (max/median)", _imbalance(a), _imbalance(b), "ratio", "abs"),
+        row("stage imbalance (max/median)", _imbalance(a, sa), _imbalance(b, sb), "ratio", "abs"),
         row("communication overlap", _overlap(a), _overlap(b), "fraction", "abs"),
         row("peak memory (max rank)", _peak(a), _peak(b), "bytes", "rel"),
     ]

@@ -39,10 +39,21 @@ class Check:
     change: float | None  # now - baseline (mode "abs") or relative change (mode "rel")
     mode: str  # abs | rel | budget
     threshold: float | None  # the configured limit on the change, or the budget
-    noise: float | None  # noise_k x the baseline's spread, in the change's units
+    #: noise_k standard errors of the change of the medians (the baseline's step-to-step
+    #: spread over the steps of both sides), in the change's units
+    noise: float | None
     unit: str  # fraction | us | ratio | bytes | count
     verdict: str  # pass | warn | fail | skip
     explanation: str
+    #: when the noise band is wider than the threshold: the steps a baseline and a run each
+    #: need for it to narrow to the threshold (None: no count does, or not noisy)
+    steps_needed: int | None = None
+
+    @property
+    def too_noisy(self) -> bool:
+        """True when the baseline's noise hides a change of the threshold's size."""
+        return (self.mode != "budget" and self.threshold is not None and self.noise is not None
+                and self.noise > self.threshold)
 
     @property
     def name(self) -> str:
@@ -91,6 +102,23 @@ class GateResult:
     def exit_code(self) -> int:
         return 1 if self.verdict == "fail" else 0
 
+    def noisy_line(self) -> str | None:
+        """One line naming the checks the baseline is too noisy to gate at their threshold
+        and the steps a baseline (and run) needs for them; None when there are none."""
+        noisy = [c for c in self.checks if c.too_noisy]
+        if not noisy:
+            return None
+        names = ", ".join(c.name for c in noisy[:4]) + (
+            f" and {len(noisy) - 4} more" if len(noisy) > 4 else "")
+        counts = [c.steps_needed for c in noisy]
+        need = (f"a baseline and a run of {max(counts)} steps each would gate "
+                f"{'it' if len(noisy) == 1 else 'them'} (profile --steps {max(counts)})"
+                if None not in counts else "no number of steps gates a threshold of 0 against "
+                "a baseline that varies")
+        noun = "check" if len(noisy) == 1 else "checks"
+        return (f"the baseline is too noisy to gate {len(noisy)} {noun} at the threshold (its "
+                f"noise band is wider): {names}; {need}")
+
     def by_verdict(self, verdict: str) -> list[Check]:
         return [c for c in self.checks if c.verdict == verdict]
 
@@ -115,4 +143,5 @@ class GateResult:
             "config_changes": self.config_changes,
             "thresholds": self.thresholds.to_dict(), "thresholds_file": self.thresholds_file,
             "checks": [c.to_dict() for c in self.checks], "notes": self.notes,
+            "too_noisy": self.noisy_line(),
         }

@@ -102,12 +102,14 @@ def config_of(result: AuditResult, world_size: int | None = None) -> RunConfig:
                      num_chunks=result.num_chunks, world_size=int(ws))
 
 
-def snapshot_from_run(run, source: str | None = None) -> Snapshot:
-    """Snapshot of a loaded :class:`pipeaudit.api.Run` (audit + per-step series)."""
+def snapshot_from_run(run, source: str | None = None, paths: Sequence[str] = ()) -> Snapshot:
+    """Snapshot of a loaded :class:`pipeaudit.api.Run` (audit + per-step series; ``paths``:
+    the inputs as given, named when the run holds no pipeline)."""
+    from pipeaudit.audit.found import require_pipeline
+
+    require_pipeline(run, paths)
     result = run.audit()
     src = source or _describe_inputs(result.inputs)
-    if not result.pipeline_found:
-        raise ConfigError(f"{src}: no pipeline actions found; there is nothing to gate or compare")
     sizes = [rt.world_size for rt in run.timeline.ranks if rt.world_size]
     return Snapshot(config=config_of(result, max(sizes) if sizes else None), audit=result,
                     series=step_series(run.timeline), source=src, kind="traces")
@@ -208,13 +210,17 @@ def is_document(path: str) -> bool:
 
 
 def load_snapshot(paths: Sequence[str], *, allow_analyze: bool = False,
-                  options: LoadOptions | None = None) -> Snapshot:
-    """A run from trace files/directories/globs (read with ``options``), or from one saved
-    baseline (or analyze) file."""
+                  options: LoadOptions | None = None, load=None) -> Snapshot:
+    """A run from trace files/directories/globs (read with ``options`` by ``load(paths,
+    options)``, default :func:`pipeaudit.load`), or from one saved baseline (or analyze)
+    file."""
     paths = [str(p) for p in paths]
     if len(paths) == 1 and is_document(paths[0]):
         return read_document(paths[0], baseline_only=not allow_analyze)
-    from pipeaudit.api import load
+    if load is None:
+        from pipeaudit.api import load as api_load
 
-    run = load(paths, options=options)
-    return snapshot_from_run(run)
+        def load(p, options):
+            return api_load(p, options=options)
+
+    return snapshot_from_run(load(paths, options), paths=paths)

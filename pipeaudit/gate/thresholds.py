@@ -35,7 +35,7 @@ class Thresholds:
     max_exposed_comm_increase: float | None = 0.05  # absolute, fraction of the step
     max_peak_memory_increase: float | None = 0.10  # relative, per rank
     max_inflight_increase: float | None = 0.0  # microbatches, per stage
-    noise_k: float = 3.0  # a change must also exceed noise_k x the baseline's spread
+    noise_k: float = 3.0  # a change must also exceed noise_k standard errors of the medians' change
     # budgets (no baseline needed)
     max_bubble: float | None = None
     max_bubble_over_theory: float | None = None

@@ -7,7 +7,9 @@ Notation (docs/reading-the-report.md, docs/schedules.md):
   (full backward), ``I2`` (input gradient), ``W2`` (weight gradient); when a rank holds several
   stages (interleaved and V schedules) the label starts with the global stage, as torch names
   actions: ``2F3`` is stage 2's forward of microbatch 3;
-* ``=`` continues the action on its left; ``.`` is a cell with no compute.
+* ``=`` continues the action on its left, computing; ``-`` continues it waiting (a cell of
+  its span with no compute in it: the recv or the send it waits on); ``.`` is a cell outside
+  every action.
 
 Two layouts share the notation. :func:`render_cells` (``simulate``) gives each time unit a
 cell as wide as the longest label, so integer-time replays read exactly; :func:`render`
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 CONTINUE = "="
+WAIT = "-"
 IDLE = "."
 
 
@@ -33,6 +36,8 @@ class Item:
     start: float
     end: float
     label: str
+    #: the intervals inside ``start``..``end`` that compute; empty: all of it
+    compute: tuple[tuple[float, float], ...] = ()
 
 
 def action_label(kind: str, microbatch: int, stage: int | None = None) -> str:
@@ -40,12 +45,16 @@ def action_label(kind: str, microbatch: int, stage: int | None = None) -> str:
     return f"{'' if stage is None else stage}{kind}{microbatch}"
 
 
-def legend(multi_stage: bool) -> str:
-    """How to read the labels and the cells."""
-    text = (f"F3 = forward of microbatch 3 (B backward, I input gradient, W weight gradient), "
-            f"'{CONTINUE}' continues it, '{IDLE}' no compute")
+def legend(multi_stage: bool, waits: bool = False) -> str:
+    """How to read the labels and the cells (``waits``: the cells of :data:`WAIT` too)."""
+    if waits:
+        text = (f"F3 = forward of microbatch 3 (B backward, I input, W weight gradient); "
+                f"'{CONTINUE}' it computes, '{WAIT}' it waits, '{IDLE}' no action")
+    else:
+        text = (f"F3 = forward of microbatch 3 (B backward, I input gradient, W weight gradient), "
+                f"'{CONTINUE}' continues it, '{IDLE}' no compute")
     if multi_stage:
-        text += "; ranks hold several stages: 2F3 is stage 2's F3"
+        text += ("\n" if waits else "; ") + "ranks hold several stages: 2F3 is stage 2's F3"
     return text
 
 
@@ -57,8 +66,8 @@ def render(items: Sequence[Item], rows: Sequence[int], *, width: int = 96,
            scale: float = 1.0, row_name: str = "rank") -> str:
     """The timeline as text: one line per row plus a time axis, ``width`` one-character
     cells between ``t0`` and ``t1``. An item takes the cells its interval covers, the first
-    ones showing its label, the rest ``=``; a cell shared by two items goes to the one covering
-    more of it. ``scale`` converts item times to ``unit`` for the axis labels.
+    ones showing its label, the rest ``=``, or ``-`` where the item says what computes and the
+    cell is mostly waiting; a cell shared by two items goes to the one covering more of it. ``scale`` converts item times to ``unit`` for the axis labels.
     """
     if not items:
         return "(no actions)"
@@ -83,13 +92,23 @@ def render(items: Sequence[Item], rows: Sequence[int], *, width: int = 96,
                     cover[c] = share
                     owned.append(c)
             for j, c in enumerate(owned):
-                chars[c] = text[j] if j < len(text) else CONTINUE
+                chars[c] = text[j] if j < len(text) else _fill(it, lo + c * cell, lo + (c + 1) * cell)
         lines.append(f"{row_name} {r}".ljust(name_w) + "|" + "".join(chars) + "|")
     left = f"{0:.2f} {unit}"
     right = f"{span * scale:.2f} {unit}"
     axis = " " * name_w + "|" + left + " " * max(1, width - len(left) - len(right)) + right + "|"
     lines.append(axis)
     return "\n".join(lines)
+
+
+def _fill(it: Item, a: float, b: float) -> str:
+    """``=`` for a cell ``a``..``b`` of ``it`` that computes at least half of its share of
+    the cell, ``-`` for one mostly waiting."""
+    if not it.compute:
+        return CONTINUE
+    share = max(0.0, min(b, it.end) - max(a, it.start))
+    busy = sum(max(0.0, min(b, e) - max(a, s)) for s, e in it.compute)
+    return CONTINUE if busy >= 0.5 * share else WAIT
 
 
 # ------------------------------------------------------------- cells (simulated time units)

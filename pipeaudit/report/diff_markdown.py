@@ -27,6 +27,9 @@ def render_diff_markdown(d: RunDiff) -> str:
     out += ["", f"**{cell(d.summary())}**", "", "### Pipeline", ""]
     out += _table(["metric", "A", "B", "change"], pipeline_rows(d))
     out += ["", "### Stages", "",
-            "Compute per step by kind (ms); bubble, overlap and memory of the stage's rank.", ""]
+            "Median over steps of the compute per step, by kind (ms); bubble, overlap and "
+            "memory of the stage's rank.", ""]
     out += _table(stage_header(d), stage_rows(d))
+    if d.notes:
+        out += [""] + [f"- note: {cell(n)}" for n in d.notes]
     return "\n".join(out) + "\n"

@@ -10,6 +10,10 @@ if TYPE_CHECKING:  # types only: the gate does not import the reporters, nor the
     from pipeaudit.gate.diff import RunDiff
 
 
+STAGES_TITLE = ("Stages (median over steps of the compute per step, by kind; bubble, overlap "
+                "and memory of the stage's rank)")
+
+
 def pipeline_rows(d: RunDiff) -> list[list[str]]:
     return [[r.metric, fmt_value(r.a, r.unit), fmt_value(r.b, r.unit),
              fmt_change(r.change, r.mode, r.unit)] for r in d.pipeline]
@@ -62,7 +66,7 @@ def render_diff_text(d: RunDiff) -> str:
     if d.config_changes:
         out.append("configuration changed: " + "; ".join(d.config_changes))
     out += ["", "Pipeline"] + _grid(["metric", "A", "B", "change"], pipeline_rows(d))
-    out += ["", "Stages (compute per step by kind; bubble, overlap and memory of the stage's rank)"]
+    out += ["", STAGES_TITLE]
     out += _grid(stage_header(d), stage_rows(d))
-    out += ["", d.summary()]
+    out += ["", d.summary()] + [f"note: {n}" for n in d.notes]
     return "\n".join(out) + "\n"

@@ -45,10 +45,11 @@ def with_unit(x: float | None, unit: str | None) -> str:
     return fmt_value(x, unit) + ("x" if unit == "ratio" else "")
 
 
-def finding_where(f, sep: str = ", ") -> str:
-    """``rank 1, stage 1``: where a finding is ("" for a run-wide one)."""
-    parts = (f"rank {f.rank}" if f.rank is not None else "",
-             f"stage {f.stage}" if f.stage is not None else "")
+def finding_where(f, sep: str = ", ", one_process: bool = False) -> str:
+    """``rank 1, stage 1``: where a finding is ("" for a run-wide one); ``stage 1`` alone in
+    a run where one process drove every stage (its ranks are the stages')."""
+    parts = (f"rank {f.rank}" if f.rank is not None and not (one_process and f.stage is not None)
+             else "", f"stage {f.stage}" if f.stage is not None else "")
     return sep.join(x for x in parts if x)
 
 

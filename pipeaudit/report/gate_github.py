@@ -34,7 +34,8 @@ def command(level: str, message: str, **props: str) -> str:
 
 def render_gate_github(result: GateResult) -> str:
     """The annotations, one per line: failures, warnings, then the verdict."""
-    lines = []
+    noisy = result.noisy_line()
+    lines = [command("warning", noisy, title="pipeaudit gate: noisy baseline")] if noisy else []
     for c in result.sorted_checks():
         if c.verdict == "fail":
             lines.append(command("error", c.explanation, title=f"pipeaudit gate: {c.name}"))

@@ -23,6 +23,9 @@ def render_gate_markdown(result: GateResult) -> str:
     """The gate report as GitHub-flavoured Markdown."""
     icon = _ICON[result.verdict.upper()].split()[0]
     out = [f"## pipeaudit gate: {icon} {cell(verdict_line(result))}", ""]
+    noisy = result.noisy_line()
+    if noisy:
+        out += [f"**{cell(noisy)}**", ""]
     out.append(f"- run: {md_code(result.run_source)} ({cell(result.run_config.describe())})")
     if result.baseline_source and result.baseline_config is not None:
         out.append(f"- baseline: {md_code(result.baseline_source)} "

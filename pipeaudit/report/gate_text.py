@@ -1,5 +1,6 @@
-"""Text reporter of a gate: a checks table (rich on a terminal, plain columns otherwise)
-followed by the explanation of every failure and warning and a one-line verdict."""
+"""Text reporter of a gate: first the one line naming the checks the baseline is too noisy to
+gate (when there are any), then a checks table (rich on a terminal, plain columns otherwise),
+the explanation of every failure and warning and a one-line verdict."""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def render_gate_text(result: GateResult, *, color: bool = False, width: int = 12
 def _plain(result: GateResult) -> str:
     table = [HEADER] + rows(result)
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
-    out = header_lines(result) + [""]
+    noisy = result.noisy_line()
+    out = ([f"pipeaudit: {noisy}"] if noisy else []) + header_lines(result) + [""]
     for i, r in enumerate(table):
         cells = [r[0].ljust(widths[0])] + [x.rjust(w) for x, w in zip(r[1:-1], widths[1:-1])]
         out.append("  ".join(cells + [r[-1]]).rstrip())
@@ -78,6 +80,9 @@ def _rich(result: GateResult, width: int) -> str:
 
     buf = io.StringIO()
     con = Console(file=buf, force_terminal=True, width=width, highlight=False, soft_wrap=False)
+    noisy = result.noisy_line()
+    if noisy:
+        con.print(f"pipeaudit: {noisy}", markup=False, style="yellow", soft_wrap=True)
     for line in header_lines(result):
         con.print(line, markup=False)
     table = Table(*HEADER)

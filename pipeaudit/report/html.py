@@ -23,6 +23,7 @@ from typing import Any
 from pipeaudit import __version__
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report import palette
+from pipeaudit.report.action_parts import coarse, compute_parts
 from pipeaudit.report.formatting import finding_values, finding_where, inputs_line, mib, ms, pct
 from pipeaudit.report.series import (
     device_label,
@@ -38,6 +39,9 @@ from pipeaudit.report.step_view import median_step
 from pipeaudit.timeline.model import Timeline
 
 MAX_MEMORY_POINTS = 1500
+#: the finest detail of an action's compute the timeline keeps: a step's window over this many
+#: parts (gaps in an action's compute shorter than one are closed)
+PIXELS_PER_STEP = 2000
 MAX_STEPS_DRAWN = 16
 
 
@@ -63,12 +67,17 @@ def report_data(tl: Timeline, result: AuditResult) -> dict[str, Any]:
     for k in chosen:
         lo, hi = windows[k]
         acts = tl.actions.filter(tl.actions["step"] == k)
+        parts = compute_parts(tl, k)
+        min_gap = max(1, (hi - lo) // PIXELS_PER_STEP)
         rows = []
         for r, s, kind, mb, st, en, cns, cs, ce in acts.select(
                 "rank", "stage", "kind", "microbatch", "start", "end", "compute_ns",
                 "compute_start", "compute_end").iter_rows():
+            # where it computes, at the drawing's resolution: the rest of its span is waiting
+            busy = [[_ms(a - lo), _ms(b - lo)]
+                    for a, b in coarse(parts.get((s, kind, mb, k), [(cs, max(ce, cs))]), min_gap)]
             rows.append([int(r), int(s), kind, int(mb), _ms(cs - lo), _ms(max(ce, cs) - lo),
-                         _ms(cns), _ms(en - st), _ms(st - lo), _ms(en - lo)])
+                         _ms(cns), _ms(en - st), _ms(st - lo), _ms(en - lo), busy])
         ideal = ideal_actions(tl, k, lo)
         meta = steps_meta.get(k)
         steps.append({
@@ -142,11 +151,13 @@ def _summary(r: AuditResult) -> str:
 
 
 def _findings(r: AuditResult) -> str:
+    from pipeaudit.report.run_facts import one_process
+
     if not r.findings:
         return "<p>None: the run matches its schedule's theory.</p>"
     items = []
     for f in r.findings:
-        where = finding_where(f)
+        where = finding_where(f, one_process=one_process(r))
         vals = finding_values(f).strip().strip("()")
         items.append(f'<li class="finding {_e(f.severity)}"><span class="sev">{_e(f.severity)}</span> '
                      f'<code>{_e(f.code)}</code> <span class="where">{_e(where)}</span> '
@@ -174,15 +185,21 @@ def _ranks_table(r: AuditResult) -> str:
 
 
 def _header(r: AuditResult) -> str:
-    from pipeaudit.report.run_facts import PIPELINE_COLUMNS, fact_lines, job_lines, pipeline_rows
+    from pipeaudit.report.run_facts import (
+        PIPELINE_COLUMNS,
+        fact_lines,
+        job_lines,
+        pipeline_rows,
+        shape_text,
+    )
 
     if not r.pipeline_found:
         return (f"<p>{r.num_ranks} rank(s), device {_e(r.device_type)}: no pipeline actions found; "
                 "per-rank busy, idle and communication below.</p>")
     how = {"declared": "declared", "manifest": "from manifest", "detected": "detected from order",
            "unknown": "not recognised"}.get(r.schedule_source, r.schedule_source)
-    text = (f"Schedule <b>{_e(r.schedule or 'unknown')}</b> ({_e(how)}); P={r.num_ranks} ranks, "
-            f"{r.num_stages} stages (v={r.num_chunks}), M={r.num_microbatches} microbatches, "
+    text = (f"Schedule <b>{_e(r.schedule or 'unknown')}</b> ({_e(how)}); {_e(shape_text(r))}, "
+            f"M={r.num_microbatches} microbatches, "
             f"{r.num_steps} step(s), device {_e(r.device_type)}.")
     facts = "".join(f"<li>{_e(line)}</li>" for line in fact_lines(r) + job_lines(r))
     replicas = ""

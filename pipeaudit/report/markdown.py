@@ -19,7 +19,9 @@ from pipeaudit.report.run_facts import (
     bubble_title,
     fact_lines,
     job_lines,
+    one_process,
     pipeline_rows,
+    shape_text,
 )
 from pipeaudit.report.step_view import timeline_caption
 
@@ -76,7 +78,7 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
     out = ["# pipeaudit report", ""]
     if r.pipeline_found:
         out.append(f"Schedule **{md_text(r.schedule or 'unknown')}** ({md_text(r.schedule_source)}), "
-                   f"P={r.num_ranks}, {r.num_stages} stages (v={r.num_chunks}), "
+                   f"{shape_text(r)}, "
                    f"M={r.num_microbatches}, {r.num_steps} step(s), device {md_text(r.device_type)}.")
         out += [""] + [f"- {md_text(line)}" for line in fact_lines(r)]
         b = r.bubble
@@ -118,7 +120,7 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
     if not r.findings:
         out.append("None: the run matches its schedule's theory.")
     for f in r.findings:
-        where = finding_where(f)
+        where = finding_where(f, one_process=one_process(r))
         vals = finding_values(f)
         out.append(f"- **{f.severity}** `{f.code}`{' ' + where if where else ''}{md_text(vals)}: "
                    f"{md_text(f.message)}")

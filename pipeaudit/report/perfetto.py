@@ -1,7 +1,9 @@
 """A run as a Chrome-trace (JSON object format) file that opens in ui.perfetto.dev.
 
 Layout: one process per rank (``pid`` = rank, named ``rank N``), and in it one thread per
-stage (``stage S``) holding the F/B/I/W slices named ``F3 (stage 1)``; with ``with_ideal``
+stage (``stage S``) holding the F/B/I/W slices named ``F3 (stage 1)``, each with the parts of
+its span where it computes nothing (at least 20 µs and 5% of the span: waiting on a recv, a
+send or the host) as nested ``waiting`` slices; with ``with_ideal``
 a ``stage S · replay ideal`` thread under each stage; a ``bubble`` thread with the intervals
 of each step window where the rank computes nothing; counter tracks ``memory Total
 Allocated`` (bytes, from ``[memory]`` samples) and ``in-flight microbatches stage S``. Flow
@@ -36,6 +38,7 @@ import polars as pl
 
 from pipeaudit import __version__
 from pipeaudit.outfiles import atomic_path, refuse_overwrite
+from pipeaudit.report.action_parts import coarse, compute_parts, waiting_parts
 from pipeaudit.report.series import (
     bubble_intervals,
     device_label,
@@ -50,6 +53,11 @@ from pipeaudit.timeline.model import Timeline
 #: Catapult reserved colour names per action kind (legacy viewer); Perfetto colours by name.
 KIND_CNAME = {"F": "rail_response", "B": "rail_load", "I": "good", "W": "rail_idle"}
 BUBBLE_CNAME = "grey"
+WAIT_CNAME = "grey"
+#: shortest wait inside an action written as a ``waiting`` slice: 20 us and 5% of the
+#: action's span (the host's gaps between an action's ops are shorter)
+MIN_WAIT_NS = 20_000
+MIN_WAIT_SHARE = 0.05
 KIND_WORD = {"F": "forward", "B": "backward", "I": "backward (input grad)", "W": "backward (weight grad)"}
 
 #: Chrome JSON event fields that pipeaudit writes (a subset of the documented ones).
@@ -69,6 +77,7 @@ class ExportSummary:
     ranks: int = 0
     slices: int = 0
     ideal_slices: int = 0
+    wait_slices: int = 0
     bubble_slices: int = 0
     flows: int = 0
     counter_events: int = 0
@@ -142,6 +151,7 @@ def pipeline_events(tl: Timeline, *, origin_ns: int, with_ideal: bool = False,
     where: dict[tuple[int, int, str, int], tuple[int, int, int, int]] = {}  # -> pid, tid, start, end
     cols = ["rank", "stage", "kind", "microbatch", "step", "profiler_step", "start", "end",
             "compute_ns", "compute_start", "compute_end"]
+    parts = compute_parts(tl)
     for s in sorted(placement):
         rows = [(int(r[6]), int(r[7]), r) for r in acts.filter(pl.col("stage") == s).select(cols).iter_rows()]
         for start, end, row in _separate(rows):
@@ -160,6 +170,16 @@ def pipeline_events(tl: Timeline, *, origin_ns: int, with_ideal: bool = False,
                     "compute_start_us": _us(cs, origin_ns), "compute_end_us": _us(ce, origin_ns),
                 },
             }
+            # where the action waits inside its span, nested in its slice
+            shortest = max(MIN_WAIT_NS, int(MIN_WAIT_SHARE * (end - start)))
+            busy = coarse(parts.get((stage, kind, mb, step), [(cs, ce)]), shortest)
+            for w0, w1 in waiting_parts(start, end, busy, shortest):
+                summary.wait_slices += 1
+                yield {"ph": "X", "name": "waiting", "cat": "wait", "ts": _us(w0, origin_ns),
+                       "dur": _dur_us(w0, w1), "pid": int(rank), "tid": tid_of[stage],
+                       "cname": WAIT_CNAME,
+                       "args": {"action": f"{stage}{kind}{mb}", "step": int(step),
+                                "dur_us": round((w1 - w0) / 1000.0, 3)}}
 
     # ---- flows: send -> recv between ranks
     yield from _flows(where, placement, origin_ns, summary)

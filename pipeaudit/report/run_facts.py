@@ -8,6 +8,18 @@ from pipeaudit.audit.result import AuditResult
 from pipeaudit.report.formatting import ms, pct
 
 
+def one_process(r: AuditResult) -> bool:
+    """True when one process drove every stage (one trace, several stages)."""
+    return len(r.inputs) == 1 and r.num_ranks > 1
+
+
+def shape_text(r: AuditResult) -> str:
+    """``P=4 ranks, 4 stages (v=1)``, or ``one process, 4 stages (v=1)`` when one process
+    drove them all."""
+    who = "one process" if one_process(r) else f"P={r.num_ranks} ranks"
+    return f"{who}, {r.num_stages} stages (v={r.num_chunks})"
+
+
 def fact_lines(r: AuditResult) -> list[str]:
     """Sentences for the report's header (none for a plain annotated single pipeline)."""
     out = []

@@ -1,4 +1,6 @@
-"""Terminal reporter: summary, per-stage and per-rank tables, one step's timeline, findings."""
+"""Terminal reporter: one screen by default (the run, its bubble summary, one step's timeline,
+the top findings); ``verbose`` adds the theory and published-formula notes, the per-stage and
+per-rank tables, every finding and the notes. The HTML page always holds everything."""
 
 from __future__ import annotations
 
@@ -16,45 +18,68 @@ from pipeaudit.report.run_facts import (
     bubble_title,
     fact_lines,
     job_lines,
+    one_process,
     pipeline_rows,
+    shape_text,
 )
 from pipeaudit.report.step_view import timeline_caption
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+#: findings the default report shows (the most severe first); --verbose shows all
+TOP_FINDINGS = 4
+#: findings about the input itself, shown whatever their rank: every figure rests on them
+ABOUT_THE_INPUT = frozenset({"TRUNCATED_TRACE", "PARTIAL_TRACE", "MISSING_RANKS"})
 
 
 def render_analyze_text(result: AuditResult, *, timeline_text: str = "",
                         timeline_step: int | None = None, color: bool | None = None,
-                        width: int = 120) -> str:
+                        width: int = 120, verbose: bool = False) -> str:
     """:func:`render_terminal` as text."""
     import io
 
     buf = io.StringIO()
     render_terminal(result, buf, timeline_text=timeline_text, timeline_step=timeline_step,
-                    color=color, width=width)
+                    color=color, width=width, verbose=verbose)
     return buf.getvalue()
 
 
 def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = "",
                     timeline_step: int | None = None, color: bool | None = None,
-                    width: int = 120) -> None:
-    """Write the human report of ``result`` to ``out``."""
+                    width: int = 120, verbose: bool = False) -> None:
+    """Write the human report of ``result`` to ``out`` (``verbose``: all of it)."""
     con = Console(file=out, force_terminal=color, no_color=color is False, width=width,
                   highlight=False, soft_wrap=False)
     _header(con, result)
     if result.pipeline_found:
-        _summary(con, result)
+        _summary(con, result, verbose)
         _pipelines(con, result)
-        _stages(con, result)
-    _ranks(con, result)
+        if verbose:
+            _stages(con, result)
+    if verbose or not result.pipeline_found:
+        _ranks(con, result)
     if timeline_text:
         caption = timeline_caption(result, timeline_step) if timeline_step is not None else ""
         heading = f"\n[bold]Timeline of step {timeline_step}[/]"
         con.print(heading + (f" ({caption})" if caption else ""), soft_wrap=True)
         con.print(timeline_text, markup=False, soft_wrap=True)
-    _findings(con, result)
-    for n in result.notes:
-        con.print(f"note: {n}", markup=False, style="dim")
+    _findings(con, result, None if verbose else TOP_FINDINGS)
+    if verbose:
+        for n in result.notes:
+            con.print(f"note: {n}", markup=False, style="dim")
+    else:
+        _more(con, result)
+
+
+def _more(con: Console, r: AuditResult) -> None:
+    """The one line saying what --verbose adds."""
+    left = len(r.findings) - len(_top(r.findings, TOP_FINDINGS))
+    parts = ([f"{left} more finding{'s' if left != 1 else ''}"] if left else []) + (
+        [f"{len(r.notes)} note{'s' if len(r.notes) != 1 else ''}"] if r.notes else [])
+    if r.pipeline_found:
+        parts.append("stage and rank tables, the published formulas")
+    con.print(f"\n--verbose adds {', '.join(parts)}; --html FILE writes it all as a page"
+              if parts else "", style="dim", markup=False, soft_wrap=True)
 
 
 def _header(con: Console, r: AuditResult) -> None:
@@ -66,14 +91,13 @@ def _header(con: Console, r: AuditResult) -> None:
     sched = r.schedule or "unknown"
     how = {"declared": "declared", "manifest": "from manifest", "detected": "detected from order",
            "unknown": "not recognised"}[r.schedule_source]
-    con.print(f"schedule [bold]{sched}[/] ({how}); P={r.num_ranks} ranks, {r.num_stages} stages "
-              f"(v={r.num_chunks}), M={r.num_microbatches} microbatches, {r.num_steps} step(s), "
-              f"device {r.device_type}")
+    con.print(f"schedule [bold]{sched}[/] ({how}); {escape(shape_text(r))}, M={r.num_microbatches} "
+              f"microbatches, {r.num_steps} step(s), device {r.device_type}")
     for line in fact_lines(r):
         con.print(line, markup=False, style="yellow" if line.startswith(("actions", "ranks")) else None)
 
 
-def _summary(con: Console, r: AuditResult) -> None:
+def _summary(con: Console, r: AuditResult, verbose: bool) -> None:
     b = r.bubble
     t = Table(title=bubble_title(r), title_justify="left", show_header=True)
     for c in ("measured", "theory", "formula", "replay ideal", "imbalance part", "overhead part",
@@ -82,6 +106,10 @@ def _summary(con: Console, r: AuditResult) -> None:
     t.add_row(pct(b.measured), pct(b.theory), b.theory_formula or "-", pct(b.replay_ideal),
               pct(b.imbalance_part), pct(b.overhead_part), f"{ms(r.step_time_us)} ms")
     con.print(t)
+    if not verbose:
+        con.print("imbalance part = replay ideal - theory (uneven stages, F/B/W durations); "
+                  "overhead part = measured - replay ideal", style="dim")
+        return
     con.print("imbalance part = replay ideal - theory (uneven stages, F/B/W durations); "
               "overhead part = measured - replay ideal (communication, waits, host overhead)",
               style="dim")
@@ -158,13 +186,22 @@ def _ranks(con: Console, r: AuditResult) -> None:
     con.print(t)
 
 
-def _findings(con: Console, r: AuditResult) -> None:
+def _top(findings: list, top: int) -> list:
+    """The ``top`` most severe findings and those about the input, in the report's order."""
+    ranked = sorted(range(len(findings)), key=lambda i: _SEVERITY_ORDER.get(findings[i].severity, 3))
+    keep = set(ranked[:top]) | {i for i, f in enumerate(findings) if f.code in ABOUT_THE_INPUT}
+    return [f for i, f in enumerate(findings) if i in keep]
+
+
+def _findings(con: Console, r: AuditResult, top: int | None) -> None:
     if not r.findings:
         con.print("\n[green]No findings: the run matches its schedule's theory.[/]")
         return
-    con.print(f"\n[bold]Findings ({len(r.findings)})[/]")
-    for f in r.findings:
-        where = finding_where(f, " ")
+    shown = r.findings if top is None else _top(r.findings, top)
+    more = "" if len(shown) == len(r.findings) else f", the {len(shown)} most severe"
+    con.print(f"\n[bold]Findings ({len(r.findings)}{more})[/]")
+    for f in shown:
+        where = finding_where(f, " ", one_process(r))
         vals = finding_values(f)
         con.print(f"[{_SEV_STYLE.get(f.severity, '')}]{f.severity.upper():7}[/] {f.code}"
                   f"{' ' + where if where else ''}{vals}")

@@ -108,6 +108,10 @@ def check(path: Path, header: dict[str, Any]) -> int:
     return base_ns(path, header.get("baseTimeNanoseconds"))
 
 
+#: How every rank fallback's warning starts (:func:`resolve_rank`).
+NO_RANK = "no distributedInfo.rank"
+
+
 def resolve_rank(path: Path, dist_rank: int | None, rank_hint: int | None,
                  warnings: list[str]) -> tuple[int, str]:
     """(rank, where it came from), with a warning for every fallback."""
@@ -119,12 +123,12 @@ def resolve_rank(path: Path, dist_rank: int | None, rank_hint: int | None,
             warnings.append(f"file name says rank {name_rank} but distributedInfo says rank {dist_rank}; using {dist_rank}")
         return dist_rank, "distributedInfo"
     if rank_hint is not None:
-        warnings.append(f"no distributedInfo.rank; using rank {rank_hint} given by the caller")
+        warnings.append(f"{NO_RANK}; using rank {rank_hint} given by the caller")
         return rank_hint, "hint"
     if name_rank is not None:
-        warnings.append(f"no distributedInfo.rank; rank taken from file name (rank {name_rank})")
+        warnings.append(f"{NO_RANK}; rank taken from file name (rank {name_rank})")
         return name_rank, "filename"
-    warnings.append("no distributedInfo.rank and no rank in the file name; assuming rank 0")
+    warnings.append(f"{NO_RANK} and no rank in the file name; assuming rank 0")
     return 0, "default"
 
 

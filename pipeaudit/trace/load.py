@@ -40,7 +40,7 @@ from pipeaudit.trace.discover import discover
 from pipeaudit.trace.pool import POOL_MIN_JSON_BYTES, workers_and_pool  # noqa: F401 (API)
 from pipeaudit.trace.executor import Executor, cpu_count, parse_executor, run_tasks
 from pipeaudit.trace import readahead
-from pipeaudit.trace.header import SharedHeaderValues
+from pipeaudit.trace.header import NO_RANK, SharedHeaderValues
 from pipeaudit.trace.model import RankInfo, RankTrace, TraceSet
 from pipeaudit.trace.options import (  # noqa: F401 (the memory helpers: API, tests)
     DEFAULT_MEMORY_SHARE, ReadOptions, available_memory, default_max_memory, parse_size,
@@ -219,7 +219,8 @@ def map_ranks(
             raise o.job_error
     infos = [o.info for o in outcomes]  # type: ignore[misc]
     set_warnings += clock_warnings(infos)  # type: ignore[arg-type]
-    rank_warnings = [f"rank {i.rank} ({i.path.name}): {w}" for i in infos for w in i.warnings]
+    rank_warnings = [f"rank {i.rank} ({i.path.name}): {w}" for i in infos for w in i.warnings
+                     if not (_sole_process(infos) and w.startswith(NO_RANK))]
     return RankResults(infos=infos, values=[o.value for o in outcomes], manifest=manifest,  # type: ignore[arg-type]
                        warnings=set_warnings + rank_warnings)
 
@@ -238,6 +239,12 @@ def _read_ahead_first(order: list[int], files: Sequence[Path]) -> list[int]:
 
 def _jobs(n: int) -> str:
     return "1 job" if n == 1 else f"{n} jobs"
+
+
+def _sole_process(infos) -> bool:
+    """One trace of a job of one process (no world size above 1): where its rank came from
+    is no news (a single-process run writes no distributedInfo)."""
+    return len(infos) == 1 and (infos[0].world_size or 1) == 1
 
 
 def find_manifest(files: Sequence[Path], warnings: list[str]) -> dict | None:

@@ -20,11 +20,11 @@ def _analyze(*args):
 @needs_traces
 def test_analyze_with_hta_json_adds_hta_key_only_when_asked():
     files = [str(HTA_DIR / "nccl128_sampled_rank0.json.gz"), str(HTA_DIR / "nccl128_sampled_rank1.json.gz")]
-    plain = json.loads(_analyze("--format", "json", *files).output)
+    plain = json.loads(_analyze("--format", "json", *files).stdout)
     assert "hta" not in plain
     res = _analyze("--format", "json", "--with-hta", *files)
     assert res.exit_code == 0
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)  # stderr: the no-pipeline note (a data-parallel run)
     hta = doc["hta"]
     assert hta["status"] == ("ok" if hta_installed else "not-installed")
     rows = {r["rank"]: r for r in hta["rows"]}

@@ -31,7 +31,7 @@ def test_diff_real_traces_names_the_heavier_stage():
     assert r.exit_code == 0, r.output
     last = r.stdout.strip().splitlines()[-1]
     assert last.startswith("Changed most: stage 1 B compute") and "; stage 1 F compute" in last
-    assert "Stages (compute per step by kind" in r.stdout
+    assert "Stages (median over steps of the compute per step, by kind" in r.stdout
 
 
 def test_diff_from_documents_json_and_markdown(docs):

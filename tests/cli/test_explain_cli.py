@@ -111,7 +111,7 @@ def test_trace_without_pipeline_is_named(tmp_path):
     for cmd in ("explain", "whatif"):
         res = invoke(cmd, str(trace))
         assert res.exit_code == 2, res.output
-        assert str(trace) in res.output and "no pipeline actions" in res.output
+        assert res.output.startswith(f"pipeaudit: error: {trace}: no pipeline stages found: ")
         assert len(res.output.strip().splitlines()) == 1
 
 

@@ -300,5 +300,8 @@ def test_terminal_rendering_is_rich_and_plain_otherwise(baseline, heavy_snapshot
     assert "\x1b[" not in plain and "│" not in plain  # CI logs: plain columns
     for text in (rich_text, plain):
         assert "stage 1 compute per step" in text and "FAIL" in text
-    header = plain.splitlines()[3].split()
+    lines = plain.splitlines()
+    noisy = result.noisy_line()
+    assert (lines[0] == f"pipeaudit: {noisy}") if noisy else lines[0].startswith("pipeaudit gate")
+    header = lines[3 + bool(noisy)].split()
     assert header == ["check", "baseline", "now", "change", "threshold", "verdict"]

@@ -121,8 +121,9 @@ def test_analyze_json_evaluates_the_formula_at_the_measured_durations(sample):
 
 def test_reports_show_published_next_to_theory(tmp_path):
     run = str(SAMPLES / "zbv_p2_m4")
-    text = invoke("analyze", run).output
+    text = invoke("analyze", run, "--verbose").output
     assert "published: 0 at T_F = T_B = T_W" in text and "against the per-step theory" in text
+    assert "published:" not in invoke("analyze", run).output  # one screen: behind --verbose
     md = invoke("analyze", run, "--format", "markdown").output
     assert "- **published**:" in md and "Zero Bubble" in md
     html = tmp_path / "r.html"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 
-from pipeaudit.report.ascii_timeline import CONTINUE, IDLE, action_label, legend
+from pipeaudit.report.ascii_timeline import CONTINUE, IDLE, WAIT, Item, action_label, legend, render
 from tests.support.paths import SAMPLES
 from tests.support.cli import invoke
 
@@ -24,12 +24,13 @@ def test_simulate_and_analyze_write_the_same_notation():
     sim = invoke("simulate", "--schedule", "zbv", "-P", "2", "-M", "4", "--tb",
                  "4").output
     ana = invoke("analyze", str(SAMPLES / "zbv_p2_m4")).output
+    assert legend(True) in sim and legend(True, waits=True) in ana
     for out in (sim, ana):
-        assert legend(True) in out
         rows = _rows(out)
         assert len(rows) == 2
         body = "".join(rows)
-        assert CONTINUE in body and IDLE in body and "-" not in body
+        assert CONTINUE in body and IDLE in body
+    assert WAIT not in "".join(_rows(sim))  # a replay has no waiting inside an action
     # V placement, P = 2: rank 0 holds stages 0 and 3, so its labels say which stage
     assert re.search(r"\b3F0\b", _rows(sim)[0]) and re.search(r"\b0F0\b", _rows(sim)[0])
     assert "3F" in _rows(ana)[0] or "3I" in _rows(ana)[0]
@@ -38,6 +39,26 @@ def test_simulate_and_analyze_write_the_same_notation():
 def test_one_stage_per_rank_has_plain_labels():
     sim = invoke("simulate", "--schedule", "1f1b", "-P", "4", "-M", "8").output
     ana = invoke("analyze", str(SAMPLES / "1f1b_p4_m8")).output
+    assert legend(False) in sim and legend(False, waits=True) in ana
     for out in (sim, ana):
-        assert legend(False) in out and legend(True) not in out
+        assert "2F3 is stage 2's F3" not in out
         assert re.search(r"\bB7\b|B7", _rows(out)[3])
+
+
+def test_waiting_inside_an_action_is_drawn_apart_from_its_compute():
+    """An action of 10 cells computing in its first and last cell only: label, waits, compute;
+    the same span computing throughout is label then '='."""
+    waits = Item(0, 0.0, 10.0, "F1", ((0.0, 1.0), (9.0, 10.0)))
+    busy = Item(1, 0.0, 10.0, "F1", ((0.0, 10.0),))
+    text = render([waits, busy], [0, 1], width=10)
+    assert _rows(text) == ["F1" + WAIT * 7 + CONTINUE, "F1" + CONTINUE * 8]
+
+
+def test_an_unannotated_run_shows_its_waits():
+    """DeepSpeed's PipelineEngine writes no per-action spans: its actions run to the end of
+    their send/recv, and the timeline draws those waits as '-' (the JSON's compute of the
+    same actions is far below their span)."""
+    out = invoke("analyze", str(SAMPLES / "deepspeed_p4_m8")).output
+    rows = _rows(out)
+    assert len(rows) == 4 and all(WAIT in r for r in rows)
+    assert sum(r.count(WAIT) for r in rows) > 20

@@ -3,6 +3,7 @@
   "use strict";
   var D = JSON.parse(document.getElementById("pa-data").textContent);
   var W = 1000; // viewBox width of every chart
+  var WAIT_OPACITY = 0.3; // an action's span where it waits: its colour, pale
   var tip = document.getElementById("pa-tip");
 
   function esc(s) {
@@ -90,13 +91,21 @@
     function label(a) { return (Object.keys(multi[a[0]] || {}).length > 1 ? a[1] : "") + a[2] + a[3]; }
     var n = 0;
     st.actions.forEach(function (a) {
-      // a = [rank, stage, kind, mb, cs, ce, compute_ms, span_ms, start, end]
-      var x0 = scale(a[4]), x1 = scale(a[5]), w = Math.max(x1 - x0, 0.8), ry = rowY[a[0]].m;
+      // a = [rank, stage, kind, mb, cs, ce, compute_ms, span_ms, start, end, [[from, to] computing]]
+      // the whole span, pale: waiting inside the action; its compute drawn solid over it
+      var x0 = scale(Math.min(a[8], a[4])), x1 = scale(Math.max(a[9], a[5])), w = Math.max(x1 - x0, 0.8);
+      var ry = rowY[a[0]].m, colour = D.kinds[a[2]] || "#777";
       var t = "action " + a[1] + a[2] + a[3] + " (stage " + a[1] + ", " + a[2] + ", microbatch " + a[3] + ")\n" +
         "rank " + a[0] + ", step " + st.step + "\ncompute " + fmt(a[6], 3) + " ms\nspan    " + fmt(a[7], 3) +
-        " ms\nfirst compute at +" + fmt(a[4], 3) + " ms, last at +" + fmt(a[5], 3) + " ms";
+        " ms (waiting " + fmt(Math.max(a[7] - a[6], 0), 3) + " ms)\nfirst compute at +" + fmt(a[4], 3) +
+        " ms, last at +" + fmt(a[5], 3) + " ms";
       s += '<rect class="act measured" x="' + x0 + '" y="' + ry + '" width="' + w + '" height="' + rowH +
-        '" fill="' + (D.kinds[a[2]] || "#777") + '" data-tip="' + esc(t) + '"></rect>';
+        '" fill="' + colour + '" fill-opacity="' + WAIT_OPACITY + '" data-tip="' + esc(t) + '"></rect>';
+      a[10].forEach(function (c) {
+        var c0 = scale(c[0]);
+        s += '<rect class="act compute" x="' + c0 + '" y="' + ry + '" width="' + Math.max(scale(c[1]) - c0, 0.8) +
+          '" height="' + rowH + '" fill="' + colour + '" data-tip="' + esc(t) + '"></rect>';
+      });
       if (w > 16) {
         s += '<text x="' + (x0 + w / 2) + '" y="' + (ry + rowH / 2 + 4) + '" text-anchor="middle" fill="#fff" ' +
           'pointer-events="none" font-size="' + (w > 26 ? 11 : 9) + '">' + esc(label(a)) + "</text>";
@@ -142,6 +151,8 @@
     Object.keys(D.kinds).forEach(function (k) {
       leg += '<span class="sw" style="background:' + D.kinds[k] + '"></span>' + k;
     });
+    leg += '<span class="sw" style="background:' + D.kinds.F + ';opacity:' + WAIT_OPACITY +
+      '"></span>pale: waiting inside the action';
     leg += '<span class="sw" style="background:' + D.colours.bubble + '"></span>no action';
     document.getElementById("pa-kind-legend").innerHTML = leg;
     drawTimeline();

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 
@@ -11,6 +12,7 @@ from tests.support.builders import build_run, gpipe_orders, one_f_one_b_orders
 from pipeaudit.errors import ConfigError
 from pipeaudit.gate import Thresholds, gate, snapshot_from_run
 from pipeaudit.gate.stats import MAD_SCALE
+from pipeaudit.report.gate_text import render_gate_text
 
 P, M = 4, 8
 
@@ -98,12 +100,26 @@ def test_change_within_baseline_noise_warns(tmp):
         step_dur=lambda st, s, k, m: int(base_dur(s, k, m) * (1.5 if s == 1 else 1))))
     result = gate(run, noisy, Thresholds())
     stage1 = next(c for c in result.checks if c.metric == "stage_compute" and c.index == 1)
-    # median factor 1.2, MAD 0.1: noise band 3 x 1.4826 x 0.1 / 1.2 of the median
-    assert stage1.noise == pytest.approx(3 * MAD_SCALE * 0.1 / 1.2, rel=2e-3)
+    # median factor 1.2, MAD 0.1: the steps vary by 1.4826 x 0.1 / 1.2 of the median; the
+    # noise band is 3 standard errors of the change of two medians of 5 steps each,
+    # 3 x sqrt(pi/2) x that x sqrt(1/5 + 1/5)
+    per_step = MAD_SCALE * 0.1 / 1.2
+    assert stage1.noise == pytest.approx(3 * math.sqrt(math.pi / 2) * per_step * math.sqrt(0.4),
+                                         rel=2e-3)
     assert stage1.change == pytest.approx(0.25, rel=2e-3)
-    assert stage1.verdict == "warn" and "within the baseline's step-to-step noise" in \
-        stage1.explanation
+    assert stage1.verdict == "warn" and "within the noise of the medians" in stage1.explanation
     assert result.verdict == "warn" and result.exit_code == 0
+    # the band (29.4%) is wider than the threshold (15%): n steps each side narrow it to
+    # 3 sqrt(pi/2) per_step sqrt(2/n) <= 15%, n >= 2 (3 sqrt(pi/2) per_step / 0.15)^2 = 19.2
+    assert stage1.too_noisy and stage1.steps_needed == 20
+    wide = [c for c in result.checks if c.too_noisy]
+    need = max(c.steps_needed for c in wide)
+    assert need >= 20
+    assert result.noisy_line() == (
+        f"the baseline is too noisy to gate {len(wide)} checks at the threshold (its noise band "
+        f"is wider): {', '.join(c.name for c in wide[:4])} and {len(wide) - 4} more; a baseline "
+        f"and a run of {need} steps each would gate them (profile --steps {need})")
+    assert render_gate_text(result).splitlines()[0] == f"pipeaudit: {result.noisy_line()}"
     # without noise handling the same change fails
     strict = gate(run, noisy, Thresholds(noise_k=0))
     assert ("stage_compute", 1) in fails(strict) and strict.exit_code == 1
@@ -156,3 +172,30 @@ def test_budgets_on_exact_bubble(tmp):
     assert gate(run, None, Thresholds(max_bubble=0.3)).verdict == "pass"
     with pytest.raises(ConfigError, match="nothing to check"):
         gate(run, None, Thresholds())
+
+
+def test_gate_and_diff_read_the_same_medians(tmp, baseline5):
+    """A run of 5 steps with stage 1 three times slower in one step: the median over steps is
+    the other steps' figure (known: 8 F of 1 ms and 8 B of 2 ms = 24 ms per step), the mean
+    would count the slow step (24 x 7/5). gate and diff report the same numbers."""
+    from pipeaudit.gate import diff_runs
+
+    run = snap(build_run(tmp, one_f_one_b_orders(P, M), steps=5, latency=50, name="slow_once",
+                         step_dur=slow_stage(1, {2})))
+    g = gate(run, baseline5, Thresholds())
+    d = diff_runs(baseline5, run)
+    assert d.notes == []
+    stage = {s.stage: s for s in d.stages}
+    for c in g.checks:
+        if c.metric == "stage_compute":
+            assert (stage[c.index].a.total_us, stage[c.index].b.total_us) == (c.baseline, c.now)
+    assert stage[1].b.total_us == pytest.approx(24_000, rel=1e-3)  # not the mean, 33,600
+    assert stage[1].b.compute_us == pytest.approx({"F": 8_000, "B": 16_000}, rel=1e-3)
+    rows = {r.metric: r for r in d.pipeline}
+    check = {c.metric: c for c in g.checks if c.scope == "pipeline"}
+    assert (rows["bubble (measured)"].a, rows["bubble (measured)"].b) == \
+        (check["bubble"].baseline, check["bubble"].now)
+    assert (rows["stage imbalance (max/median)"].a, rows["stage imbalance (max/median)"].b) == \
+        (check["imbalance"].baseline, check["imbalance"].now)
+    assert (rows["median step time"].a, rows["median step time"].b) == \
+        pytest.approx((check["step_time"].baseline, check["step_time"].now))

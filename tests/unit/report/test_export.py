@@ -59,7 +59,8 @@ def names(events, kind):
 
 
 def check_viewable(events):
-    """Perfetto's constraints on our events: fields, ts >= 0, slices that do not overlap."""
+    """Perfetto's constraints on our events: fields, ts >= 0, slices on a track either apart or
+    one nested in the other (an action's ``waiting`` slices)."""
     for e in events:
         assert set(e) <= DOCUMENTED_FIELDS, set(e) - DOCUMENTED_FIELDS
         if "ts" in e:
@@ -69,15 +70,21 @@ def check_viewable(events):
         if e["ph"] == "X":
             tracks[(e["pid"], e["tid"])].append((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), e["name"]))
     for key, rows in tracks.items():
-        rows.sort()
-        for (s0, e0, n0), (s1, _, n1) in zip(rows, rows[1:]):
-            assert e0 <= s1, f"{key}: {n0} overlaps {n1}"
+        rows.sort(key=lambda r: (r[0], -r[1]))
+        open_: list[tuple[int, int, str]] = []
+        for s1, e1, n1 in rows:
+            while open_ and open_[-1][1] <= s1:
+                open_.pop()
+            if open_:
+                assert e1 <= open_[-1][1] and n1 == "waiting", f"{key}: {open_[-1][2]} overlaps {n1}"
+            open_.append((s1, e1, n1))
     return tracks
 
 
 def enclosing(tracks, pid, tid, ts_us):
+    """The action slices around ``ts_us`` (an action's nested ``waiting`` slices left out)."""
     t = ns(ts_us)
-    return [r for r in tracks[(pid, tid)] if r[0] < t < r[1]]
+    return [r for r in tracks[(pid, tid)] if r[0] < t < r[1] and r[2] != "waiting"]
 
 
 def test_tracks_slices_flows_counters(imb_trace):
@@ -297,3 +304,28 @@ def test_cli_export_and_refusals(tmp_path):
     assert not (tmp_path / "x.json").exists()
     res = invoke("export", str(IMB), "--perfetto", str(tmp_path / "no" / "x.json"))
     assert res.exit_code == 2 and "cannot write" in res.output
+
+
+def test_waiting_inside_an_action_is_its_own_nested_slice(tmp_path):
+    """An un-annotated DeepSpeed run: its actions' spans hold waits; each is a ``waiting``
+    slice nested in its action, and the action's compute plus its waits (>= 20 us and 5% of
+    the span) is most of its span."""
+    run = pipeaudit.load(SAMPLES / "deepspeed_p4_m8")
+    out = tmp_path / "ds.json"
+    summary = write_perfetto(run.timeline, str(out))
+    ev = json.loads(out.read_text())["traceEvents"]
+    check_viewable(ev)
+    waits = [e for e in ev if e["ph"] == "X" and e["name"] == "waiting"]
+    assert summary.wait_slices == len(waits) > 0 and {e["cname"] for e in waits} == {"grey"}
+    acts = {(e["pid"], e["args"]["action"], e["args"]["step"]): e
+            for e in ev if e["ph"] == "X" and e["cat"] in "FBIW"}
+    waited = Counter()
+    for w in waits:
+        a = acts[(w["pid"], w["args"]["action"], w["args"]["step"])]
+        assert a["ts"] <= w["ts"] and w["ts"] + w["dur"] <= a["ts"] + a["dur"] + 1e-3
+        waited[(w["pid"], w["args"]["action"], w["args"]["step"])] += w["dur"]
+    # compute + waiting covers the span, up to the short host gaps between ops
+    for key, wait_us in waited.items():
+        a = acts[key]["args"]
+        assert wait_us + a["compute_us"] <= a["span_us"] + 0.01
+        assert wait_us + a["compute_us"] >= 0.8 * a["span_us"]

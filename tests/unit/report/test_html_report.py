@@ -8,6 +8,7 @@ outside CI and fail in CI (``CI`` set): install it with ``apt-get install -y chr
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -138,6 +139,18 @@ def test_report_renders_in_chromium(imb, tmp_path):
         assert float(value) == pytest.approx(100 * want, abs=0.051)
     assert svg(dom, "pa-inflight-svg").count("<path") == len(result.stages)
     assert "No [memory] samples" in dom  # this run was profiled without memory
+    # everything the text report keeps behind --verbose is on the page
+    for section in ("stages-section", "ranks-section", "notes-section"):
+        assert f'<section id="{section}">' in dom
+    stages = re.search(r'<section id="stages-section">.*?</section>', dom, re.S).group(0)
+    assert stages.count("<tr>") == len(result.stages) + 1
+    ranks = re.search(r'<section id="ranks-section">.*?</section>', dom, re.S).group(0)
+    assert ranks.count("<tr>") == len(result.ranks) + 1
+    assert "(PP-1)(F+B)" in dom and "DeepSeek-V3 report" in dom  # the published formula
+    for f in result.findings:
+        assert f.code in dom
+    for note in result.notes:
+        assert html.escape(note, quote=True) in dom
 
 
 @pytest.mark.slow
@@ -214,3 +227,78 @@ def test_analyze_html_end_to_end(tmp_path):
     assert proc.stdout.startswith("# pipeaudit report")
     assert f"wrote {out}" in proc.stderr
     assert out.stat().st_size > 10_000
+
+
+#: After drawing: pin the timeline to the window's top-left at 1 px per viewBox unit and record
+#: two points of one action in ``data-probe``: inside a wait of its span at least 10 px wide,
+#: and inside a compute part at least 6 px wide (3 px under the top edge: clear of the label).
+PROBE = """<script>
+(function () {
+  var svg = document.getElementById("pa-timeline-svg");
+  svg.setAttribute("style", "position:fixed;left:0;top:0;width:1000px;height:auto;background:#fff;z-index:99");
+  function n(r, a) { return parseFloat(r.getAttribute(a)); }
+  var comps = [].slice.call(svg.querySelectorAll("rect.act.compute"));
+  var probe = null;
+  [].slice.call(svg.querySelectorAll("rect.act.measured")).some(function (sp) {
+    var x = n(sp, "x"), w = n(sp, "width"), y = n(sp, "y");
+    var mine = comps.filter(function (c) {
+      return n(c, "y") === y && n(c, "x") >= x - 0.01 && n(c, "x") <= x + w + 0.01;
+    }).sort(function (a, b) { return n(a, "x") - n(b, "x"); });
+    var t = x, gap = null;
+    mine.forEach(function (c) {
+      if (!gap && n(c, "x") - t >= 10) { gap = [t, n(c, "x")]; }
+      t = Math.max(t, n(c, "x") + n(c, "width"));
+    });
+    if (!gap && x + w - t >= 10) { gap = [t, x + w]; }
+    var solid = mine.filter(function (c) { return n(c, "width") >= 6; })[0];
+    if (!gap || !solid) { return false; }
+    probe = [(gap[0] + gap[1]) / 2, y + 3, n(solid, "x") + n(solid, "width") / 2, y + 3, sp.getAttribute("fill")];
+    return true;
+  });
+  document.body.setAttribute("data-probe", probe ? probe.join(",") : "none");
+})();
+</script></body>"""
+
+
+def _screenshot(page: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "shot.png"
+    cmd = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-shot'}",
+           "--hide-scrollbars", "--force-device-scale-factor=1", "--window-size=1000,700",
+           "--virtual-time-budget=5000", f"--screenshot={out}", page.resolve().as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0 and out.exists(), proc.stderr[-2000:]
+    return out
+
+
+def _rgb(hex_colour: str) -> tuple[int, int, int]:
+    h = hex_colour.lstrip("#")
+    return tuple(int(h[i:i + 2], 16) for i in (0, 2, 4))  # type: ignore[return-value]
+
+
+@pytest.mark.slow
+def test_timeline_screenshot_draws_waiting_apart_from_compute(tmp_path):
+    """A screenshot of the timeline of an un-annotated run (DeepSpeed: its actions' spans hold
+    their send/recv waits): inside one action, a pixel where it waits is the pale band of its
+    kind's colour over the bubble background, a pixel where it computes is the colour itself."""
+    from PIL import Image
+
+    run = pipeaudit.load(SAMPLES / "deepspeed_p4_m8")
+    result = run.audit()
+    page = tmp_path / "ds.html"
+    page.write_text(render_html(run.timeline, result).replace("</body>", PROBE), encoding="utf-8")
+    dom, log = dump_dom(page, tmp_path)
+    assert page_error(dom) is None and not console_errors(log)
+    probe = re.search(r'data-probe="([^"]*)"', dom).group(1)
+    assert probe != "none", "no action with a wait and a compute part wide enough to sample"
+    xw, yw, xc, yc, fill = probe.split(",")
+    shot = Image.open(_screenshot(page, tmp_path)).convert("RGB")
+    wait = shot.getpixel((round(float(xw)), round(float(yw))))
+    compute = shot.getpixel((round(float(xc)), round(float(yc))))
+    kind = _rgb(fill)
+    data = report_data(run.timeline, result)
+    pale = tuple(round(0.3 * k + 0.7 * b) for k, b in zip(kind, _rgb(data["colours"]["bubble"])))
+    assert all(abs(c - k) <= 6 for c, k in zip(compute, kind)), (compute, kind)
+    assert all(abs(w - p) <= 6 for w, p in zip(wait, pale)), (wait, pale)
+    assert sum(abs(w - c) for w, c in zip(wait, compute)) > 120, (wait, compute)

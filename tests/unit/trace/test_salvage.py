@@ -124,6 +124,8 @@ def test_without_salvage_the_cli_refuses_and_mentions_salvage(tmp_path):
     assert doc["num_steps"] == 1 and doc["salvage"][0]["rank"] == 1
     assert "TRUNCATED_TRACE" in [f["code"] for f in doc["findings"]]
     text = invoke("analyze", str(d), "--salvage")
+    assert "TRUNCATED_TRACE" in text.stdout  # about the input: shown in the one-screen report
+    text = invoke("analyze", str(d), "--salvage", "--verbose")
     assert "TRUNCATED_TRACE" in text.stdout and "steps after ProfilerStep#0" in text.stdout
 
 

@@ -1,0 +1,246 @@
+"""A newcomer's first hour, walked as one would: the README's commands, a run without a
+pipeline through every command, the extras missing from a fresh install, a gate and a diff
+of the same two real runs, and a one-process run. Each case checks its exact line(s) and
+exit code.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import invoke
+from tests.support.paths import DATA, REPO, SAMPLES
+
+PLAIN = DATA / "plain_loop"  # a real trace of a training loop without a pipeline
+HINT = ("if the run names its forward/backward spans its own way, give --action-pattern REGEX "
+        "(docs/profiling-your-own-training.md)")
+
+
+def no_pipeline_line(level: str, path: Path | str) -> str:
+    return (f"pipeaudit: {level}: {path}: no pipeline stages found: 1 trace, no PP: or "
+            f"Forward/Backward spans, no send/recv between ranks; {HINT}\n")
+
+
+# ------------------------------------------------------------------------- README commands
+
+
+def readme_commands() -> list[str]:
+    """Every ``pipeaudit ...`` line of the README's quick start and picture/CI blocks."""
+    text = (REPO / "README.md").read_text()
+    quick = re.search(r"&& (pipeaudit analyze sample_traces/\S+)\n", text).group(1)
+    block = re.search(r"## Pictures, post-mortems and CI\n\n```bash\n(.*?)```", text, re.S).group(1)
+    lines = [line.split("#")[0].strip() for line in block.splitlines()]
+    return [quick] + [line for line in lines if line.startswith("pipeaudit ")]
+
+
+@pytest.fixture(scope="module")
+def readme_dir(tmp_path_factory) -> Path:
+    """Where the newcomer runs the README's commands: the bundled traces beside them."""
+    d = tmp_path_factory.mktemp("readme")
+    (d / "sample_traces").symlink_to(SAMPLES)
+    return d
+
+
+def test_readme_commands(readme_dir, monkeypatch):
+    monkeypatch.chdir(readme_dir)
+    monkeypatch.setenv("COLUMNS", "120")
+    commands = readme_commands()
+    assert len(commands) == 8, commands
+    results = {}
+    for cmd in commands:
+        argv = shlex.split(cmd)[1:]
+        results[argv[0] + (" --html" if "--html" in argv else "")] = invoke(*argv)
+    report = results["analyze"]
+    assert report.exit_code == 0 and report.stderr == ""
+    lines = report.stdout.splitlines()
+    # one screen: summary, timeline, the top findings
+    assert len(lines) <= 50 and max(map(len, lines)) <= 120, (len(lines), max(map(len, lines)))
+    assert lines[1] == ("schedule 1f1b (from manifest); P=4 ranks, 4 stages (v=1), M=8 "
+                        "microbatches, 2 step(s), device cpu")
+    assert "ERROR   STAGE_IMBALANCE rank 1 stage 1 (measured 1.99x, expected 1.00x)" in lines
+    assert lines[-1] == ("--verbose adds stage and rank tables, the published formulas; "
+                         "--html FILE writes it all as a page")
+    html = results["analyze --html"]
+    assert (html.exit_code, html.stderr) == (0, "wrote report.html\n")
+    assert (readme_dir / "report.html").stat().st_size > 10_000
+    export = results["export"]
+    ev = json.loads(gzip.decompress((readme_dir / "run.json.gz").read_bytes()))["traceEvents"]
+    n = {c: sum(1 for e in ev if e.get("ph") == "X" and e.get("cat") in c) for c in ("FBIW", "wait")}
+    assert export.exit_code == 0
+    assert export.stderr.startswith(f"wrote run.json.gz: 4 ranks, {n['FBIW']} actions, "
+                                    f"{n['wait']} waits inside them, ")
+    assert (results["plot"].exit_code, results["plot"].stderr) == (0, "wrote timeline.png\n")
+    for name in ("explain", "whatif"):
+        assert results[name].exit_code == 0 and results[name].stderr == "", results[name].output
+    # which stage held the step back: the top cause is stage 1's backward
+    assert re.search(r"^ +1 +1 +B +", results["explain"].stdout, re.M), results["explain"].stdout
+    base = results["baseline"]
+    assert base.exit_code == 0 and base.stderr == (
+        "pipeaudit: wrote baseline baseline.json: 1f1b P=4 stages=4 M=8 v=1 world=4, 2 step(s)\n"
+        "pipeaudit: warning: the run has 2 step(s); with 3 or more (profile --steps 5) one slow "
+        "step cannot fail the gate\n")
+    gate = results["gate"]
+    assert gate.exit_code == 1  # the README: "exit 1: stage 1 got heavier"
+    assert re.search(r"^  FAIL  stage 1 compute per step \+95\.7% \(F \+82%, B \+102%\): stage 1 "
+                     r"got heavier \(193\.01 ms -> 377\.75 ms per step", gate.stdout, re.M)
+
+
+# ------------------------------------------------------------------ a run without a pipeline
+
+STOPS = {
+    "export": ["--perfetto", "{tmp}/out.json"],
+    "baseline": ["-o", "{tmp}/b.json"],
+    "gate": ["--max-bubble", "0.5"],
+    "diff": ["{plain}"],
+    "explain": [],
+    "whatif": ["--scale", "0=0.5"],
+    "advise": [],
+    "plot": ["-o", "{tmp}/t.png"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(STOPS))
+def test_a_run_without_a_pipeline_stops_every_command_that_needs_one(command, tmp_path):
+    args = [a.format(tmp=tmp_path, plain=PLAIN) for a in STOPS[command]]
+    res = invoke(command, PLAIN, *args)
+    assert (res.exit_code, res.stdout, res.stderr) == (2, "", no_pipeline_line("error", PLAIN))
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_analyze_says_the_same_and_goes_on(monkeypatch):
+    """analyze's per-rank figures stand without a pipeline: the same line, as a note."""
+    monkeypatch.setenv("COLUMNS", "120")
+    res = invoke("analyze", PLAIN)
+    assert res.exit_code == 0 and res.stderr == no_pipeline_line("note", PLAIN)
+    lines = res.stdout.splitlines()
+    assert lines[1] == ("1 rank(s), device cpu: no pipeline actions found; per-rank "
+                        "busy/idle/communication below.")
+    assert "INFO    NO_PIPELINE" in lines
+    assert "distributedInfo" not in res.stdout  # one trace: rank 0 is no news
+    doc = json.loads(invoke("analyze", PLAIN, "--format", "json").stdout)
+    assert [f["code"] for f in doc["findings"]] == ["NO_PIPELINE"]
+
+
+# --------------------------------------------------------------- a fresh install, no extras
+
+
+@pytest.fixture(scope="module")
+def core_python(tmp_path_factory) -> Path:
+    from tests.support.venv import make_core_venv
+
+    py = make_core_venv(tmp_path_factory.mktemp("core-venv") / "venv")
+    for module in ("torch", "matplotlib", "hta", "deepspeed"):
+        probe = subprocess.run([str(py), "-c", f"import {module}"], capture_output=True)
+        assert probe.returncode != 0, f"{module} is importable in the core venv"
+    return py
+
+
+MISSING = [
+    (["profile", "--schedule", "1f1b", "-P", "2", "-M", "4", "--out", "{tmp}/run"],
+     "profile needs PyTorch, which is not installed: pip install 'pipeaudit[harness]'"),
+    (["profile", "--framework", "deepspeed", "--schedule", "1f1b", "-P", "2", "-M", "4",
+      "--out", "{tmp}/run"],
+     "profile --framework deepspeed needs PyTorch, which is not installed: "
+     "pip install 'pipeaudit[deepspeed]'"),
+    (["sweep", "--schedules", "1f1b", "-P", "2", "-M", "4", "--out", "{tmp}/sweep"],
+     "sweep needs PyTorch, which is not installed: pip install 'pipeaudit[harness]'"),
+    (["advise", "{samples}/1f1b_p2_m4", "--verify", "1", "--out", "{tmp}/reruns"],
+     "advise --verify needs PyTorch, which is not installed: pip install 'pipeaudit[harness]'"),
+    (["plot", "{samples}/1f1b_p2_m4", "-o", "{tmp}/t.png"],
+     "plot needs matplotlib, which is not installed: pip install 'pipeaudit[plot]'"),
+    (["analyze", "{samples}/1f1b_p2_m4", "--with-hta"],
+     "analyze --with-hta needs Holistic Trace Analysis (traceinsight), which is not installed: "
+     "pip install 'pipeaudit[hta]'"),
+]
+
+
+@pytest.mark.slow
+def test_missing_extras_in_a_fresh_install(core_python, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("PYTHONHOME", None)
+    ok = subprocess.run([str(core_python), "-m", "pipeaudit", "analyze", str(SAMPLES / "1f1b_p2_m4")],
+                        capture_output=True, text=True, env=env, timeout=300)
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr  # the core works without extras
+    for argv, line in MISSING:
+        args = [a.format(tmp=tmp_path, samples=SAMPLES) for a in argv]
+        proc = subprocess.run([str(core_python), "-m", "pipeaudit", *args], capture_output=True,
+                              text=True, env=env, timeout=300)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"pipeaudit: error: {line}\n"), args
+    assert list(tmp_path.iterdir()) == []  # no work started: no run, sweep or rerun folder
+
+
+# ---------------------------------------------------------------- gate and diff, same numbers
+
+
+def test_gate_and_diff_of_two_real_runs_agree(tmp_path):
+    """Stage 1 made 3x heavier (1f1b_p4_m8 -> 1f1b_p4_m8_imb_s1x3): both name stage 1 with
+    the same medians; the gate says first that this 2-step baseline is too noisy for some
+    checks, and how many steps would do."""
+    base = tmp_path / "base.json"
+    assert invoke("baseline", SAMPLES / "1f1b_p4_m8", "-o", base).exit_code == 0
+    gate = invoke("gate", SAMPLES / "1f1b_p4_m8_imb_s1x3", "--baseline", base)
+    assert gate.exit_code == 1
+    first = gate.stdout.splitlines()[0]
+    assert first == (
+        "pipeaudit: the baseline is too noisy to gate 10 checks at the threshold (its noise band "
+        "is wider): pipeline step time, pipeline exposed communication, rank 0 bubble, rank 1 "
+        "bubble and 6 more; a baseline and a run of 95 steps each would gate them (profile "
+        "--steps 95)")
+    doc = json.loads(invoke("gate", SAMPLES / "1f1b_p4_m8_imb_s1x3", "--baseline", base,
+                            "--format", "json").stdout)
+    failed = {(c["metric"], c["index"]) for c in doc["checks"] if c["verdict"] == "fail"}
+    assert ("stage_compute", 1) in failed
+    assert not {("stage_compute", s) for s in (0, 2, 3)} & failed
+    stage1 = next(c for c in doc["checks"] if (c["metric"], c["index"]) == ("stage_compute", 1))
+    diff = invoke("diff", SAMPLES / "1f1b_p4_m8", SAMPLES / "1f1b_p4_m8_imb_s1x3")
+    assert diff.exit_code == 0 and diff.stderr == ""
+    row = next(line for line in diff.stdout.splitlines() if line.startswith("1 "))
+    assert f"{stage1['baseline'] / 1000:.2f} -> {stage1['now'] / 1000:.2f}" in row  # 193.01 -> 377.75
+    assert "+95.7%" in row and "+95.7%" in gate.stdout
+    assert diff.stdout.splitlines()[-1].startswith("Changed most: stage 1 B compute 132.82 ms -> "
+                                                   "268.22 ms per step")
+
+
+# ------------------------------------------------------------------------- one process
+
+
+@pytest.mark.parametrize("run, header", [
+    ("single_gpipe_p2_m4", "schedule gpipe (from manifest); one process, 2 stages (v=1), M=4 "
+                           "microbatches, 2 step(s), device cpu"),
+    ("user_loop_cuda_1f1b_p4_m8", "schedule delayed-backward (detected from order); one process, "
+                                  "4 stages (v=1), M=8 microbatches, 2 step(s), device cuda"),
+])
+def test_a_one_process_run_is_told_as_one(run, header):
+    res = invoke("analyze", SAMPLES / run, "--verbose")
+    assert res.exit_code == 0 and res.stderr == ""
+    lines = res.stdout.splitlines()
+    assert lines[1] == header
+    assert "P=" not in res.stdout and "distributedInfo" not in res.stdout
+    assert "assuming rank 0" not in res.stdout
+    rows = [line for line in lines if re.match(r"^(stage|rank) \d+ +\|", line)]
+    assert rows and all(line.startswith("stage ") for line in rows)  # a line per stage
+    assert not re.search(r"^(ERROR|WARNING|INFO) +\w+ rank ", res.stdout, re.M)  # findings: stages
+
+
+def test_advise_names_its_own_flag_and_the_file(tmp_path):
+    """A run whose order matches no schedule: advise names the run and --run-schedule, the
+    flag it has (its --schedules lists candidates; the run's own is --run-schedule)."""
+    from tests.support.builders import build_run
+
+    odd = [[(s, "F", 0), (s, "B", 0), (s, "F", 1), (s, "F", 2), (s, "B", 1), (s, "B", 2)]
+           for s in range(2)]
+    built = build_run(tmp_path, odd, steps=2)
+    res = invoke("advise", built.directory)
+    assert (res.exit_code, res.stdout) == (2, "")
+    assert res.stderr == (f"pipeaudit: error: {built.directory}: the run's schedule was not "
+                          "recognised: advise predicts from a run whose schedule it knows; "
+                          "declare the one that ran with --run-schedule NAME\n")
+    assert "--run-schedule NAME" in invoke("advise", "--help").stdout

@@ -410,6 +410,18 @@ def _restaged(memory: Mapping[int, RankMemory], placement: Sequence[int],
     return out
 
 
+def weights_in_base(m: RankMemory) -> bool:
+    """Whether the rank's base holds its weights (at least as much as its gradients): a GPU's
+    allocator counts what was allocated before the profiler started; torch's CPU profiler
+    counts from the start of profiling, so its levels hold no weights."""
+    return m.base >= m.grads > 0
+
+
+def _identity(shares: Shares) -> bool:
+    """Whether ``shares`` keeps every stage as it was."""
+    return all(set(share) == {s} and abs(share[s] - 1.0) < 1e-9 for s, share in shares.items())
+
+
 def predicted_peaks(memory: Mapping[int, RankMemory], orders: Mapping[int, Sequence],
                     placement: Sequence[int], rows_ratio: float,
                     position: Mapping[int, int] | None = None,
@@ -426,11 +438,18 @@ def predicted_peaks(memory: Mapping[int, RankMemory], orders: Mapping[int, Seque
     same = old_stages == list(range(len(placement))) and all(
         s in memory[r].stages for r in memory for s, p in enumerate(placement)
         if p == position.get(r))
-    stages = ({s: t for m in memory.values() for s, t in m.stages.items()} if same
-              else _restaged(memory, placement, position, shares))
+    moved = not same or (shares is not None and not _identity(shares))
+    stages = (_restaged(memory, placement, position, shares) if moved
+              else {s: t for m in memory.values() for s, t in m.stages.items()})
+    # a rank's weights follow its layers: as large as its gradients (one fp32 gradient per
+    # parameter), where its base holds them; the rest of its base (data, buffers) stays
+    base = {r: max(0.0, m.base + (sum(t.grads for s, t in stages.items()
+                                      if placement[s] == position.get(r)) - m.grads
+                                  if moved and weights_in_base(m) else 0))
+            for r, m in memory.items()}
     stages = {s: _scaled(t, rows_ratio) for s, t in stages.items()}
     hold = split_hold_ratio(memory)[0]
-    return {r: int(order_peak(orders[r], m.base, m.backward_peak * rows_ratio, stages, held,
+    return {r: int(order_peak(orders[r], base[r], m.backward_peak * rows_ratio, stages, held,
                               hold, placement, in_place))
             for r, m in memory.items() if r in orders}
 

@@ -49,25 +49,40 @@ class RepeatedBlock(StageModule):
             torch.random.set_rng_state(gen_state)
 
 
-def layer_specs(config: ProfileConfig, rank: int) -> list:
-    """The model as DeepSpeed LayerSpecs, each layer ``--imbalance`` blocks of its stage.
+def layer_specs(config: ProfileConfig, rank: int) -> tuple[list, str]:
+    """The model as DeepSpeed LayerSpecs, each layer ``--imbalance`` blocks of its stage (times
+    its ``--heavy-layer`` factor), and the ``partition_method`` that cuts them as the run's
+    ``stage_layers``.
 
-    DeepSpeed partitions ``uniform`` by layer count (``partition_uniform``); the factors follow
-    the stage each layer lands on, so ``--imbalance 1=3`` makes DeepSpeed's stage 1 3x heavier.
+    An even split: one spec per layer, partitioned ``uniform`` by layer count
+    (``partition_uniform``); the factors follow the stage each layer lands on, so
+    ``--imbalance 1=3`` makes DeepSpeed's stage 1 3x heavier. An uneven split
+    (``--stage-layers``): DeepSpeed 0.19's ``partition_method`` takes ``uniform``,
+    ``parameters`` or ``type:REGEX``, no explicit parts, so each stage's layers are one spec
+    and the S specs are partitioned ``uniform``, one per stage.
     """
     from deepspeed.pipe import LayerSpec
     from deepspeed.runtime.utils import partition_uniform
 
     n = config.model.layers
-    bounds = partition_uniform(n, config.stages)
+    layers = config.stage_layers
+    bounds = [sum(layers[:s]) for s in range(config.stages + 1)]
+    grouped = bounds != list(partition_uniform(n, config.stages))
     specs = []
     for stage in range(config.stages):
-        for layer in range(bounds[stage], bounds[stage + 1]):
+        blocks = config.layer_blocks(stage)
+        if grouped:
             specs.append(LayerSpec(RepeatedBlock, stage, config.model.hidden,
-                                   config.model.ffn_mult,
-                                   config.imbalance.get(stage, 1), config.slow_ranks.get(rank, 1),
+                                   config.model.ffn_mult, sum(blocks),
+                                   config.slow_ranks.get(rank, 1),
+                                   config.seed * 100_003 + bounds[stage]))
+            continue
+        for i, layer in enumerate(range(bounds[stage], bounds[stage + 1])):
+            specs.append(LayerSpec(RepeatedBlock, stage, config.model.hidden,
+                                   config.model.ffn_mult, blocks[i],
+                                   config.slow_ranks.get(rank, 1),
                                    config.seed * 100_003 + layer))
-    return specs
+    return specs, "uniform"
 
 
 def ds_config(config: ProfileConfig) -> dict:
@@ -144,8 +159,9 @@ def run_deepspeed_rank(config: ProfileConfig, rank: int, world_size: int, local_
     deepspeed.init_distributed(dist_backend=place.backend, auto_mpi_discovery=False,
                                timeout=_timeout(config))
     rep.phase("build")
-    model = PipelineModule(layers=layer_specs(config, rank), num_stages=config.stages,
-                           loss_fn=loss_fn, partition_method="uniform")
+    specs, partition_method = layer_specs(config, rank)
+    model = PipelineModule(layers=specs, num_stages=config.stages, loss_fn=loss_fn,
+                           partition_method=partition_method)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                            config=ds_config(config))

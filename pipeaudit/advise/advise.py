@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.advise.memory import (
     SPLIT_HOLD, held_by_runtime, held_sends, net_of_messages, predicted_peaks,
-    rank_memory, split_hold_ratio,
+    rank_memory, split_hold_ratio, weights_in_base,
 )
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.explain.graph import pipeline_layout
@@ -185,6 +185,7 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         most = layers // P
         notes.append(f"the model has {layers} layers (manifest): at most {most} "
                      f"chunk{'' if most == 1 else 's'} per rank")
+    weights_move = weights_in_base(result.device_type)
     sm = None
     if old_layers is not None and search_splits:
         _, cal, _ = prepared_graphs(tl)
@@ -216,7 +217,7 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                         shares = sh if sh is not None else layer_model(
                             old_layers, [1.0] * len(old_layers)).shares(split)
                     return predicted_peaks(memory, orders, sched.placement, M0 / m, positions,
-                                           shares, held, message or 0.0)
+                                           shares, held, message or 0.0, weights_move)
 
                 def candidate(split):
                     pred = whatif(tl, Changes(schedule=name, chunks=v, microbatches=m,
@@ -241,7 +242,7 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                 tried = set()
                 if sm is not None:
                     tried.update(proposals(sm, sched, M0 / m, memory, positions, memory_cap,
-                                           peaks_of))
+                                           peaks_of, weights_move))
                     tried.add(tuple(even_layers(layers, sched.num_stages)))
                 tried.update(sp for sp in (splits or []) if len(sp) == sched.num_stages)
                 tried.discard(base_split)
@@ -321,8 +322,9 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
             "under the memory cap per rank), and the best few are replayed in full; a stage "
             "costs its layers (each at its measured stage's value per layer) plus, on the "
             "first and last stage, the extras only they carry (embedding, data load, head, "
-            "loss), told apart by the inner stages' value per layer; weights follow the "
-            "layers, as large as their gradients")
+            "loss), told apart by the inner stages' value per layer; gradients follow the "
+            "layers, and so do weights where the memory readings hold them (a GPU's, as large "
+            "as their gradients; torch's CPU profiler counts from the start of profiling)")
     return Advice(measured, candidates, memory_cap, memory is not None, calibration, assumptions,
                   inputs=list(tl.inputs), notes=notes + list(pred0.notes),
                   global_batch=global_batch,
@@ -355,7 +357,7 @@ def split_note(candidates: list[Candidate], base: Candidate) -> str:
     return (f"layer split at the measured schedule, v and M: {_layers_text(c.stage_layers)} "
             f"predicted {c.predicted_step_time_us / 1000:.1f} ms against the run's "
             f"{_layers_text(base.stage_layers)} at {base.predicted_step_time_us / 1000:.1f} ms "
-            f"({gain:+.1%} faster)")
+            f"({abs(gain):.1%} {'faster' if gain >= 0 else 'slower'})")
 
 
 def _layers_text(split) -> str:

@@ -410,11 +410,12 @@ def _restaged(memory: Mapping[int, RankMemory], placement: Sequence[int],
     return out
 
 
-def weights_in_base(m: RankMemory) -> bool:
-    """Whether the rank's base holds its weights (at least as much as its gradients): a GPU's
-    allocator counts what was allocated before the profiler started; torch's CPU profiler
-    counts from the start of profiling, so its levels hold no weights."""
-    return m.base >= m.grads > 0
+def weights_in_base(device_type: str | None) -> bool:
+    """Whether a rank's base holds its weights: a GPU's allocator counts what was allocated
+    before the profiler started; torch's CPU profiler counts from the start of profiling, so
+    its levels hold no weights (a CPU base is what the previous step left: DeepSpeed's last
+    or middle rank sometimes keeps its gradients there, sometimes not, run to run)."""
+    return device_type == "cuda"
 
 
 def _identity(shares: Shares) -> bool:
@@ -427,12 +428,14 @@ def predicted_peaks(memory: Mapping[int, RankMemory], orders: Mapping[int, Seque
                     position: Mapping[int, int] | None = None,
                     shares: Shares | None = None,
                     held: HeldSends | None = None,
-                    in_place: float = 0.0) -> dict[int, int]:
+                    in_place: float = 0.0, weights_move: bool = False) -> dict[int, int]:
     """Each rank's predicted peak for a candidate: its per-rank ``orders`` (rank id -> order),
     the candidate's stage ``placement``, ``rows_ratio`` = M_measured / M; ``shares`` re-stages
     per layer (None: the measured stages when the placement keeps them, else an even split of
     each rank's terms over its chunks); ``position``: rank id -> pipeline index (default: the
-    rank id); ``held``: sends the candidate's runtime keeps to the step's end."""
+    rank id); ``held``: sends the candidate's runtime keeps to the step's end;
+    ``weights_move``: the ranks' bases hold their weights (:func:`weights_in_base`), which follow
+    the layers when re-staged."""
     position = dict(position) if position is not None else {r: r for r in memory}
     old_stages = sorted(s for m in memory.values() for s in m.stages)
     same = old_stages == list(range(len(placement))) and all(
@@ -445,7 +448,7 @@ def predicted_peaks(memory: Mapping[int, RankMemory], orders: Mapping[int, Seque
     # parameter), where its base holds them; the rest of its base (data, buffers) stays
     base = {r: max(0.0, m.base + (sum(t.grads for s, t in stages.items()
                                       if placement[s] == position.get(r)) - m.grads
-                                  if moved and weights_in_base(m) else 0))
+                                  if moved and weights_move else 0))
             for r, m in memory.items()}
     stages = {s: _scaled(t, rows_ratio) for s, t in stages.items()}
     hold = split_hold_ratio(memory)[0]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pipeaudit.advise.memory import RankMemory, weights_in_base
+from pipeaudit.advise.memory import RankMemory
 from pipeaudit.advise.split_search import best_splits
 from pipeaudit.explain.layer_costs import LayerModel, layer_model
 from pipeaudit.explain.layers import Shares
@@ -87,7 +87,8 @@ def in_flight(orders: Sequence[Sequence], num_stages: int) -> list[int]:
 
 def proposals(sm: SplitModel, sched, rows_ratio: float, memory: Mapping[int, RankMemory] | None,
               positions: Mapping[int, int], cap: int | None,
-              peaks: Callable[[tuple[int, ...]], dict[int, int] | None]) -> list[tuple[int, ...]]:
+              peaks: Callable[[tuple[int, ...]], dict[int, int] | None],
+              weights_move: bool = False) -> list[tuple[int, ...]]:
     """Splits of the model over ``sched``'s stages with the least bottleneck that fit ``cap``
     per the search's memory; ``peaks(split)`` replays one (rank -> peak) to check it. A split
     the replay finds over the cap is dropped after :data:`RETRIES` budget cuts."""
@@ -105,7 +106,7 @@ def proposals(sm: SplitModel, sched, rows_ratio: float, memory: Mapping[int, Ran
     a_layer, g_layer = sm.memory.per_layer(act), sm.memory.per_layer(grads)
     (a_first, a_last), (g_first, g_last) = sm.memory.extras(act), sm.memory.extras(grads)
     flight = in_flight(sched.orders, S)
-    held = 2 if all(weights_in_base(m) for m in memory.values()) else 1  # weights, gradients
+    held = 2 if weights_move else 1  # weights (where the base holds them) and gradients
     budget_rank = {p: cap - (m.base - (m.grads if held == 2 else 0))
                    - m.backward_peak * rows_ratio
                    for r, m in memory.items() for p in [positions.get(r, r)]}

@@ -19,7 +19,7 @@ from typing import Callable
 
 from pipeaudit.advise.advise import TYPICAL_ERROR, Advice, Candidate, order_band
 from pipeaudit.advise.learned import by_prediction, learning_notes, rerun_sequence
-from pipeaudit.advise.split_terms import split_lines
+from pipeaudit.schedules.split_terms import split_lines
 from pipeaudit.errors import ConfigError
 from pipeaudit.harness.rerun import harness_config, rerun_name
 from pipeaudit.schedules.catalogue import CATALOGUE
@@ -261,6 +261,28 @@ def how_to_run(c: Candidate) -> list[str]:
     if split is not None:
         out += split_lines(split, len(split) // max(1, c.chunks))
     return out
+
+
+def split_advice_lines(advice: Advice) -> list[str]:
+    """When the advised candidate keeps its split: the best other split at the measured
+    schedule, v and M, if predicted faster than the run, in each framework's terms."""
+    best = advice.best
+    if best is None or _named_split(best) is not None or advice.stage_layers is None:
+        return []
+    base = next((c for c in advice.candidates if c.measured), None)
+    same = [c for c in advice.candidates if base is not None and not c.measured
+            and (c.schedule, c.chunks, c.microbatches)
+            == (base.schedule, base.chunks, base.microbatches) and c.fits is not False]
+    if not same:
+        return []
+    c = min(same, key=lambda c: c.predicted_step_time_us)
+    if c.predicted_step_time_us >= base.predicted_step_time_us or c.stage_layers is None:
+        return []
+    gain = 1.0 - c.predicted_step_time_us / base.predicted_step_time_us
+    return ([f"at the run's schedule, v and M, the layers cut as {','.join(map(str, c.stage_layers))} "
+             f"are predicted {gain:.1%} faster ({c.predicted_step_time_us / 1000:.1f} ms):"]
+            + [f"  {line}" for line in split_lines(c.stage_layers,
+                                                   len(c.stage_layers) // max(1, c.chunks))])
 
 
 def check(advice_before: Advice, after) -> dict:

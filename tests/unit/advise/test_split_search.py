@@ -11,7 +11,7 @@ from pipeaudit.advise.split_advice import in_flight
 from pipeaudit.advise.split_search import (
     all_splits, best_splits, brute_force, rank_balanced, stage_costs,
 )
-from pipeaudit.advise.split_terms import megatron_first_last, megatron_layout, split_lines
+from pipeaudit.schedules.split_terms import megatron_first_last, megatron_layout, split_lines
 from pipeaudit.errors import ConfigError
 from pipeaudit.explain.layer_costs import layer_model
 from pipeaudit.explain.layers import candidate_layers, restage
@@ -162,16 +162,3 @@ def test_split_in_each_frameworks_terms():
     assert '["tok_embeddings", "layers.0"]' in lines and '"norm", "output"]' in lines
     assert 'pipeline_model_parallel_layout="Et|ttt|tt|ttL"' in lines
     assert 'partition_method="uniform"' in lines
-
-
-def test_megatrons_own_parser_reads_the_layout():
-    layout = pytest.importorskip(
-        "megatron.core.transformer.pipeline_parallel_layer_layout")
-    for split, pp in (([1, 3, 2, 2], 4), ([1, 3, 2, 2], 2), ([2, 6], 2)):
-        parsed = layout.PipelineParallelLayerLayout(megatron_layout(split), pp)
-        parsed.validate_layer_layout(num_layers=sum(split), mtp_num_layers=None)
-        # rank 0 holds stages 0 and P (virtual-stage-major order), each with its layers
-        decoders = [[sum(1 for t in chunk if t.name == "decoder") for chunk in rank]
-                    for rank in parsed.layout]
-        assert decoders == [[split[v * pp + r] for v in range(len(split) // pp)]
-                            for r in range(pp)]

@@ -76,45 +76,59 @@ def stage_costs(split: Sequence[int], costs: Sequence[float], first_extra: float
     return out
 
 
-def _rank_objective(split: Sequence[int], costs: Sequence[float], fe: float, le: float,
-                    placement: Sequence[int]) -> tuple[float, float, float]:
-    """(most loaded rank, most loaded stage, sum of squared stage costs) of ``split``."""
-    per = stage_costs(split, costs, fe, le)
-    ranks: dict[int, float] = {}
-    for s, c in enumerate(per):
-        ranks[placement[s]] = ranks.get(placement[s], 0.0) + c
-    return max(ranks.values()), max(per), sum(c * c for c in per)
-
-
 def rank_balanced(split: Sequence[int], costs: Sequence[float], fe: float, le: float,
                   placement: Sequence[int], feasible: np.ndarray | None = None,
                   rounds: int = 1000) -> tuple[int, ...]:
     """``split`` improved for ranks holding several stages (``placement``: stage -> rank):
     one layer moved across one boundary at a time while that lowers (most loaded rank, most
     loaded stage, sum of squares); every stage keeps a layer and fits ``feasible``."""
+    S = len(split)
+    pre = [0.0]
+    for c in costs:
+        pre.append(pre[-1] + c)
     cur = list(split)
-    best = _rank_objective(cur, costs, fe, le, placement)
+    bounds = [0]
+    for n in cur:
+        bounds.append(bounds[-1] + n)
+    extra = [0.0] * S
+    extra[0] += fe
+    extra[-1] += le
+
+    def cost(s: int, a: int, b: int) -> float:
+        return pre[b] - pre[a] + extra[s]
+
+    per = [cost(s, bounds[s], bounds[s + 1]) for s in range(S)]
+    load: dict[int, float] = {}
+    for s, c in enumerate(per):
+        load[placement[s]] = load.get(placement[s], 0.0) + c
+    best = (max(load.values()), max(per), sum(c * c for c in per))
     for _ in range(rounds):
         found = None
-        for b in range(len(cur) - 1):
-            for d in (1, -1):  # move a layer from stage b to b + 1 (d = 1) or back
-                nxt = list(cur)
-                nxt[b] -= d
-                nxt[b + 1] += d
-                if min(nxt[b], nxt[b + 1]) < 1:
+        for b in range(S - 1):
+            for d in (1, -1):  # the boundary after stage b moves one layer back (1) or on
+                mid = bounds[b + 1] - d
+                if not bounds[b] < mid < bounds[b + 2]:
                     continue
-                if feasible is not None:
-                    start = sum(nxt[:b])
-                    mid, end = start + nxt[b], start + nxt[b] + nxt[b + 1]
-                    if not (feasible[b][start, mid] and feasible[b + 1][mid, end]):
-                        continue
-                obj = _rank_objective(nxt, costs, fe, le, placement)
+                if feasible is not None and not (feasible[b][bounds[b], mid]
+                                                 and feasible[b + 1][mid, bounds[b + 2]]):
+                    continue
+                cb, cn = cost(b, bounds[b], mid), cost(b + 1, mid, bounds[b + 2])
+                ra, rb = placement[b], placement[b + 1]
+                trial = dict(load)
+                trial[ra] += cb - per[b]
+                trial[rb] += cn - per[b + 1]
+                stage_max = max(max(c for i, c in enumerate(per) if i not in (b, b + 1))
+                                if S > 2 else 0.0, cb, cn)
+                sq = best[2] - per[b] ** 2 - per[b + 1] ** 2 + cb * cb + cn * cn
+                obj = (max(trial.values()), stage_max, sq)
                 if obj < best and (found is None or obj < found[0]):
-                    found = (obj, nxt)
+                    found = (obj, b, mid, cb, cn, trial)
         if found is None:
             break
-        best, cur = found
-    return tuple(cur)
+        best, b, mid, cb, cn, load = found
+        bounds[b + 1] = mid
+        per[b], per[b + 1] = cb, cn
+    return tuple(bounds[s + 1] - bounds[s] for s in range(S))
 
 
 def best_splits(costs: Sequence[float], stages: int, first_extra: float = 0.0,

@@ -417,7 +417,9 @@ def _why(c: Candidate, base: Candidate) -> str:
         parts.append(f"M {base.microbatches} -> {c.microbatches}")
     if c.chunks != base.chunks:
         parts.append(f"v {base.chunks} -> {c.chunks}")
-    if c.stage_layers != base.stage_layers and c.stage_layers is not None:
+    if (c.stage_layers is not None and base.stage_layers is not None
+            and len(c.stage_layers) == len(base.stage_layers)
+            and c.stage_layers != base.stage_layers):
         parts.append(f"layers {_layers_text(base.stage_layers)} -> {_layers_text(c.stage_layers)}")
     if c.microbatches > base.microbatches or c.chunks > base.chunks:
         more = c.microbatches * c.chunks / (base.microbatches * base.chunks)

@@ -162,3 +162,28 @@ def test_split_in_each_frameworks_terms():
     assert '["tok_embeddings", "layers.0"]' in lines and '"norm", "output"]' in lines
     assert 'pipeline_model_parallel_layout="Et|ttt|tt|ttL"' in lines
     assert 'partition_method="uniform"' in lines
+
+
+def test_advise_moves_layers_off_a_heavy_stage_of_a_real_run():
+    """Megatron-core, P = 4, stage 1 three times heavier (2 layers each): at the run's schedule
+    and M the search takes a layer off stage 1 and predicts a faster step; the run's own split
+    replays as the run (the identity)."""
+    import pipeaudit
+    from pipeaudit.advise import advise
+    from pipeaudit.explain.whatif import Changes, whatif
+
+    run = pipeaudit.load("sample_traces/megatron_1f1b_p4_m4_imb_s1x3")
+    a = advise(run, schedules=["1f1b"], microbatches=[4])
+    base = next(c for c in a.candidates if c.measured)
+    split = next(c for c in a.candidates if not c.measured)
+    assert base.stage_layers == (2, 2, 2, 2) and a.stage_layers_source.startswith("the manifest")
+    assert split.stage_layers[1] == 1 and split.predicted_step_time_us < base.predicted_step_time_us
+    assert any("layer split at the measured schedule" in n for n in a.notes)
+    same = whatif(run.timeline, Changes(schedule="1f1b", microbatches=4,
+                                        stage_layers=(2, 2, 2, 2)))
+    assert same.predicted_step_time_us == pytest.approx(base.predicted_step_time_us)
+    # told how the run was cut instead, advise reads the same split from the user
+    told = advise(run, schedules=["1f1b"], microbatches=[4], stage_layers=[2, 2, 2, 2])
+    assert told.stage_layers_source == "--stage-layers"
+    with pytest.raises(ConfigError):
+        advise(run, schedules=["1f1b"], microbatches=[4], stage_layers=[2, 2, 2])

@@ -249,6 +249,8 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                 searched = [candidate(sp)[1] for sp in sorted(tried)]
                 given = [c for c in searched if splits and c.stage_layers in splits]
                 searched.sort(key=lambda c: (c.fits is False, c.predicted_step_time_us))
+                if is_measured and sm is not None and searched:
+                    searched = polished(searched, cand, lambda sp: candidate(sp)[1])
                 keep = given + [c for c in searched[:1] if c not in given]
                 candidates.extend(keep)
     if measured_pred is None:
@@ -330,6 +332,40 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                   global_batch=global_batch,
                   stage_layers=tuple(old_layers) if old_layers else None,
                   stage_layers_source=layers_source)
+
+
+#: the most stages for which the measured configuration's best split is polished by replays
+POLISH_STAGES = 16
+#: rounds of one-layer moves replayed there
+POLISH_ROUNDS = 3
+
+
+def polished(searched: list[Candidate], base: Candidate, replay) -> list[Candidate]:
+    """At the measured schedule, v and M (with at most :data:`POLISH_STAGES` stages): the best
+    of ``searched`` (ranked) moved one layer across one boundary at a time, each move replayed
+    in full (``replay(split)`` -> Candidate), while that is predicted faster and fits; up to
+    :data:`POLISH_ROUNDS` rounds. The search ranks splits by a proxy (the most loaded stage or
+    rank); the replay sees the schedule's order and the measured delays."""
+    best = searched[0]
+    if best.stage_layers is None or len(best.stage_layers) > POLISH_STAGES:
+        return searched
+    seen = {c.stage_layers for c in searched} | {base.stage_layers}
+    for _ in range(POLISH_ROUNDS):
+        moved = []
+        for b in range(len(best.stage_layers) - 1):
+            for d in (1, -1):
+                sp = list(best.stage_layers)
+                sp[b] -= d
+                sp[b + 1] += d
+                if min(sp) >= 1 and tuple(sp) not in seen:
+                    seen.add(tuple(sp))
+                    moved.append(replay(tuple(sp)))
+        better = [c for c in moved if c.fits is not False
+                  and c.predicted_step_time_us < best.predicted_step_time_us]
+        if not better:
+            break
+        best = min(better, key=lambda c: c.predicted_step_time_us)
+    return [best] + [c for c in searched if c is not best]
 
 
 def _with_layers(tl, given: list[int] | None, num_stages: int) -> tuple:

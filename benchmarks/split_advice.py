@@ -6,11 +6,12 @@ split at the same schedule, v and M (predicting both); the proposal and the even
 ``--repeats`` times each (the first even run included), their medians compared. Printed and
 written to ``--out/split_advice.json``:
 
-- predicted step time of the proposal against the median of its reruns;
+- predicted step time of the proposal against the median of its reruns: raw (from the run advise
+  read) and calibrated (from the even run of median step time, as ``--verify --repeat`` does);
 - the measured gain over the even split (medians) against the predicted gain;
 - each rank's predicted peak memory of the proposal against the rerun's (median run);
-- a memory cap between the proposal's predicted peak and the even split's measured one: advise
-  under it, the best fitting candidate at the measured schedule, v and M, run, its peak;
+- a memory cap 5 % under the even split's measured peak: advise under it, the best fitting
+  candidate at the measured schedule, v and M, run, its peak;
 - every contiguous split of the layers over the stages replayed (the exhaustive replay): the
   proposal's prediction over the best one's;
 - with ``--sweep``: every split run ``--sweep-repeats`` times: the regret of the proposal (its
@@ -129,14 +130,30 @@ def main() -> None:
         "proposed_measured_peaks": prop_med["peaks"],
         "even_measured_peaks": even_med["peaks"],
     }
+    # calibrated, as ``advise --verify --repeat R`` predicts: from the even run of median time
+    again = advise(pipeaudit.load(even_med["path"]), schedules=[sched], microbatches=[args.m],
+                   search_splits=False, splits=[tuple(split)])
+    cal = next(c for c in again.candidates if c.stage_layers == tuple(split))
+    cal_base = next(c for c in again.candidates if c.measured)
+    result["calibrated_predicted_us"] = cal.predicted_step_time_us
+    result["calibrated_error"] = prop_med["step_time_us"] / cal.predicted_step_time_us - 1.0
+    result["calibrated_gain_ratio"] = (meas_gain / (cal_base.predicted_step_time_us
+                                                    - cal.predicted_step_time_us)
+                                       if cal_base.predicted_step_time_us
+                                       != cal.predicted_step_time_us else None)
     mp = max(v for v in prop_med["peaks"].values() if v)
     result["memory_error"] = mp / cand.predicted_peak_memory_bytes - 1.0
     # a cap the even split breaks
     even_peak = max(v for v in even_med["peaks"].values() if v)
-    cap = int((even_peak + cand.predicted_peak_memory_bytes) / 2)
+    cap = int(even_peak * 0.95)  # 5 % under the even split's measured peak
     capped = advise(pipeaudit.load(evens[0]["path"]), schedules=[sched], microbatches=[args.m],
                     memory_cap=cap)
     cbase, cfit = at_measured(capped)
+    if cfit.fits is False:
+        result["cap"] = {"cap": cap, "fitting_split": None}
+        (out / "split_advice.json").write_text(json.dumps(result, indent=1))
+        print(json.dumps(result, indent=1))
+        return
     result["cap"] = {"cap": cap, "even_predicted_peak": cbase.predicted_peak_memory_bytes,
                      "even_fits_predicted": cbase.fits, "proposed": list(cfit.stage_layers),
                      "proposed_predicted_peak": cfit.predicted_peak_memory_bytes,

@@ -291,8 +291,8 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         "each candidate replays the catalogue order for P ranks with the run's mean measured "
         "duration per (stage, kind), times M_measured/M (the same global batch; compute linear "
         "in the microbatch's rows); re-staged candidates take each stage's time from the layers it "
-        "holds (each layer its measured stage's time over that stage's layers, the manifest's "
-        "stage_layers), else each rank's work split evenly over its chunks",
+        "holds (the per-layer model below, from the run's layers per stage), else each rank's "
+        "work split evenly over its chunks",
         _delays_assumed(tl.manifest),
         "memory: each rank's order replayed with a level read from the [memory] events: base "
         "(before the step), + the stage's forward rise per forward, - the stage's backward fall "

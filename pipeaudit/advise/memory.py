@@ -444,11 +444,13 @@ def predicted_peaks(memory: Mapping[int, RankMemory], orders: Mapping[int, Seque
     moved = not same or (shares is not None and not _identity(shares))
     stages = (_restaged(memory, placement, position, shares) if moved
               else {s: t for m in memory.values() for s, t in m.stages.items()})
-    # a rank's weights follow its layers: as large as its gradients (one fp32 gradient per
-    # parameter), where its base holds them; the rest of its base (data, buffers) stays
+    # a rank's weights follow its layers in a new split of the same stages: as large as its
+    # gradients (one fp32 gradient per parameter), where its base holds them; the rest of its
+    # base (data, buffers) stays. Re-placed stages (another v, the V) keep each rank's base: a
+    # stage's gradient term there can hold more than gradients (the V's turn buffers)
     base = {r: max(0.0, m.base + (sum(t.grads for s, t in stages.items()
                                       if placement[s] == position.get(r)) - m.grads
-                                  if moved and weights_move else 0))
+                                  if moved and same and weights_move else 0))
             for r, m in memory.items()}
     stages = {s: _scaled(t, rows_ratio) for s, t in stages.items()}
     hold = split_hold_ratio(memory)[0]

@@ -349,7 +349,7 @@ def parse_stage_layers(text: str | None) -> tuple[int, ...] | None:
 
 def parse_heavy_layers(items: list[str] | tuple[str, ...]) -> dict[int, int]:
     """Parse repeated ``LAYER:FACTOR`` options, e.g. ``("0:4",)`` -> ``{0: 4}``."""
-    return _parse_factors([i.replace(":", "=", 1) for i in items], "--heavy-layer", "LAYER")
+    return _parse_factors(items, "--heavy-layer", "LAYER", sep=":")
 
 
 def parse_slow_ranks(items: list[str] | tuple[str, ...]) -> dict[int, int]:
@@ -357,17 +357,18 @@ def parse_slow_ranks(items: list[str] | tuple[str, ...]) -> dict[int, int]:
     return _parse_factors(items, "--slow-rank", "RANK")
 
 
-def _parse_factors(items: list[str] | tuple[str, ...], option: str, key: str) -> dict[int, int]:
+def _parse_factors(items: list[str] | tuple[str, ...], option: str, key: str,
+                   sep: str = "=") -> dict[int, int]:
     out: dict[int, int] = {}
     for item in items:
-        key_s, sep, factor_s = item.partition("=")
+        key_s, found, factor_s = item.partition(sep)
         try:
-            if not sep:
+            if not found:
                 raise ValueError
             index, factor = int(key_s), int(factor_s)
         except ValueError:
             raise ConfigError(
-                f"{option} expects {key}=FACTOR with integers (e.g. 1=3), got {item!r}"
+                f"{option} expects {key}{sep}FACTOR with integers (e.g. 1{sep}3), got {item!r}"
             ) from None
         if index in out:
             raise ConfigError(f"{option} gives {key.lower()} {index} twice")

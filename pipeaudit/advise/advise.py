@@ -387,7 +387,8 @@ def split_note(candidates: list[Candidate], base: Candidate) -> str:
     same = [c for c in candidates if (c.schedule, c.chunks, c.microbatches)
             == (base.schedule, base.chunks, base.microbatches) and not c.measured]
     if not same:
-        return "layer split: no other split of the measured stages (one layer per stage)"
+        return ("layer split: no other split of the measured stages (one layer per stage, or "
+                "none that fits the cap)")
     c = min(same, key=lambda c: c.predicted_step_time_us)
     gain = 1.0 - c.predicted_step_time_us / base.predicted_step_time_us
     return (f"layer split at the measured schedule, v and M: {_layers_text(c.stage_layers)} "

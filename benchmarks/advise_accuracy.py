@@ -43,6 +43,11 @@ MODELS = {"balanced": {}, "stage1x3": {1: 3}}
 LAYERS = 8
 
 
+def _by_config(predicted: dict) -> dict:
+    """Predictions keyed (schedule, chunks, M): the benchmark keeps the run's layer split."""
+    return {k[:3]: v for k, v in predicted.items()}
+
+
 def microbatches(P: int) -> list[int]:
     """M from P/2 to 4P."""
     return [max(1, P // 2), P, 2 * P, 4 * P]
@@ -134,7 +139,7 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
             continue
         run = pipeaudit.load(out / model / "measured")
         P = run.audit().num_ranks
-        a = advise(run, schedules=SCHEDULES, microbatches=microbatches(P))
+        a = advise(run, schedules=SCHEDULES, microbatches=microbatches(P), search_splits=False)
         by_key = {(c.schedule, c.chunks, c.microbatches): c for c in a.candidates}
         tries: dict[tuple, list[dict]] = {}
         for root in [out, *repeats]:
@@ -148,7 +153,7 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
         # calibrated: predicted again from the rerun of the measured configuration (the one of
         # median step time among the repeats), as ``advise --verify`` does
         base_rerun = median_run(tries[base_key])["path"]
-        again = predicted_again(base_rerun, [by_key[k] for k in measured], None)
+        again = _by_config(predicted_again(base_rerun, [by_key[k] for k in measured], None))
         rows = [verified_row(by_key[k], got, got["path"], again.get(k))
                 for k, got in measured.items()]
         # per session, as one ``advise --verify`` makes them: each repeat's reruns held to the
@@ -160,8 +165,8 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
             base_dir = root / model / "reruns" / rerun_name(*base_key)
             if str(base_dir) not in step_of:
                 continue
-            again_here = again_in[root] = predicted_again(
-                str(base_dir), [by_key[k] for k in measured], None)
+            again_here = again_in[root] = _by_config(predicted_again(
+                str(base_dir), [by_key[k] for k in measured], None))
             for k in measured:
                 d = str(root / model / "reruns" / rerun_name(*k))
                 if d in step_of and k != base_key:
@@ -184,7 +189,7 @@ def read(out: Path, repeats: list[Path], models: list[str]) -> list[dict]:
             if not (root / model / "measured" / "manifest.json").exists():
                 continue
             other = advise(pipeaudit.load(root / model / "measured"), schedules=SCHEDULES,
-                           microbatches=microbatches(P))
+                           microbatches=microbatches(P), search_splits=False)
             ran = [(c.schedule, c.chunks, c.microbatches) for c in other.candidates
                    if (c.schedule, c.chunks, c.microbatches) in measured]
             regret_each.append(measured[ran[0]]["step_time_us"] /

@@ -93,14 +93,15 @@ class Run:
         return self._audit.to_dict()
 
     def advise(self, *, memory_cap: int | None = None, schedules: list[str] | None = None,
-               microbatches: list[int] | None = None, global_batch: int | None = None
-               ) -> tuple[pl.DataFrame, pl.DataFrame]:
+               microbatches: list[int] | None = None, global_batch: int | None = None,
+               stage_layers: list[int] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
         """(the measured configuration, the ranked candidates) as frames: what
-        ``pipeaudit advise --format json`` holds (:func:`pipeaudit.advise.advise`)."""
+        ``pipeaudit advise --format json`` holds (:func:`pipeaudit.advise.advise`);
+        ``stage_layers``: how the run was cut, when its manifest does not say."""
         from pipeaudit.advise import advise
 
         a = advise(self, memory_cap=memory_cap, schedules=schedules, microbatches=microbatches,
-                   global_batch=global_batch)
+                   global_batch=global_batch, stage_layers=stage_layers)
         return pl.DataFrame([a.measured]), pl.DataFrame([c.to_dict() for c in a.candidates])
 
 

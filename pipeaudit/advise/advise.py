@@ -12,16 +12,20 @@ group by predicted step time.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.advise.memory import (
     SPLIT_HOLD, held_by_runtime, held_sends, net_of_messages, predicted_peaks,
-    rank_memory, split_hold_ratio,
+    rank_memory, split_hold_ratio, weights_in_base,
 )
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.explain.graph import pipeline_layout
-from pipeaudit.explain.layers import layer_shares, manifest_layers
+from pipeaudit.advise.split_advice import proposals, split_model
+from pipeaudit.explain.explain import prepared_graphs
+from pipeaudit.explain.layer_costs import layer_model
+from pipeaudit.explain.layers import even_layers, manifest_layers
 from pipeaudit.explain.link import manifest_link, message_bytes, scaling_link
 from pipeaudit.explain.whatif import Changes, whatif
 from pipeaudit.harness.config import FRAMEWORK_SCHEDULES as HARNESS_FRAMEWORK_SCHEDULES
@@ -51,9 +55,17 @@ class Candidate:
     fits: bool | None  #: None: no memory prediction (no [memory] events) or no cap
     measured: bool = False  #: the configuration the run ran
     why: str = ""
+    #: layers per stage in stage order (None: the run's layers per stage are not known)
+    stage_layers: tuple[int, ...] | None = None
+
+    @property
+    def key(self) -> tuple:
+        """(schedule, chunks, M, stage_layers): what tells two candidates apart."""
+        return (self.schedule, self.chunks, self.microbatches, self.stage_layers)
 
     def to_dict(self) -> dict:
         return {"schedule": self.schedule, "chunks": self.chunks, "microbatches": self.microbatches,
+                "stage_layers": None if self.stage_layers is None else list(self.stage_layers),
                 "predicted_step_time_us": self.predicted_step_time_us,
                 "predicted_bubble": self.predicted_bubble,
                 "predicted_peak_memory_bytes": self.predicted_peak_memory_bytes,
@@ -77,6 +89,9 @@ class Advice:
     notes: list[str] = field(default_factory=list)
     #: the global batch the candidates keep (None: not known, the measured run's)
     global_batch: int | None = None
+    #: the measured run's layers per stage and where they came from (None: not known)
+    stage_layers: tuple[int, ...] | None = None
+    stage_layers_source: str | None = None
 
     @property
     def best(self) -> Candidate | None:
@@ -89,6 +104,9 @@ class Advice:
                 "candidates": [c.to_dict() for c in self.candidates],
                 "calibration": self.calibration, "verified": self.verified,
                 "proven": self.proven,
+                "measured_stage_layers": (None if self.stage_layers is None
+                                          else list(self.stage_layers)),
+                "stage_layers_source": self.stage_layers_source,
                 "assumptions": self.assumptions, "notes": self.notes}
 
 
@@ -114,11 +132,18 @@ def chunk_choices(name: str, measured: tuple[str, int]) -> list[int]:
 
 
 def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = None,
-           microbatches: list[int] | None = None, global_batch: int | None = None) -> Advice:
+           microbatches: list[int] | None = None, global_batch: int | None = None,
+           stage_layers: list[int] | None = None, search_splits: bool = True,
+           splits: list[tuple[int, ...]] | None = None) -> Advice:
     """Rank the candidate configurations of ``run`` (a :class:`pipeaudit.api.Run` of one
-    pipeline with every rank present)."""
+    pipeline with every rank present).
+
+    ``stage_layers``: how the run was cut (layers per stage), for runs whose manifest does not
+    say; with it known, every (schedule, v, M) is also tried at the split the search proposes
+    (``search_splits``) and at each of ``splits`` that has its number of stages."""
     result = run.audit()
     tl = run.timeline
+    tl, layers_source = _with_layers(tl, stage_layers, result.num_stages)
     if result.schedule is None:
         raise ConfigError("the run's schedule was not recognised: advise predicts from a run "
                           "whose schedule it knows (declare the one that ran: load(..., schedule=NAME))")
@@ -160,6 +185,13 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         most = layers // P
         notes.append(f"the model has {layers} layers (manifest): at most {most} "
                      f"chunk{'' if most == 1 else 's'} per rank")
+    weights_move = weights_in_base(result.device_type)
+    sm = None
+    if old_layers is not None and search_splits:
+        _, cal, _ = prepared_graphs(tl)
+        sm = split_model(old_layers, cal.compute, memory, layers_source)
+        notes.append(f"layers per stage from {layers_source}: {','.join(map(str, old_layers))}; "
+                     f"{sm.time.describe()}")
     for name in names:
         for v in chunk_choices(name, (ran, v0)):
             if layers is not None and P * v > layers:
@@ -171,29 +203,64 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                     sched = build_schedule(name, P, m, v if v > 1 else None)
                 except ScheduleError:
                     continue
-                pred = whatif(tl, Changes(schedule=name, chunks=v, microbatches=m), result)
-                peak = None
-                if memory is not None:
-                    shares = layer_shares(old_layers, sched.num_stages) if old_layers else None
-                    message = message_bytes(tl.manifest, m)
-                    held = held_sends(name, message)
-                    peaks = predicted_peaks(memory, {r: sched.orders[p] for r, p in positions.items()},
-                                            sched.placement, M0 / m, positions, shares, held,
-                                            message or 0.0)
-                    peak = max(peaks.values())
-                fits = None if peak is None or memory_cap is None else peak <= memory_cap
+                orders = {r: sched.orders[p] for r, p in positions.items()}
+                message = message_bytes(tl.manifest, m)
+                held = held_sends(name, message)
+
+                def peaks_of(split):
+                    if memory is None:
+                        return None
+                    if split is None:
+                        shares = None
+                    else:
+                        sh = sm.memory_shares(split) if sm is not None else None
+                        shares = sh if sh is not None else layer_model(
+                            old_layers, [1.0] * len(old_layers)).shares(split)
+                    return predicted_peaks(memory, orders, sched.placement, M0 / m, positions,
+                                           shares, held, message or 0.0, weights_move)
+
+                def candidate(split):
+                    pred = whatif(tl, Changes(schedule=name, chunks=v, microbatches=m,
+                                              stage_layers=split), result)
+                    got = peaks_of(split)
+                    peak = max(got.values()) if got else None
+                    fits = None if peak is None or memory_cap is None else peak <= memory_cap
+                    return pred, Candidate(name, sched.chunks, m, pred.predicted_step_time_us,
+                                           pred.predicted_bubble, peak, fits, False,
+                                           stage_layers=split)
+
+                base_split = None
+                if old_layers is not None:
+                    base_split = tuple(old_layers if sched.num_stages == len(old_layers)
+                                       else even_layers(layers, sched.num_stages))
+                pred, cand = candidate(base_split)
                 is_measured = (name, sched.chunks, m) == (ran, v0, M0)
-                cand = Candidate(name, sched.chunks, m, pred.predicted_step_time_us,
-                                 pred.predicted_bubble, peak, fits, is_measured)
+                cand.measured = is_measured
                 if is_measured:
                     measured_pred = (pred, cand)
                 candidates.append(cand)
+                tried = set()
+                if sm is not None:
+                    tried.update(proposals(sm, sched, M0 / m, memory, positions, memory_cap,
+                                           peaks_of, weights_move))
+                    tried.add(tuple(even_layers(layers, sched.num_stages)))
+                tried.update(sp for sp in (splits or []) if len(sp) == sched.num_stages)
+                tried.discard(base_split)
+                searched = [candidate(sp)[1] for sp in sorted(tried)]
+                given = [c for c in searched if splits and c.stage_layers in splits]
+                searched.sort(key=lambda c: (c.fits is False, c.predicted_step_time_us))
+                if is_measured and sm is not None and searched:
+                    searched = polished(searched, cand, lambda sp: candidate(sp)[1])
+                keep = given + [c for c in searched[:1] if c not in given]
+                candidates.extend(keep)
     if measured_pred is None:
         raise ConfigError(f"the measured configuration ({ran}, v={v0}, M={M0}) cannot be "
                           "replayed from the catalogue")
     pred0, base = measured_pred
     for c in candidates:
         c.why = _why(c, base)
+    if old_layers is not None and search_splits:
+        notes.append(split_note(candidates, base))
     # a tie keeps the measured configuration: no change is advised for no predicted gain
     candidates.sort(key=lambda c: (c.fits is False, c.predicted_step_time_us, not c.measured))
     model_error = base.predicted_step_time_us / result.step_time_us - 1.0
@@ -224,8 +291,8 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         "each candidate replays the catalogue order for P ranks with the run's mean measured "
         "duration per (stage, kind), times M_measured/M (the same global batch; compute linear "
         "in the microbatch's rows); re-staged candidates take each stage's time from the layers it "
-        "holds (each layer its measured stage's time over that stage's layers, the manifest's "
-        "stage_layers), else each rank's work split evenly over its chunks",
+        "holds (the per-layer model below, from the run's layers per stage), else each rank's "
+        "work split evenly over its chunks",
         _delays_assumed(tl.manifest),
         "memory: each rank's order replayed with a level read from the [memory] events: base "
         "(before the step), + the stage's forward rise per forward, - the stage's backward fall "
@@ -250,9 +317,88 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         "time; the measured configuration is predicted by the same model (its error is the "
         "calibration)",
     ]
+    if old_layers is not None:
+        assumptions.append(
+            "layer split: every contiguous split of the layers over the candidate's stages is "
+            "searched (a dynamic programme minimising the most loaded stage's F + B compute, "
+            "under the memory cap per rank), and the best few are replayed in full; a stage "
+            "costs its layers (each at its measured stage's value per layer) plus, on the "
+            "first and last stage, the extras only they carry (embedding, data load, head, "
+            "loss), told apart by the inner stages' value per layer; gradients follow the "
+            "layers, and so do weights where the memory readings hold them (a GPU's, as large "
+            "as their gradients; torch's CPU profiler counts from the start of profiling)")
     return Advice(measured, candidates, memory_cap, memory is not None, calibration, assumptions,
                   inputs=list(tl.inputs), notes=notes + list(pred0.notes),
-                  global_batch=global_batch)
+                  global_batch=global_batch,
+                  stage_layers=tuple(old_layers) if old_layers else None,
+                  stage_layers_source=layers_source)
+
+
+#: the most stages for which the measured configuration's best split is polished by replays
+POLISH_STAGES = 16
+#: rounds of one-layer moves replayed there
+POLISH_ROUNDS = 3
+
+
+def polished(searched: list[Candidate], base: Candidate, replay) -> list[Candidate]:
+    """At the measured schedule, v and M (with at most :data:`POLISH_STAGES` stages): the best
+    of ``searched`` (ranked) moved one layer across one boundary at a time, each move replayed
+    in full (``replay(split)`` -> Candidate), while that is predicted faster and fits; up to
+    :data:`POLISH_ROUNDS` rounds. The search ranks splits by a proxy (the most loaded stage or
+    rank); the replay sees the schedule's order and the measured delays."""
+    best = searched[0]
+    if best.stage_layers is None or len(best.stage_layers) > POLISH_STAGES:
+        return searched
+    seen = {c.stage_layers for c in searched} | {base.stage_layers}
+    for _ in range(POLISH_ROUNDS):
+        moved = []
+        for b in range(len(best.stage_layers) - 1):
+            for d in (1, -1):
+                sp = list(best.stage_layers)
+                sp[b] -= d
+                sp[b + 1] += d
+                if min(sp) >= 1 and tuple(sp) not in seen:
+                    seen.add(tuple(sp))
+                    moved.append(replay(tuple(sp)))
+        better = [c for c in moved if c.fits is not False
+                  and c.predicted_step_time_us < best.predicted_step_time_us]
+        if not better:
+            break
+        best = min(better, key=lambda c: c.predicted_step_time_us)
+    return [best] + [c for c in searched if c is not best]
+
+
+def _with_layers(tl, given: list[int] | None, num_stages: int) -> tuple:
+    """``tl`` with the layers per stage the user gave (a copy whose manifest says them), and
+    where the layers per stage come from (None: not known)."""
+    if given is None:
+        return tl, ("the manifest's stage_layers"
+                    if manifest_layers(tl.manifest, num_stages) else None)
+    given = [int(n) for n in given]
+    if len(given) != num_stages or min(given) < 1:
+        raise ConfigError(f"--stage-layers {','.join(map(str, given))}: the run has "
+                          f"{num_stages} stages, each with at least one layer")
+    manifest = {**(tl.manifest or {}), "stage_layers": given}
+    return dataclasses.replace(tl, manifest=manifest), "--stage-layers"
+
+
+def split_note(candidates: list[Candidate], base: Candidate) -> str:
+    """Which split the search proposes at the measured schedule, v and M, against the run's."""
+    same = [c for c in candidates if (c.schedule, c.chunks, c.microbatches)
+            == (base.schedule, base.chunks, base.microbatches) and not c.measured]
+    if not same:
+        return ("layer split: no other split of the measured stages (one layer per stage, or "
+                "none that fits the cap)")
+    c = min(same, key=lambda c: c.predicted_step_time_us)
+    gain = 1.0 - c.predicted_step_time_us / base.predicted_step_time_us
+    return (f"layer split at the measured schedule, v and M: {_layers_text(c.stage_layers)} "
+            f"predicted {c.predicted_step_time_us / 1000:.1f} ms against the run's "
+            f"{_layers_text(base.stage_layers)} at {base.predicted_step_time_us / 1000:.1f} ms "
+            f"({abs(gain):.1%} {'faster' if gain >= 0 else 'slower'})")
+
+
+def _layers_text(split) -> str:
+    return "-" if split is None else ",".join(map(str, split))
 
 
 #: The model's typical step-time error: the median over the P = 4 accuracy benchmark's
@@ -308,6 +454,10 @@ def _why(c: Candidate, base: Candidate) -> str:
         parts.append(f"M {base.microbatches} -> {c.microbatches}")
     if c.chunks != base.chunks:
         parts.append(f"v {base.chunks} -> {c.chunks}")
+    if (c.stage_layers is not None and base.stage_layers is not None
+            and len(c.stage_layers) == len(base.stage_layers)
+            and c.stage_layers != base.stage_layers):
+        parts.append(f"layers {_layers_text(base.stage_layers)} -> {_layers_text(c.stage_layers)}")
     if c.microbatches > base.microbatches or c.chunks > base.chunks:
         more = c.microbatches * c.chunks / (base.microbatches * base.chunks)
         parts.append(f"{more:g}x the actions per step (each pays the measured host gap and "

@@ -95,8 +95,9 @@ class ActionSizes:
 
 def by_prediction(calibrated: Mapping[tuple, float],
                   keys: Iterable[tuple]) -> list[tuple[tuple, Size, float]]:
-    """``keys`` ((schedule, chunks, M)) that have a calibrated prediction, as (key, (M, chunks),
-    calibrated step time), best-predicted first: what :func:`rerun_sequence` takes."""
+    """``keys`` ((schedule, chunks, M[, stage_layers])) that have a calibrated prediction, as
+    (key, (M, chunks), calibrated step time), best-predicted first: what
+    :func:`rerun_sequence` takes."""
     return sorted(((k, (k[2], k[1]), calibrated[k]) for k in keys if k in calibrated),
                   key=lambda p: p[2])
 
@@ -152,7 +153,8 @@ def learning_notes(done: list[Rerun], sizes: ActionSizes,
                    pending: Sequence[tuple[Hashable, Size, float]], fastest_us: float,
                    band: float, auto: bool) -> list[str]:
     """What the reruns taught (the factor per action size) and, for ``auto``, why they
-    stopped: the closest candidate left (keys are (schedule, chunks, M)) against the fastest
+    stopped: the closest candidate left (keys are (schedule, chunks, M[, stage_layers])) against
+    the fastest
     measured."""
     out = []
     learned = sizes.learned()
@@ -167,10 +169,12 @@ def learning_notes(done: list[Rerun], sizes: ActionSizes,
         stop = "with none left"
         if left:
             k = min(left, key=left.__getitem__)
-            name, chunks, m = k  # type: ignore[misc]
+            name, chunks, m = k[:3]  # type: ignore[index]
+            split = k[3] if len(k) > 3 and k[3] else None  # type: ignore[arg-type]
+            layers = "" if split is None else " layers " + ",".join(map(str, split))
             stop = (f"with {len(left)} left, none predicted within {band:.0%} of the fastest "
                     f"measured ({fastest_us / 1000:.1f} ms; the closest, {name} v={chunks} "
-                    f"M={m}, {left[k] / 1000:.1f} ms learned)")
+                    f"M={m}{layers}, {left[k] / 1000:.1f} ms learned)")
         out.append(f"--verify auto reran {len(done)} candidate(s) in the order of their learned "
                    f"predictions and stopped {stop}")
     return out

@@ -410,27 +410,51 @@ def _restaged(memory: Mapping[int, RankMemory], placement: Sequence[int],
     return out
 
 
+def weights_in_base(device_type: str | None) -> bool:
+    """Whether a rank's base holds its weights: a GPU's allocator counts what was allocated
+    before the profiler started; torch's CPU profiler counts from the start of profiling, so
+    its levels hold no weights (a CPU base is what the previous step left: DeepSpeed's last
+    or middle rank sometimes keeps its gradients there, sometimes not, run to run)."""
+    return device_type == "cuda"
+
+
+def _identity(shares: Shares) -> bool:
+    """Whether ``shares`` keeps every stage as it was."""
+    return all(set(share) == {s} and abs(share[s] - 1.0) < 1e-9 for s, share in shares.items())
+
+
 def predicted_peaks(memory: Mapping[int, RankMemory], orders: Mapping[int, Sequence],
                     placement: Sequence[int], rows_ratio: float,
                     position: Mapping[int, int] | None = None,
                     shares: Shares | None = None,
                     held: HeldSends | None = None,
-                    in_place: float = 0.0) -> dict[int, int]:
+                    in_place: float = 0.0, weights_move: bool = False) -> dict[int, int]:
     """Each rank's predicted peak for a candidate: its per-rank ``orders`` (rank id -> order),
     the candidate's stage ``placement``, ``rows_ratio`` = M_measured / M; ``shares`` re-stages
     per layer (None: the measured stages when the placement keeps them, else an even split of
     each rank's terms over its chunks); ``position``: rank id -> pipeline index (default: the
-    rank id); ``held``: sends the candidate's runtime keeps to the step's end."""
+    rank id); ``held``: sends the candidate's runtime keeps to the step's end;
+    ``weights_move``: the ranks' bases hold their weights (:func:`weights_in_base`), which follow
+    the layers when re-staged."""
     position = dict(position) if position is not None else {r: r for r in memory}
     old_stages = sorted(s for m in memory.values() for s in m.stages)
     same = old_stages == list(range(len(placement))) and all(
         s in memory[r].stages for r in memory for s, p in enumerate(placement)
         if p == position.get(r))
-    stages = ({s: t for m in memory.values() for s, t in m.stages.items()} if same
-              else _restaged(memory, placement, position, shares))
+    moved = not same or (shares is not None and not _identity(shares))
+    stages = (_restaged(memory, placement, position, shares) if moved
+              else {s: t for m in memory.values() for s, t in m.stages.items()})
+    # a rank's weights follow its layers in a new split of the same stages: as large as its
+    # gradients (one fp32 gradient per parameter), where its base holds them; the rest of its
+    # base (data, buffers) stays. Re-placed stages (another v, the V) keep each rank's base: a
+    # stage's gradient term there can hold more than gradients (the V's turn buffers)
+    base = {r: max(0.0, m.base + (sum(t.grads for s, t in stages.items()
+                                      if placement[s] == position.get(r)) - m.grads
+                                  if moved and same and weights_move else 0))
+            for r, m in memory.items()}
     stages = {s: _scaled(t, rows_ratio) for s, t in stages.items()}
     hold = split_hold_ratio(memory)[0]
-    return {r: int(order_peak(orders[r], m.base, m.backward_peak * rows_ratio, stages, held,
+    return {r: int(order_peak(orders[r], base[r], m.backward_peak * rows_ratio, stages, held,
                               hold, placement, in_place))
             for r, m in memory.items() if r in orders}
 

@@ -19,6 +19,7 @@ from typing import Callable
 
 from pipeaudit.advise.advise import TYPICAL_ERROR, Advice, Candidate, order_band
 from pipeaudit.advise.learned import by_prediction, learning_notes, rerun_sequence
+from pipeaudit.schedules.split_terms import split_lines
 from pipeaudit.errors import ConfigError
 from pipeaudit.harness.rerun import harness_config, rerun_name
 from pipeaudit.schedules.catalogue import CATALOGUE
@@ -59,12 +60,13 @@ def verify(advice: Advice, manifest: dict, out_dir: str, top: int | None,
     failed: list[str] = []
 
     def rerun(c: Candidate) -> dict | None:
-        name = rerun_name(*_key(c))
+        split = _named_split(c)
+        name = rerun_name(c.schedule, c.chunks, c.microbatches, split)
         runs = []
         for i in range(repeats):
             label = name if repeats == 1 else f"{name}/r{i + 1}"
             cfg = harness_config(manifest, str(Path(out_dir) / label), c.schedule, c.chunks,
-                                 c.microbatches)
+                                 c.microbatches, c.stage_layers if split else None)
             if on_start:
                 on_start(label)
             try:
@@ -131,8 +133,18 @@ def median_run(runs: list[dict]) -> dict:
     return dict(ordered[(len(ordered) - 1) // 2])
 
 
-def _key(c: Candidate) -> tuple[str, int, int]:
-    return (c.schedule, c.chunks, c.microbatches)
+def _key(c: Candidate) -> tuple:
+    return c.key
+
+
+def _named_split(c: Candidate) -> tuple[int, ...] | None:
+    """The candidate's split when it is not the harness's even one (None: even or unknown)."""
+    from pipeaudit.explain.layers import even_layers
+
+    if c.stage_layers is None:
+        return None
+    even = tuple(even_layers(sum(c.stage_layers), len(c.stage_layers)))
+    return None if tuple(c.stage_layers) == even else tuple(c.stage_layers)
 
 
 def predicted_again(base_rerun: str, chosen: list[Candidate],
@@ -144,7 +156,8 @@ def predicted_again(base_rerun: str, chosen: list[Candidate],
 
     again = advise(pipeaudit.load(base_rerun), schedules=sorted({c.schedule for c in chosen}),
                    microbatches=sorted({c.microbatches for c in chosen}),
-                   global_batch=global_batch)
+                   global_batch=global_batch, search_splits=False,
+                   splits=sorted({c.stage_layers for c in chosen if c.stage_layers}))
     return {_key(c): c.predicted_step_time_us for c in again.candidates}
 
 
@@ -156,6 +169,7 @@ def verified_row(c: Candidate, got: dict, path: str, calibrated_us: float | None
     pm, mm = c.predicted_peak_memory_bytes, got["peak_memory_bytes"]
     cal = pred if calibrated_us is None else calibrated_us
     return {"schedule": c.schedule, "chunks": c.chunks, "microbatches": c.microbatches,
+            "stage_layers": None if c.stage_layers is None else list(c.stage_layers),
             "is_measured_configuration": c.measured, "fits_predicted": c.fits is not False,
             "predicted_step_time_us": pred, "measured_step_time_us": meas,
             "measured_step_times_us": got.get("step_times_us", [meas]),
@@ -185,7 +199,7 @@ def proven_best(rows: list[dict], cap: int | None) -> dict | None:
     best = min(fitting, key=lambda r: r["measured_step_time_us"])
     base = next((r for r in rows if r["is_measured_configuration"]), None)
     return {"schedule": best["schedule"], "chunks": best["chunks"],
-            "microbatches": best["microbatches"],
+            "microbatches": best["microbatches"], "stage_layers": best.get("stage_layers"),
             "is_measured_configuration": best["is_measured_configuration"],
             "measured_step_time_us": best["measured_step_time_us"],
             "measured_peak_memory_bytes": best["measured_peak_memory_bytes"],
@@ -204,10 +218,8 @@ def rerun_notes(advice: Advice) -> list[str]:
             out.append(f"{_name(r)} was predicted to fit the cap but its rerun peaked at "
                        f"{r['measured_peak_memory_bytes'] / 2**20:.1f} MiB, over it")
     p, first = advice.proven, advice.best
-    if p is not None and first is not None and _key(first) != (p["schedule"], p["chunks"],
-                                                                p["microbatches"]):
-        row = next((r for r in advice.verified if _key(first) == (r["schedule"], r["chunks"],
-                                                                     r["microbatches"])), None)
+    if p is not None and first is not None and _key(first) != _row_key(p):
+        row = next((r for r in advice.verified if _key(first) == _row_key(r)), None)
         ran = (f" ran {row['measured_step_time_us'] / 1000:.1f} ms" if row is not None else
                " was not rerun")
         out.append(f"the reruns reorder the advice: {_name(p)} measured fastest "
@@ -216,8 +228,16 @@ def rerun_notes(advice: Advice) -> list[str]:
     return out
 
 
+def _row_key(row: dict) -> tuple:
+    split = row.get("stage_layers")
+    return (row["schedule"], row["chunks"], row["microbatches"],
+            None if split is None else tuple(split))
+
+
 def _name(row: dict) -> str:
-    return f"{row['schedule']} v={row['chunks']} M={row['microbatches']}"
+    split = row.get("stage_layers")
+    return (f"{row['schedule']} v={row['chunks']} M={row['microbatches']}"
+            + ("" if split is None else f" layers {','.join(map(str, split))}"))
 
 
 def how_to_run(c: Candidate) -> list[str]:
@@ -237,7 +257,32 @@ def how_to_run(c: Candidate) -> list[str]:
     if c.schedule == "interleaved-1f1b":
         out.append(f"Megatron-core: num_microbatches={c.microbatches}, "
                    f"virtual_pipeline_model_parallel_size={c.chunks}")
+    split = _named_split(c)
+    if split is not None:
+        out += split_lines(split, len(split) // max(1, c.chunks))
     return out
+
+
+def split_advice_lines(advice: Advice) -> list[str]:
+    """When the advised candidate keeps its split: the best other split at the measured
+    schedule, v and M, if predicted faster than the run, in each framework's terms."""
+    best = advice.best
+    if best is None or _named_split(best) is not None or advice.stage_layers is None:
+        return []
+    base = next((c for c in advice.candidates if c.measured), None)
+    same = [c for c in advice.candidates if base is not None and not c.measured
+            and (c.schedule, c.chunks, c.microbatches)
+            == (base.schedule, base.chunks, base.microbatches) and c.fits is not False]
+    if not same:
+        return []
+    c = min(same, key=lambda c: c.predicted_step_time_us)
+    if c.predicted_step_time_us >= base.predicted_step_time_us or c.stage_layers is None:
+        return []
+    gain = 1.0 - c.predicted_step_time_us / base.predicted_step_time_us
+    return ([f"at the run's schedule, v and M, the layers cut as {','.join(map(str, c.stage_layers))} "
+             f"are predicted {gain:.1%} faster ({c.predicted_step_time_us / 1000:.1f} ms):"]
+            + [f"  {line}" for line in split_lines(c.stage_layers,
+                                                   len(c.stage_layers) // max(1, c.chunks))])
 
 
 def check(advice_before: Advice, after) -> dict:
@@ -246,8 +291,12 @@ def check(advice_before: Advice, after) -> dict:
     res = after.audit()
     P = res.num_ranks
     key = (res.schedule, max(1, res.num_stages // P), res.num_microbatches)
-    cand = next((c for c in advice_before.candidates
-                 if (c.schedule, c.chunks, c.microbatches) == key), None)
+    from pipeaudit.explain.layers import manifest_layers
+
+    same = [c for c in advice_before.candidates if (c.schedule, c.chunks, c.microbatches) == key]
+    layers = manifest_layers(after.timeline.manifest, res.num_stages)
+    split = tuple(layers) if layers else None
+    cand = next((c for c in same if c.stage_layers == split), same[0] if same else None)
     if cand is None:
         raise ConfigError(f"the second run ({key[0]}, v={key[1]}, M={key[2]}) is not among the "
                           "candidates predicted from the first")

@@ -57,6 +57,13 @@ class VerifyCount(click.ParamType):
               help="Microbatch counts to consider, comma-separated. [default: P/2 .. 4P and the run's]")
 @click.option("--global-batch", type=click.IntRange(1), default=None, metavar="N",
               help="Samples per step: only M that divide it. [default: the manifest's batch size]")
+@click.option("--stage-layers", "stage_layers", default=None, metavar="N,N,...",
+              help="Layers of each of the run's stages in stage order, e.g. 9,8,8,7 (how the "
+                   "run was cut). [default: the manifest's stage_layers]; known, every "
+                   "contiguous split of the layers is searched too.")
+@click.option("--no-split-search", "no_split_search", is_flag=True,
+              help="Keep the layers per stage (the run's, or as even as possible for other "
+                   "stages): do not search where to cut the model.")
 @click.option("--top", type=click.IntRange(1), default=10, show_default=True,
               help="Candidates shown (text/markdown; json lists all).")
 @click.option("--verify", "verify_top", type=VerifyCount(), default=0, metavar="K|auto",
@@ -75,8 +82,9 @@ class VerifyCount(click.ParamType):
               help="PATHS are BEFORE AFTER: hold a rerun made by hand (AFTER) to the prediction "
                    "advise makes from BEFORE.")
 @replica_report_options("advise on", flags=WHATIF_FLAGS)
-def command(paths, memory_cap, schedules, microbatches_list, global_batch, top, verify_top,
-            repeats, out_dir, check, fmt, pipeline, output, force, **run) -> None:
+def command(paths, memory_cap, schedules, microbatches_list, global_batch, stage_layers,
+            no_split_search, top, verify_top, repeats, out_dir, check, fmt, pipeline, output,
+            force, **run) -> None:
     """Rank the schedules, chunks and microbatch counts to run instead of PATHS' run."""
     from pipeaudit.advise import advise
     from pipeaudit.advise.verify import check as check_rerun
@@ -108,7 +116,9 @@ def command(paths, memory_cap, schedules, microbatches_list, global_batch, top, 
                           "that ran with --run-schedule NAME")
     advice = advise(base, memory_cap=cap, schedules=schedules.split(",") if schedules else None,
                     microbatches=_ints(microbatches_list, "--microbatches"),
-                    global_batch=global_batch)
+                    global_batch=global_batch,
+                    stage_layers=_ints(stage_layers, "--stage-layers"),
+                    search_splits=not no_split_search)
     if note:
         advice.notes.insert(0, note)
     if check:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pipeaudit.errors import ConfigError
+
 #: new stage -> {old stage: the fraction of the old stage's value it holds}
 Shares = dict[int, dict[int, float]]
 
@@ -33,6 +35,19 @@ def manifest_layers(manifest: Mapping | None, num_stages: int) -> list[int] | No
             or not all(isinstance(x, int) and x > 0 for x in layers)):
         return None
     return list(layers)
+
+
+def candidate_layers(old_layers: Sequence[int], new_stages: int,
+                     given: Sequence[int] | None = None) -> list[int]:
+    """A candidate's layers per stage: ``given`` (checked), else as even as possible."""
+    total = sum(old_layers)
+    if given is None:
+        return even_layers(total, new_stages)
+    given = list(given)
+    if len(given) != new_stages or sum(given) != total or min(given) < 1:
+        raise ConfigError(f"stage layers {','.join(map(str, given))}: need {new_stages} stages "
+                          f"of at least one layer each, {total} layers in all")
+    return given
 
 
 def layer_shares(old_layers: Sequence[int], new_stages: int) -> Shares | None:

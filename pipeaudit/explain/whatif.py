@@ -20,7 +20,8 @@ from pipeaudit.errors import ConfigError
 from pipeaudit.explain.calibrate import Calibration
 from pipeaudit.explain.explain import prepared_graphs
 from pipeaudit.explain.graph import StepGraph
-from pipeaudit.explain.layers import Shares, layer_shares, manifest_layers, restage
+from pipeaudit.explain.layer_costs import layer_model
+from pipeaudit.explain.layers import Shares, candidate_layers, manifest_layers, restage
 from pipeaudit.explain.link import activation_bytes, scaling_link
 from pipeaudit.explain.model import measured_model, run_model, typical_model
 from pipeaudit.schedules import build_schedule, canonical_name, default_chunks
@@ -43,11 +44,15 @@ class Changes:
     microbatches: int | None = None
     schedule: str | None = None
     chunks: int | None = None
+    #: layers per stage of the candidate, in stage order (None: as even as possible, or the
+    #: run's own split when the stages stay the same)
+    stage_layers: tuple[int, ...] | None = None
 
     @property
     def reorders(self) -> bool:
         """True when the replayed order is not the observed one."""
-        return self.microbatches is not None or self.schedule is not None or self.chunks is not None
+        return (self.microbatches is not None or self.schedule is not None
+                or self.chunks is not None or self.stage_layers is not None)
 
     def factor(self, stage: int, kind: str) -> float:
         f = 1.0
@@ -66,6 +71,8 @@ class Changes:
             out.append(f"schedule {self.schedule}")
         if self.chunks is not None:
             out.append(f"v={self.chunks}")
+        if self.stage_layers is not None:
+            out.append(f"stage layers {','.join(map(str, self.stage_layers))}")
         return out
 
 
@@ -259,14 +266,14 @@ def _rederive(dur: dict, comp: dict, old_place: list[int], new_place: tuple[int,
     same; else, with ``shares`` (:mod:`pipeaudit.explain.layers`), the sum of the new stage's
     layers (each its old stage's value over that stage's layers); else each rank's total per
     kind split evenly over its new stages. The third value says which re-derivation ran."""
-    if tuple(new_place) == tuple(old_place):
+    if tuple(new_place) == tuple(old_place) and shares is None:
         return ({k: v * mb for k, v in dur.items()}, {k: v * mb for k, v in comp.items()}, None)
     new_dur, new_comp = {}, {}
     if shares is not None:
         for k in KINDS:
             for table, src in ((new_dur, dur), (new_comp, comp)):
                 per_stage = restage({o: src[(o, k)] for o in range(len(old_place))}, shares)
-                table.update({(s, k): v * mb for s, v in per_stage.items()})
+                table.update({(s, k): max(0.0, v) * mb for s, v in per_stage.items()})
         return new_dur, new_comp, "layers"
     for r in set(new_place):
         old = [s for s, x in enumerate(old_place) if x == r]
@@ -301,17 +308,27 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
     mb = M_old / M_new
 
     old_layers = manifest_layers(manifest, S)
-    shares = layer_shares(old_layers, sched.num_stages) if old_layers else None
+    shares, lm, target = None, None, None
+    if old_layers:
+        given = changes.stage_layers
+        if given is None and sched.num_stages == S:
+            given = old_layers  # the same stages keep the run's own split
+        target = candidate_layers(old_layers, sched.num_stages, given)
+        if tuple(sched.placement) != tuple(g0.placement) or target != old_layers:
+            lm = layer_model(old_layers, [comp[(o, "F")] + comp[(o, "B")] for o in range(S)])
+            shares = lm.shares(target)
+    elif changes.stage_layers is not None:
+        raise ConfigError("a split layer by layer needs the run's layers per stage (the "
+                          "manifest's stage_layers, or advise --stage-layers)")
     new_dur, new_comp, moved = _rederive(dur, comp, g0.placement, sched.placement, mb, shares)
     if "I" in kinds_used and (moved is not None or "split" in filled):
         # the candidate splits backwards the run did not split, or on other stages
         _split_from_full((new_dur, new_comp), sched.num_stages, cost)
     if moved == "layers":
         assumptions.append(
-            f"stages re-derived per layer ({len(g0.placement)} -> {sched.num_stages} stages): "
-            f"each of the {sum(old_layers)} layers (manifest) takes its measured stage's time "
-            "over that stage's layers, and the new stages take the layers contiguously, as "
-            "evenly as possible; a heavy layer stays heavy on the rank that now holds it")
+            f"stages re-derived per layer ({len(g0.placement)} -> {sched.num_stages} stages, "
+            f"layers {','.join(map(str, target))}): {lm.describe()}; a heavy layer stays heavy "
+            "on the rank that now holds it")
     elif moved == "ranks":
         assumptions.append(
             f"stages re-derived: each rank's measured compute per kind is split evenly over its "

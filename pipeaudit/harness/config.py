@@ -82,6 +82,10 @@ class ProfileConfig:
     warmup_steps: int = 1  #: steps before the profiler starts
     model: ModelConfig = field(default_factory=ModelConfig)
     imbalance: dict[int, int] = field(default_factory=dict)  #: stage -> integer factor
+    #: layers per stage in stage order (``--stage-layers``); None: as even as possible
+    split: tuple[int, ...] | None = None
+    #: layer -> integer factor (``--heavy-layer K:F``): that layer is F blocks, F times the cost
+    heavy_layers: dict[int, int] = field(default_factory=dict)
     dp: int = 1  #: D, data-parallel replicas of the pipeline
     tp: int = 1  #: T, tensor-parallel ranks per stage
     dp_mode: str = "fsdp"  #: how the dp dimension syncs gradients: fsdp (FSDP2) or ddp
@@ -135,7 +139,10 @@ class ProfileConfig:
 
     @property
     def stage_layers(self) -> list[int]:
-        """Blocks per stage: contiguous, as even as possible (earlier stages get the extra)."""
+        """Layers per stage: ``split`` when given, else contiguous, as even as possible (earlier
+        stages get the extra)."""
+        if self.split is not None:
+            return list(self.split)
         base, extra = divmod(self.model.layers, self.num_stages)
         return [base + (1 if s < extra else 0) for s in range(self.num_stages)]
 
@@ -182,12 +189,42 @@ class ProfileConfig:
                 raise ConfigError(
                     f"--imbalance factor for stage {stage} must be an integer >= 1, got {factor!r}"
                 )
+        self._validate_split()
         self._validate_layout()
         self._validate_single_process()
         self._validate_framework()
         if check_out:
             check_out_dir(self.out, self.force)
         return self
+
+    def _validate_split(self) -> None:
+        layers = self.model.layers
+        if self.split is not None:
+            split = list(self.split)
+            if len(split) != self.num_stages:
+                raise ConfigError(
+                    f"--stage-layers gives {len(split)} stages; the run has {self.num_stages} "
+                    f"({self.stages} ranks x {self.num_chunks} chunks)")
+            if any(not isinstance(n, int) or n < 1 for n in split):
+                raise ConfigError(f"--stage-layers {','.join(map(str, split))}: every stage "
+                                  "needs at least one layer")
+            if sum(split) != layers:
+                raise ConfigError(f"--stage-layers {','.join(map(str, split))} sums to "
+                                  f"{sum(split)} layers; --layers is {layers}")
+        for layer, factor in self.heavy_layers.items():
+            if not 0 <= layer < layers:
+                raise ConfigError(f"--heavy-layer layer {layer} does not exist (layers are "
+                                  f"0..{layers - 1})")
+            if not isinstance(factor, int) or factor < 1:
+                raise ConfigError(f"--heavy-layer factor for layer {layer} must be an integer "
+                                  f">= 1, got {factor!r}")
+
+    def layer_blocks(self, stage: int) -> list[int]:
+        """Blocks of each layer of global ``stage``: its ``--heavy-layer`` factor times the
+        stage's ``--imbalance`` factor."""
+        first = sum(self.stage_layers[:stage])
+        f = self.imbalance.get(stage, 1)
+        return [f * self.heavy_layers.get(first + i, 1) for i in range(self.stage_layers[stage])]
 
     def _validate_layout(self) -> None:
         for name, value in (("--dp", self.dp), ("--tp", self.tp)):
@@ -294,6 +331,8 @@ class ProfileConfig:
         d = dataclasses.asdict(self)
         d["imbalance"] = {str(k): v for k, v in self.imbalance.items()}
         d["slow_ranks"] = {str(k): v for k, v in self.slow_ranks.items()}
+        d["split"] = None if self.split is None else list(self.split)
+        d["heavy_layers"] = {str(k): v for k, v in self.heavy_layers.items()}
         d["command"] = list(self.command)
         return d
 
@@ -304,6 +343,8 @@ class ProfileConfig:
         d["imbalance"] = {int(k): int(v) for k, v in d.get("imbalance", {}).items()}
         d["slow_ranks"] = {int(k): int(v) for k, v in d.get("slow_ranks", {}).items()}
         d["command"] = tuple(d.get("command", ()))
+        d["split"] = None if d.get("split") is None else tuple(int(n) for n in d["split"])
+        d["heavy_layers"] = {int(k): int(v) for k, v in d.get("heavy_layers", {}).items()}
         return cls(**d)
 
     def replace(self, **changes: Any) -> "ProfileConfig":
@@ -315,22 +356,39 @@ def parse_imbalance(items: list[str] | tuple[str, ...]) -> dict[int, int]:
     return _parse_factors(items, "--imbalance", "STAGE")
 
 
+def parse_stage_layers(text: str | None) -> tuple[int, ...] | None:
+    """``"3,2,2,1"`` -> ``(3, 2, 2, 1)``; None or empty -> None."""
+    if not text:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--stage-layers expects layer counts separated by commas "
+                          f"(e.g. 3,2,2,1), got {text!r}") from None
+
+
+def parse_heavy_layers(items: list[str] | tuple[str, ...]) -> dict[int, int]:
+    """Parse repeated ``LAYER:FACTOR`` options, e.g. ``("0:4",)`` -> ``{0: 4}``."""
+    return _parse_factors(items, "--heavy-layer", "LAYER", sep=":")
+
+
 def parse_slow_ranks(items: list[str] | tuple[str, ...]) -> dict[int, int]:
     """Parse repeated ``RANK=FACTOR`` options, e.g. ``("5=3",)`` -> ``{5: 3}``."""
     return _parse_factors(items, "--slow-rank", "RANK")
 
 
-def _parse_factors(items: list[str] | tuple[str, ...], option: str, key: str) -> dict[int, int]:
+def _parse_factors(items: list[str] | tuple[str, ...], option: str, key: str,
+                   sep: str = "=") -> dict[int, int]:
     out: dict[int, int] = {}
     for item in items:
-        key_s, sep, factor_s = item.partition("=")
+        key_s, found, factor_s = item.partition(sep)
         try:
-            if not sep:
+            if not found:
                 raise ValueError
             index, factor = int(key_s), int(factor_s)
         except ValueError:
             raise ConfigError(
-                f"{option} expects {key}=FACTOR with integers (e.g. 1=3), got {item!r}"
+                f"{option} expects {key}{sep}FACTOR with integers (e.g. 1{sep}3), got {item!r}"
             ) from None
         if index in out:
             raise ConfigError(f"{option} gives {key.lower()} {index} twice")

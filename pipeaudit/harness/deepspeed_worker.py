@@ -72,40 +72,53 @@ def tied_head(module: TiedProjection, x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.linear(x, module.weight.t())
 
 
-#: DeepSpeed's partition_method: blocks counted by class name, so tied layers ride along
+#: DeepSpeed's partition_method: blocks counted by class name (each weighs 1), so tied layers
+#: (weight 0) ride along with the first and the last stage
 PARTITION_METHOD = "type:RepeatedBlock"
 
 
-def layer_specs(config: ProfileConfig, rank: int) -> list:
-    """The model as DeepSpeed LayerSpecs, each layer ``--imbalance`` blocks of its stage.
+def layer_specs(config: ProfileConfig, rank: int) -> tuple[list, str]:
+    """The model as DeepSpeed LayerSpecs, each layer ``--imbalance`` blocks of its stage (times
+    its ``--heavy-layer`` factor), and the ``partition_method`` that cuts them as the run's
+    ``stage_layers``.
 
-    DeepSpeed partitions the blocks evenly (:data:`PARTITION_METHOD`); the factors follow the
-    stage each layer lands on, so ``--imbalance 1=3`` makes DeepSpeed's stage 1 3x heavier. With ``--tied-embedding`` a
-    :class:`TiedProjection` opens the first stage and closes the last.
+    DeepSpeed 0.19's ``partition_method`` takes ``uniform``, ``parameters`` or ``type:REGEX``,
+    no explicit parts. :data:`PARTITION_METHOD` balances the blocks by count: where that gives
+    the run's ``stage_layers``, one spec per layer; otherwise (``--stage-layers``) each stage's
+    layers are one spec, and the P specs are one per stage. The factors follow the stage each
+    layer lands on, so ``--imbalance 1=3`` makes DeepSpeed's stage 1 3x heavier. With
+    ``--tied-embedding`` a :class:`TiedProjection` opens the first stage and closes the last.
     """
     from deepspeed.pipe import LayerSpec, TiedLayerSpec
     from deepspeed.runtime.utils import partition_balanced
 
     n, tied = config.model.layers, config.model.tied_embedding
-    # the bounds DeepSpeed computes for PARTITION_METHOD: blocks weigh 1, tied layers 0
-    weights = [0] * tied + [1] * n + [0] * tied
-    bounds = partition_balanced(weights=weights, num_parts=config.stages)
+    layers = config.stage_layers
+    bounds = [sum(layers[:s]) for s in range(config.stages + 1)]
+    # the bounds DeepSpeed computes for PARTITION_METHOD over one spec per layer
+    balanced = partition_balanced(weights=[0] * tied + [1] * n + [0] * tied,
+                                  num_parts=config.stages)
+    grouped = [min(max(b - tied, 0), n) for b in balanced] != bounds
     specs = []
     for stage in range(config.stages):
-        for index in range(bounds[stage], bounds[stage + 1]):
-            layer = index - tied
-            if not 0 <= layer < n:
-                continue
+        blocks = config.layer_blocks(stage)
+        if grouped:
             specs.append(LayerSpec(RepeatedBlock, stage, config.model.hidden,
-                                   config.model.ffn_mult,
-                                   config.imbalance.get(stage, 1), config.slow_ranks.get(rank, 1),
+                                   config.model.ffn_mult, sum(blocks),
+                                   config.slow_ranks.get(rank, 1),
+                                   config.seed * 100_003 + bounds[stage]))
+            continue
+        for i, layer in enumerate(range(bounds[stage], bounds[stage + 1])):
+            specs.append(LayerSpec(RepeatedBlock, stage, config.model.hidden,
+                                   config.model.ffn_mult, blocks[i],
+                                   config.slow_ranks.get(rank, 1),
                                    config.seed * 100_003 + layer))
     if tied:
         seed = config.seed * 100_003 + n
         specs = ([TiedLayerSpec("tied", TiedProjection, config.model.hidden, seed)] + specs
                  + [TiedLayerSpec("tied", TiedProjection, config.model.hidden, seed,
                                   forward_fn=tied_head)])
-    return specs
+    return specs, PARTITION_METHOD
 
 
 def topology(config: ProfileConfig):
@@ -191,8 +204,9 @@ def run_deepspeed_rank(config: ProfileConfig, rank: int, world_size: int, local_
     deepspeed.init_distributed(dist_backend=place.backend, auto_mpi_discovery=False,
                                timeout=_timeout(config))
     rep.phase("build")
-    model = PipelineModule(layers=layer_specs(config, rank), topology=topology(config),
-                           loss_fn=loss_fn, partition_method=PARTITION_METHOD,
+    specs, partition_method = layer_specs(config, rank)
+    model = PipelineModule(layers=specs, topology=topology(config), loss_fn=loss_fn,
+                           partition_method=partition_method,
                            activation_checkpoint_interval=(
                                1 if config.model.activation_checkpointing else 0))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)

@@ -10,7 +10,7 @@ pipeline; 1 with ``single_process``) · ``world_size`` (P x D x T processes) ·
 ``layout`` ({pp, dp, tp, order, dp_mode, mesh_dim_names}) · ``pipelines`` (for each
 data-parallel replica its ranks by pipeline position; with tp > 1 each position is the list
 of its tensor-parallel ranks) ·
-``rank_coords`` ({rank: {pp, dp, tp}}) · ``stage_layers`` (blocks per stage) · ``model``
+``rank_coords`` ({rank: {pp, dp, tp}}) · ``stage_layers`` (layers per stage) · ``heavy_layers`` ({layer: factor}) · ``model``
 (dict) · ``imbalance`` ({stage: factor}, keys are strings in JSON) · ``slow_ranks``
 ({rank: factor}) · ``steps`` · ``warmup_steps`` · ``step_marks`` (ProfilerStep#i spans
 present) · ``single_process`` · ``stage_devices`` (single process: device of each stage,
@@ -88,6 +88,7 @@ def build_manifest(
         "model": {**config.model.to_dict(), "batch_size": config.batch_size,
                   "microbatch_size": config.batch_size // config.microbatches},
         "imbalance": {str(k): v for k, v in sorted(config.imbalance.items())},
+        "heavy_layers": {str(k): v for k, v in sorted(config.heavy_layers.items())},
         "slow_ranks": {str(k): v for k, v in sorted(config.slow_ranks.items())},
         "steps": config.steps,
         "warmup_steps": config.warmup_steps,

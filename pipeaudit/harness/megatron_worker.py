@@ -38,6 +38,7 @@ from pipeaudit.harness.catalog import stage_to_rank
 from pipeaudit.harness.config import ProfileConfig
 from pipeaudit.harness.faults import maybe_inject
 from pipeaudit.harness.framework_run import finish_framework_run, start_framework_rank
+from pipeaudit.schedules.split_terms import megatron_layout
 from pipeaudit.harness.model import StageModule, build_stage_module, make_batch
 from pipeaudit.harness.link_probe import time_link
 from pipeaudit.harness.profiling import run_steps
@@ -145,10 +146,16 @@ def run_megatron_rank(config: ProfileConfig, rank: int, world_size: int, local_r
         tensor_model_parallel_size=1, pipeline_model_parallel_size=config.stages,
         virtual_pipeline_model_parallel_size=v if v > 1 else None)
     rep.phase("build")
-    mp_config = TransformerConfig(  # the schedules read a TransformerConfig's fields
-        num_layers=config.num_stages, hidden_size=config.model.hidden, num_attention_heads=1,
+    # the schedules read a TransformerConfig's fields; an uneven split is given to it as
+    # Megatron-core's own pipeline_model_parallel_layout (checked by its parser), the harness
+    # building each stage's blocks itself
+    layout = megatron_layout(config.stage_layers) if config.split is not None else None
+    mp_config = TransformerConfig(
+        num_layers=config.model.layers if layout else config.num_stages,
+        hidden_size=config.model.hidden, num_attention_heads=1,
         pipeline_model_parallel_size=config.stages,
-        virtual_pipeline_model_parallel_size=v if v > 1 else None,
+        virtual_pipeline_model_parallel_size=v if v > 1 and not layout else None,
+        pipeline_model_parallel_layout=layout,
         pipeline_dtype=torch.float32, batch_p2p_comm=False, deallocate_pipeline_outputs=False)
     placement = stage_to_rank("loop", config.stages, v)
     chunks = [s for s in range(config.num_stages) if placement[s] == rank]

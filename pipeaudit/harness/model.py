@@ -11,6 +11,10 @@ not its model: each block of its stages is applied k times in a row (the same we
 ``x = block(x)`` repeated), so its data-parallel peers hold the same parameters. Both given,
 the factors multiply. Only integer factors are accepted.
 
+A heavy layer: ``--heavy-layer K:F`` makes layer K F blocks with their own weights (F times
+its compute, weights and activations) on whichever stage holds it; ``--stage-layers`` says how
+many layers each stage holds (``ProfileConfig.stage_layers``).
+
 Distinct weights for the heavier stage are what the zero-bubble schedules need: torch's split
 backward (ZBV's I then W) cannot take the weight gradients of a block applied several times in
 one forward ("backward through the graph a second time").
@@ -66,7 +70,8 @@ def build_stage_module(config: ProfileConfig, stage: int, device: torch.device,
     """The module of global stage ``stage`` as ``rank`` runs it; weights depend only on
     (seed, stage).
 
-    The stage holds ``--imbalance`` times its layers' blocks (a heavier stage), each applied
+    The stage holds ``--imbalance`` times its layers' blocks (a heavier stage; a
+    ``--heavy-layer`` counts its factor in blocks), each applied
     ``--slow-rank`` times on ``rank`` (a slower rank; None: not slowed).
     """
     gen_state = torch.random.get_rng_state()
@@ -74,7 +79,7 @@ def build_stage_module(config: ProfileConfig, stage: int, device: torch.device,
     try:
         module = StageModule(
             stage,
-            config.stage_layers[stage] * config.imbalance.get(stage, 1),
+            sum(config.layer_blocks(stage)),
             config.model.hidden,
             config.model.ffn_mult,
             config.slow_ranks.get(rank, 1) if rank is not None else 1,

@@ -12,7 +12,10 @@ from typing import Any, Callable
 import click
 
 from pipeaudit.harness.catalog import SCHEDULE_NAMES
-from pipeaudit.harness.config import ModelConfig, ProfileConfig, parse_imbalance, parse_slow_ranks
+from pipeaudit.harness.config import (
+    ModelConfig, ProfileConfig, parse_heavy_layers, parse_imbalance, parse_slow_ranks,
+    parse_stage_layers,
+)
 
 _OPTIONS = [
     click.option("--schedule", default="1f1b", show_default=True, metavar="NAME",
@@ -49,6 +52,12 @@ _OPTIONS = [
     click.option("--imbalance", multiple=True, metavar="STAGE=FACTOR",
                  help="Make STAGE FACTOR (integer) times heavier by applying each of its "
                       "blocks FACTOR times. Repeatable."),
+    click.option("--stage-layers", default=None, metavar="N,N,...",
+                 help="Layers of each stage in stage order (P x v counts, each >= 1, summing to "
+                      "--layers), e.g. 3,2,2,1. [default: as even as possible]"),
+    click.option("--heavy-layer", multiple=True, metavar="LAYER:FACTOR",
+                 help="Make LAYER (0-based) FACTOR (integer) times heavier: FACTOR blocks with "
+                      "their own weights, on whichever stage holds it. Repeatable."),
     click.option("--dp", type=int, default=1, show_default=True,
                  help="Data-parallel replicas D of the pipeline: P x D x T ranks on a DeviceMesh "
                       "(pp outermost, as torchtitan)."),
@@ -125,6 +134,8 @@ def config_from_options(opts: dict[str, Any], default_stages: int = 2,
             tied_embedding=opts.get("tied_embedding", False),
         ),
         imbalance=parse_imbalance(opts["imbalance"]),
+        split=parse_stage_layers(opts.get("stage_layers")),
+        heavy_layers=parse_heavy_layers(opts.get("heavy_layer", ())),
         dp=opts["dp"],
         tp=opts["tp"],
         dp_mode=opts["dp_mode"],
@@ -154,7 +165,7 @@ def canonical_command(opts: dict[str, Any]) -> list[str]:
         opts["stages"] = alias
     for key, value in opts.items():
         flag = "--ranks" if key == "stages" else "--" + key.replace("_", "-")
-        if key in ("imbalance", "slow_rank"):
+        if key in ("imbalance", "slow_rank", "heavy_layer"):
             for item in value:
                 argv += [flag, item]
         elif isinstance(value, bool):

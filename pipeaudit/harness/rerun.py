@@ -8,14 +8,19 @@ import dataclasses
 from pipeaudit.errors import ConfigError
 
 
-def rerun_name(schedule: str, chunks: int, microbatches: int) -> str:
-    """The folder of one configuration's rerun: ``SCHEDULE_vV_mM``."""
-    return f"{schedule}_v{chunks}_m{microbatches}"
+def rerun_name(schedule: str, chunks: int, microbatches: int,
+               stage_layers: tuple[int, ...] | None = None) -> str:
+    """The folder of one configuration's rerun: ``SCHEDULE_vV_mM``, ``_sN-N-...`` after it for
+    a split given layer by layer."""
+    name = f"{schedule}_v{chunks}_m{microbatches}"
+    return name if stage_layers is None else name + "_s" + "-".join(map(str, stage_layers))
 
 
-def harness_config(manifest: dict, out: str, schedule: str, chunks: int, microbatches: int):
+def harness_config(manifest: dict, out: str, schedule: str, chunks: int, microbatches: int,
+                   stage_layers: tuple[int, ...] | None = None):
     """The harness configuration of the run in ``manifest`` with another schedule, chunks and
-    M, the same global batch and framework; a heavier stage stays on the same layers."""
+    M (and ``stage_layers``: another split; None: as even as possible), the same global batch,
+    framework and heavy layers; a heavier stage stays on the same layers."""
     from pipeaudit.harness.config import ModelConfig, ProfileConfig, framework_of_manifest
 
     if manifest.get("tool") != "pipeaudit profile":
@@ -43,7 +48,8 @@ def harness_config(manifest: dict, out: str, schedule: str, chunks: int, microba
         step_marks=manifest.get("step_marks", True), profile_memory=manifest.get("profile_memory", False),
         record_shapes=manifest.get("record_shapes", False), seed=manifest.get("seed", 0),
         threads=manifest.get("threads", 1), backend="gloo", device="cpu", force=True,
-        framework=framework)
+        framework=framework, split=None if stage_layers is None else tuple(stage_layers),
+        heavy_layers={int(k): int(v) for k, v in (manifest.get("heavy_layers") or {}).items()})
     if old_factor:
         imbalance = {}
         acc = 0

@@ -8,11 +8,16 @@ from __future__ import annotations
 from pipeaudit.advise.advise import Advice
 from pipeaudit.report.formatting import ms, pct
 
-CANDIDATE_COLUMNS = ("#", "schedule", "v", "M", "step ms", "bubble", "peak MiB", "fits", "why")
+CANDIDATE_COLUMNS = ("#", "schedule", "v", "M", "layers", "step ms", "bubble", "peak MiB", "fits",
+                     "why")
 
 
 def _mib(x: int | None) -> str:
     return "-" if x is None else f"{x / 2**20:.1f}"
+
+
+def _layers(split) -> str:
+    return "-" if split is None else ",".join(map(str, split))
 
 
 def _fits(x: bool | None) -> str:
@@ -22,14 +27,16 @@ def _fits(x: bool | None) -> str:
 def candidate_rows(a: Advice, top: int | None) -> list[list[str]]:
     shown = a.candidates if top is None else a.candidates[:top]
     return [[str(i + 1), c.schedule + (" (ran)" if c.measured else ""), str(c.chunks),
-             str(c.microbatches), ms(c.predicted_step_time_us), pct(c.predicted_bubble),
+             str(c.microbatches), _layers(c.stage_layers), ms(c.predicted_step_time_us),
+             pct(c.predicted_bubble),
              _mib(c.predicted_peak_memory_bytes), _fits(c.fits), c.why]
             for i, c in enumerate(shown)]
 
 
 def _verified_rows(a: Advice) -> list[list[str]]:
     return [[v["schedule"] + (" (ran)" if v["is_measured_configuration"] else ""),
-             str(v["chunks"]), str(v["microbatches"]), ms(v["predicted_step_time_us"]),
+             str(v["chunks"]), str(v["microbatches"]), _layers(v.get("stage_layers")),
+             ms(v["predicted_step_time_us"]),
              ms(v["measured_step_time_us"]), f"{v['error_raw']:+.1%}", f"{v['error']:+.1%}",
              f"{v['error_learned']:+.1%}" if "error_learned" in v else "-",
              _mib(v["predicted_peak_memory_bytes"]), _mib(v["measured_peak_memory_bytes"]),
@@ -37,7 +44,7 @@ def _verified_rows(a: Advice) -> list[list[str]]:
             for v in a.verified]
 
 
-_VHEAD = ("schedule", "v", "M", "predicted ms", "measured ms", "error", "calibrated", "learned",
+_VHEAD = ("schedule", "v", "M", "layers", "predicted ms", "measured ms", "error", "calibrated", "learned",
           "pred MiB", "meas MiB", "mem error")
 
 
@@ -52,18 +59,22 @@ def summary_lines(a: Advice) -> list[str]:
         out.append(f"memory cap: {_mib(a.memory_cap_bytes)} MiB per rank")
     best = a.best
     if best is not None:
-        out.append(f"advice: {best.schedule} v={best.chunks} M={best.microbatches}"
+        split = (f" layers {_layers(best.stage_layers)}"
+                 if best.stage_layers is not None and not best.measured else "")
+        out.append(f"advice: {best.schedule} v={best.chunks} M={best.microbatches}{split}"
                    + (" (what the run ran: keep it)" if best.measured else
                       f", predicted {ms(best.predicted_step_time_us)} ms per step"))
-        from pipeaudit.advise.verify import how_to_run
+        from pipeaudit.advise.verify import how_to_run, split_advice_lines
         out += [f"  {line}" for line in how_to_run(best)]
+        out += split_advice_lines(a)
     p = a.proven
     if p is not None:
         what = ("the measured configuration: keep it" if p["is_measured_configuration"] else
                 f"{1 - 1 / p['speedup']:.1%} less step time than the measured configuration's rerun"
                 if p["speedup"] else "")
+        split = "" if p.get("stage_layers") is None else f" layers {_layers(p['stage_layers'])}"
         out.append(f"proven by {p['reruns']} reruns: {p['schedule']} v={p['chunks']} "
-                   f"M={p['microbatches']} ran fastest of those that fit, "
+                   f"M={p['microbatches']}{split} ran fastest of those that fit, "
                    f"{ms(p['measured_step_time_us'])} ms per step ({what})")
     elif a.verified:
         out.append("proven by reruns: none of the reruns fit the memory cap")

@@ -22,7 +22,8 @@ def test_verify_reruns_and_reports(tmp_path):
                  "--seq-len", "8", "--steps", "2", "--profile-memory", "--out", base)
     assert res.exit_code == 0, res.output
     res = invoke("advise", base, "--schedules", "1f1b,interleaved-1f1b", "--microbatches", "2,4",
-                 "--verify", "1", "--repeat", "2", "--out", tmp_path / "reruns", "--format", "json")
+                 "--no-split-search", "--verify", "1", "--repeat", "2", "--out",
+                 tmp_path / "reruns", "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     rows = doc["verified"]
@@ -41,7 +42,7 @@ def test_verify_reruns_and_reports(tmp_path):
     # as advise predicts from that rerun itself
     base_rerun = rows[0]["trace"]
     res = invoke("advise", base_rerun, "--schedules", "1f1b,interleaved-1f1b", "--microbatches",
-                 "2,4", "--format", "json")
+                 "2,4", "--no-split-search", "--format", "json")
     assert res.exit_code == 0, res.output
     again = {(c["schedule"], c["chunks"], c["microbatches"]): c["predicted_step_time_us"]
              for c in json.loads(res.stdout)["candidates"]}
@@ -63,7 +64,7 @@ def test_verify_reruns_and_reports(tmp_path):
     assert rows[0]["memory_error"] == pytest.approx(0.0, abs=0.05)
     # a hand-made rerun held to the prediction
     other = rows[1]
-    res = invoke("advise", base, other["trace"], "--check",
+    res = invoke("advise", base, other["trace"], "--check", "--no-split-search",
                  "--schedules", "1f1b,interleaved-1f1b", "--microbatches", "2,4", "--format", "json")
     assert res.exit_code == 0, res.output
     checked = json.loads(res.stdout)["verified"][0]
@@ -79,7 +80,8 @@ def test_verify_auto_reruns_in_learned_order_until_none_is_close(tmp_path):
     res = invoke("profile", "-P", "2", "-M", "4", "--layers", "4", "--hidden", "64",
                  "--seq-len", "8", "--steps", "2", "--profile-memory", "--out", base)
     assert res.exit_code == 0, res.output
-    flags = ["--schedules", "gpipe,1f1b,interleaved-1f1b", "--microbatches", "2,4"]
+    flags = ["--schedules", "gpipe,1f1b,interleaved-1f1b", "--microbatches", "2,4",
+             "--no-split-search"]
     res = invoke("advise", base, *flags, "--format", "json")
     assert res.exit_code == 0, res.output
     plain = json.loads(res.stdout)

@@ -7,7 +7,9 @@ torch's runtime schedules wrap each action in ``record_function("PP:2F0")``;
 (global stage index, microbatch index). An action holds its input's delivery and
 its compute (docs/metrics.md): on the last stage a forward's span stays open
 until the schedule has computed that microbatch's loss (``_maybe_compute_loss``),
-as torch's runtime spans hold it. Scope difference worth knowing: torch's
+as torch's runtime spans hold it; a backward's span closes when the autograd
+engine is done (``backward_maybe_with_nosync`` returns), before the last stage
+detaches its output (cleanup, no compute of the backward). Scope difference worth knowing: torch's
 runtime span also contains the wait for the incoming P2P recv; the harness span
 does not, because the recv waits happen in the schedule outside those methods
 (a wait is no compute either way).
@@ -58,11 +60,31 @@ def annotate_stage(stage, schedule=None) -> None:
 
         schedule._maybe_compute_loss = maybe_compute_loss
 
+    open_backward: list = []  # the B/I span of the backward_one_chunk call in progress
+    run_backward = stage.backward_maybe_with_nosync
+
+    def close_backward() -> None:
+        if open_backward:
+            open_backward.pop().__exit__(None, None, None)
+
+    @functools.wraps(run_backward)
+    def backward_maybe_with_nosync(*args, **kwargs):
+        try:
+            return run_backward(*args, **kwargs)
+        finally:  # the autograd engine is done: what follows is the stage's cleanup
+            close_backward()
+
     @functools.wraps(bwd)
     def backward_one_chunk(bwd_chunk_id, *args, **kwargs):
         kind = "B" if kwargs.get("full_backward", True) else "I"
-        with record_function(f"PP:{index}{kind}{bwd_chunk_id}"):
+        span = record_function(f"PP:{index}{kind}{bwd_chunk_id}")
+        span.__enter__()
+        open_backward.append(span)
+        try:
             return bwd(bwd_chunk_id, *args, **kwargs)
+        finally:
+            close_backward()
 
     stage.forward_one_chunk = forward_one_chunk
     stage.backward_one_chunk = backward_one_chunk
+    stage.backward_maybe_with_nosync = backward_maybe_with_nosync

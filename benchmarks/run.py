@@ -83,7 +83,7 @@ n = 0
 for f in files:
     raw = Path(f).read_bytes()
     gunzip = zlib if {zlib!r} else isal_zlib
-    data = gunzip.decompressobj(wbits=31).decompress(raw)
+    data = gunzip.decompressobj(wbits=31).decompress(raw) if raw[:2] == b"\\x1f\\x8b" else raw
     n += len(DECODER.decode(data).traceEvents)
     del data, raw
 print(n)
@@ -120,8 +120,13 @@ if {breakdown!r}:
 BASELINE: str | None = None  # --baseline: a pipeaudit source tree to compare with
 
 
+def rank_files(d: Path) -> list[Path]:
+    """A set's rank files: ``rank*.json.gz``, or plain ``rank*.json`` (a ``<set>_json`` set)."""
+    return sorted(d.glob("rank*.json.gz")) or sorted(d.glob("rank*.json"))
+
+
 def _command(method: str, d: Path, hta_python: str | None) -> list[str] | None:
-    files = sorted(str(p) for p in d.glob("rank*.json.gz"))
+    files = [str(p) for p in rank_files(d)]
     py = sys.executable
     if method in ("floor", "floor-zlib"):
         return [py, "-c", _FLOOR.format(root=str(ROOT), files=files, zlib=method == "floor-zlib")]
@@ -266,7 +271,10 @@ def json_bytes(d: Path) -> tuple[int, int, int]:
     import gzip
 
     sizes = []
-    for f in sorted(d.glob("rank*.json.gz")):
+    for f in rank_files(d):
+        if f.suffix != ".gz":
+            sizes.append(f.stat().st_size)
+            continue
         n = 0
         with gzip.open(f, "rb") as fh:
             while chunk := fh.read(1 << 24):

@@ -1064,6 +1064,78 @@ static int set_item(PyObject *dict, const char *key, PyObject *value)
     return rc;
 }
 
+/* ------------------------------------------------------------------ UTF-8 check */
+
+/* The length of the valid UTF-8 prefix of `s` (n when all of it is valid), as Python's
+ * strict decoder judges: no overlong forms, no surrogates, nothing above U+10FFFF. ASCII
+ * is skipped 16 bytes at a time. */
+static size_t utf8_valid_prefix(cptr s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+#ifdef KSCAN_SSE2
+        while (n - i >= 16 &&
+               _mm_movemask_epi8(_mm_loadu_si128((const __m128i *)(s + i))) == 0)
+            i += 16;
+        if (i >= n)
+            break;
+#endif
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need;
+        unsigned char lo = 0x80, hi = 0xBF; /* bounds of the second byte */
+        if (c >= 0xC2 && c <= 0xDF)
+            need = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            if (c == 0xE0)
+                lo = 0xA0;
+            else if (c == 0xED)
+                hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            if (c == 0xF0)
+                lo = 0x90;
+            else if (c == 0xF4)
+                hi = 0x8F;
+        } else
+            return i;
+        if (n - i <= need)
+            return i;
+        if (s[i + 1] < lo || s[i + 1] > hi)
+            return i;
+        for (size_t k = 2; k <= need; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF)
+                return i;
+        i += need + 1;
+    }
+    return n;
+}
+
+static PyObject *kscan_utf8_valid(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    size_t ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = utf8_valid_prefix((cptr)view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    int valid = ok == (size_t)view.len;
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(valid);
+}
+
+static PyMethodDef module_methods[] = {
+    {"utf8_valid", (PyCFunction)kscan_utf8_valid, METH_O,
+     "utf8_valid(data) -> bool: whether every byte of data is valid UTF-8 (as Python's strict "
+     "decoder judges). Runs without the GIL."},
+    {NULL, NULL, 0, NULL},
+};
+
 /* ------------------------------------------------------------------ the Column type */
 
 /* One column's buffer handed over by take(): it owns the memory (read-only buffer protocol;
@@ -1215,6 +1287,7 @@ static struct PyModuleDef module = {
     .m_name = "_kscan",
     .m_doc = "Compiled scanner from Kineto trace events to columns.",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__kscan(void)

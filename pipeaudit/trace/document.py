@@ -148,6 +148,13 @@ class _Buffer:
         must be taken again after this)."""
         if self.live >= size or self.eof:
             return
+        if not self.live:  # nothing held: the next chunk as it is (a mapped file: all of it)
+            self.offset += len(self.data)
+            self.data, self.start = next(self.chunks, None), 0
+            if self.data is None:
+                self.data, self.eof = b"", True
+            if self.live >= size:
+                return
         parts = [self.data[self.start:]]
         have = self.live
         while have < size:

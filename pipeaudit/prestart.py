@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from pipeaudit.allocator import cores  # noqa: F401 (API: the cores a pool shares)
 from pipeaudit.trace.pool import (  # noqa: F401 (API)
     HELP_MAX_ITEMS, POOL_MIN_JSON_BYTES, PRELOAD, hand_over, init_worker, new_pool, pool_shape,
-    start_method, take_pool, workers_and_pool,
+    start_method, take_pool, use_threads, workers_and_pool,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,11 +34,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _SUFFIXES = (".json", ".json.gz", ".json.gzip")
 
-def _guess(paths: Sequence[str]) -> list[tuple[str, int]]:
+def _guess(paths: Sequence[str], gzip: set[str] | None = None) -> list[tuple[str, int]]:
     """(file, JSON bytes) of the trace-named regular files in ``paths`` (files or
-    directories, one level); gzip counted by the size its trailer records. Nothing else is
-    opened: a FIFO named like a trace would block the open (discovery refuses or skips it
-    later)."""
+    directories, one level); gzip counted by the size its trailer records (and its file
+    added to ``gzip``). Nothing else is opened: a FIFO named like a trace would block the
+    open (discovery refuses or skips it later)."""
     found: list[tuple[str, int]] = []
     for p in paths:
         try:
@@ -48,7 +48,7 @@ def _guess(paths: Sequence[str]) -> list[tuple[str, int]]:
             else:
                 entries = [p]
             for f in entries:
-                n = _json_bytes(f)
+                n = _json_bytes(f, gzip)
                 if n is not None:
                     found.append((f, n))
         except OSError:
@@ -56,8 +56,9 @@ def _guess(paths: Sequence[str]) -> list[tuple[str, int]]:
     return found
 
 
-def _json_bytes(path: str) -> int | None:
-    """The JSON size of a regular file (None for anything else), opened without blocking."""
+def _json_bytes(path: str, gzip: set[str] | None = None) -> int | None:
+    """The JSON size of a regular file (None for anything else), opened without blocking;
+    a gzip file is added to ``gzip``."""
     if not stat.S_ISREG(os.stat(path).st_mode):
         return None
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -65,7 +66,10 @@ def _json_bytes(path: str) -> int | None:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             return None  # replaced since the stat
         n = os.fstat(fh.fileno()).st_size
-        if fh.read(2) == b"\x1f\x8b" and n >= 18:
+        is_gzip = fh.read(2) == b"\x1f\x8b"
+        if is_gzip and gzip is not None:
+            gzip.add(path)
+        if is_gzip and n >= 18:
             fh.seek(-4, os.SEEK_END)
             n = max(n, int.from_bytes(fh.read(4), "little"))
     return n
@@ -80,15 +84,20 @@ class Plan:
     files: list[tuple[str, int]]  # (trace file, JSON bytes)
     workers: int
     pool: bool  # the local pool: else every rank is read in this process
+    threads: int = 0  # threads of this process read the ranks (pipeaudit.trace.pool.use_threads)
 
 
 def plan(paths: Sequence[str], jobs: int | None, executor: str | None) -> Plan | None:
     """The :class:`Plan` of reading ``paths`` here; None for a cluster executor."""
     if executor not in (None, "local", "processes"):
         return None
-    files = _guess(paths)
-    workers, pool = workers_and_pool(len(files), jobs, sum(n for _, n in files),
-                                     processes=executor == "processes")
+    gzip: set[str] = set()
+    files = _guess(paths, gzip)
+    json_bytes = sum(n for _, n in files)
+    workers, pool = workers_and_pool(len(files), jobs, json_bytes, processes=executor == "processes")
+    threads = use_threads(len(files), jobs, json_bytes, not gzip, executor == "processes")
+    if threads:
+        return Plan(files, threads, False, threads)
     return Plan(files, max(1, workers), pool)
 
 
@@ -122,7 +131,7 @@ def _read_ahead(p: Plan, max_memory: int | str | None, salvage: bool) -> None:
 
     if not scanner.available():
         return  # msgspec holds the GIL: reading would only slow the imports down
-    options = ReadOptions.for_share(max_memory, p.workers if p.pool else 1)
+    options = ReadOptions.for_share(max_memory, p.workers if p.pool or p.threads else 1)
     readahead.start(readahead.first_of(p.files), options,
                     frozenset(REDUCE_COLUMNS) | REQUIRED_COLUMNS)
 

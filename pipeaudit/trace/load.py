@@ -37,7 +37,7 @@ from pipeaudit.trace.clock import clock_warnings
 from pipeaudit.trace.cut import align_steps
 from pipeaudit.trace.decode import decode_file
 from pipeaudit.trace.discover import discover
-from pipeaudit.trace.pool import POOL_MIN_JSON_BYTES, workers_and_pool  # noqa: F401 (API)
+from pipeaudit.trace.pool import POOL_MIN_JSON_BYTES, use_threads, workers_and_pool  # noqa: F401 (API)
 from pipeaudit.trace.executor import Executor, cpu_count, parse_executor, run_tasks
 from pipeaudit.trace import readahead
 from pipeaudit.trace.header import SharedHeaderValues
@@ -45,7 +45,7 @@ from pipeaudit.trace.model import RankInfo, RankTrace, TraceSet
 from pipeaudit.trace.options import (  # noqa: F401 (the memory helpers: API, tests)
     DEFAULT_MEMORY_SHARE, ReadOptions, available_memory, default_max_memory, parse_size,
 )
-from pipeaudit.trace.source import estimated_json_bytes, open_regular
+from pipeaudit.trace.source import GZIP_MAGIC, estimated_json_bytes, open_regular
 from pipeaudit.trace.validate import validate_set
 
 MANIFEST_NAME = "manifest.json"
@@ -61,6 +61,19 @@ def _estimated_json_bytes(files: Sequence[Path]) -> int:
         except (OSError, TraceError):
             continue
     return total
+
+
+def _all_plain(files: Sequence[Path]) -> bool:
+    """True when every file is plain JSON (not gzip); an unreadable one counts as not plain
+    (its decode says what is wrong)."""
+    for f in files:
+        try:
+            with open_regular(f) as fh:
+                if fh.read(len(GZIP_MAGIC)) == GZIP_MAGIC:
+                    return False
+        except (OSError, TraceError):
+            return False
+    return True
 
 
 def use_pool(files: Sequence[Path], jobs: int | None, json_bytes: int | None = None, *,
@@ -184,11 +197,16 @@ def map_ranks(
         job = job_for_rank(manifest)
     sizes = [_estimated_json_bytes([f]) for f in files]
     workers, pool = use_pool(files, jobs, sum(sizes), processes=exe.kind == "processes")
+    threads = 0
+    if exe.kind == "local" and pool and jobs is None:
+        threads = use_threads(len(files), jobs, sum(sizes), _all_plain(files))
+        if threads:
+            workers, pool = threads, False
     options: ReadOptions | None
     if exe.kind == "dask" and max_memory is None:  # each worker judges its own machine
         options = None
     else:
-        shares = 1 if exe.kind == "dask" else (workers if pool else 1)
+        shares = 1 if exe.kind == "dask" else (workers if pool or threads else 1)
         options = ReadOptions.for_share(max_memory, shares, salvage=salvage)
     cols = tuple(columns) if columns is not None else None
     tasks = [RankTask(str(f), job, cols, options, salvage) for f in files]
@@ -198,10 +216,12 @@ def map_ranks(
     timings.mark_once("start")
     try:
         done = run_tasks(run_rank_task, [tasks[i] for i in biggest_first], executor=exe,
-                         workers=workers, pool=pool, on_done=_on_arrival(len(tasks)))
+                         workers=workers, pool=pool, on_done=_on_arrival(len(tasks)),
+                         threads=threads)
     finally:
         readahead.drop()  # not taken (another executor, a pool this process does not help)
-    where = str(exe) if exe.kind == "dask" else _jobs(workers if pool else 1)
+    where = (str(exe) if exe.kind == "dask" else f"{threads} threads" if threads
+             else _jobs(workers if pool else 1))
     read = options.describe() if options is not None else "each worker's own budget"
     timings.mark("ranks", f"{len(tasks)} ranks, {where}, read: {read}")
     outcomes: list[RankOutcome] = [None] * len(tasks)  # type: ignore[list-item]

@@ -47,6 +47,9 @@ RANK_PER_PROCESS_MAX = 2
 #: ... and at most this many files: beyond, the tail is a small part of the ranks phase and a
 #: process per file would hold too many ranks at once.
 RANK_PER_PROCESS_FILES = 16
+#: With ``jobs=None``, a run that the pool would read, of at most this many files that are all
+#: plain JSON, is read by threads of this process instead (:func:`use_threads`).
+THREADS_MAX_FILES = 16
 
 
 
@@ -133,3 +136,24 @@ def workers_and_pool(n_files: int, jobs: int | None, json_bytes: int,
         workers = min(n_files, jobs if jobs is not None else n_cores)
     return workers, workers > 1 and (jobs is not None or processes
                                      or json_bytes >= POOL_MIN_JSON_BYTES)
+
+
+def use_threads(n_files: int, jobs: int | None, json_bytes: int, plain: bool,
+                processes: bool = False) -> int:
+    """Threads of this process that read a run's ranks instead of the local pool (0: none).
+
+    A plain JSON file is mapped and its decode is the compiled scanner's pass, which runs
+    without the GIL (:mod:`pipeaudit.trace.source`), so threads decode in parallel without a
+    pool's start: no server importing polars again (about 0.4 s of CPU), no worker's fresh
+    memory, no result sent back. So with ``jobs=None``, a run the pool would read
+    (:func:`workers_and_pool`) of 2 to :data:`THREADS_MAX_FILES` files, all plain, gets a thread
+    per core (at most one per file) when the scanner is on; gzip files, an explicit ``jobs``,
+    the ``processes`` executor and bigger runs keep the pool (its workers bound the memory of
+    each rank to a process)."""
+    from pipeaudit.trace import scanner
+
+    if (not plain or jobs is not None or processes or not 1 < n_files <= THREADS_MAX_FILES
+            or not scanner.available()):
+        return 0
+    workers, pool = workers_and_pool(n_files, jobs, json_bytes)
+    return min(n_files, cores()) if pool else 0

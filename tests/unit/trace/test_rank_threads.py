@@ -1,0 +1,67 @@
+"""A run of a few plain JSON files is read by threads of this process
+(:func:`pipeaudit.trace.pool.use_threads`): the same timeline, audit and errors as one rank
+after the other, and the timings line says so."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+
+import pipeaudit
+from pipeaudit import timings
+from pipeaudit.errors import TraceError
+from pipeaudit.trace import pool, scanner
+from tests.support.paths import SAMPLES
+from tests.support.synth import simple_rank, write
+
+pytestmark = pytest.mark.skipif(not scanner.available(), reason="threads need the compiled scanner")
+
+
+def _plain(run: str, out: Path) -> Path:
+    """A sample run's rank files gunzipped (plain JSON, as torch writes by default)."""
+    out.mkdir()
+    for f in (SAMPLES / run).iterdir():
+        if f.name.endswith(".gz"):
+            (out / f.name.removesuffix(".gz")).write_bytes(gzip.decompress(f.read_bytes()))
+        else:
+            shutil.copy(f, out / f.name)
+    return out
+
+
+@pytest.fixture
+def threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of any size take the threads (as 100 MB ranks do)."""
+    monkeypatch.setattr(pool, "POOL_MIN_JSON_BYTES", 1)
+    monkeypatch.setattr(pool, "cores", lambda: 2)
+
+
+@pytest.mark.parametrize("run", ["interleaved-1f1b_p4_m8_v2", "1f1b_p2_m4_noannot"])
+def test_same_timeline_and_audit(tmp_path: Path, threads, run: str,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    d = _plain(run, tmp_path / run)
+    one = pipeaudit.load(d, jobs=1)
+    monkeypatch.setenv(timings.ENV, "1")
+    got = pipeaudit.load(d)
+    line = io.StringIO()
+    timings.report(line)
+    assert "ranks, 2 threads, read: scanner" in line.getvalue()
+    assert got.audit().to_dict() == one.audit().to_dict()
+    a, b = one.timeline, got.timeline
+    assert a.inputs == b.inputs and a.warnings == b.warnings
+    for ra, rb in zip(a.ranks, b.ranks):
+        assert ra.actions.equals(rb.actions) and ra.compute.equals(rb.compute)
+
+
+def test_errors_keep_their_order(tmp_path: Path, threads) -> None:
+    for r in (0, 2):
+        write(tmp_path / f"rank{r}.json", simple_rank(r, 4))
+    with pytest.raises(TraceError, match="missing ranks 1, 3"):
+        pipeaudit.load(tmp_path)
+    (tmp_path / "rank3.json").write_text('{"traceEvents": 5}')
+    (tmp_path / "rank4.json").write_text('{"traceEvents": 6}')
+    with pytest.raises(TraceError, match="rank3.json: not a trace"):  # the first in file order
+        pipeaudit.load(tmp_path)

@@ -132,8 +132,8 @@ def _read_ahead(p: Plan, max_memory: int | str | None, salvage: bool) -> None:
     if not scanner.available():
         return  # msgspec holds the GIL: reading would only slow the imports down
     options = ReadOptions.for_share(max_memory, p.workers if p.pool or p.threads else 1)
-    readahead.start(readahead.first_of(p.files), options,
-                    frozenset(REDUCE_COLUMNS) | REQUIRED_COLUMNS)
+    for k, path in enumerate(readahead.biggest(p.files, max(1, p.threads))):
+        readahead.start(path, options, frozenset(REDUCE_COLUMNS) | REQUIRED_COLUMNS, keep=k > 0)
 
 
 def _prestart(p: Plan) -> bool:

@@ -245,15 +245,15 @@ def map_ranks(
 
 
 def _read_ahead_first(order: list[int], files: Sequence[Path]) -> list[int]:
-    """``order`` with the file being read ahead (:mod:`pipeaudit.trace.readahead`) first."""
-    ahead = readahead.pending_path()
-    if ahead is None:
-        return order
-    at = next((k for k, i in enumerate(order) if readahead.same_file(files[i], ahead)), None)
-    if at is None:
-        readahead.drop()  # not one of this run's files
-        return order
-    return [order[at]] + order[:at] + order[at + 1:]
+    """``order`` with the files being read ahead (:mod:`pipeaudit.trace.readahead`) first."""
+    first: list[int] = []
+    for ahead in readahead.pending_paths():
+        at = next((k for k, i in enumerate(order) if readahead.same_file(files[i], ahead)), None)
+        if at is None:
+            readahead.drop()  # not one of this run's files
+            return order
+        first.append(order[at])
+    return first + [i for i in order if i not in first]
 
 
 def _jobs(n: int) -> str:

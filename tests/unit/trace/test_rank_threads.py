@@ -14,7 +14,9 @@ import pytest
 import pipeaudit
 from pipeaudit import timings
 from pipeaudit.errors import TraceError
-from pipeaudit.trace import pool, scanner
+from pipeaudit.timeline import REDUCE_COLUMNS
+from pipeaudit.trace import ReadOptions, pool, readahead, scanner
+from pipeaudit.trace.schema import REQUIRED_COLUMNS
 from tests.support.paths import SAMPLES
 from tests.support.synth import simple_rank, write
 
@@ -65,3 +67,25 @@ def test_errors_keep_their_order(tmp_path: Path, threads) -> None:
     (tmp_path / "rank4.json").write_text('{"traceEvents": 6}')
     with pytest.raises(TraceError, match="rank3.json: not a trace"):  # the first in file order
         pipeaudit.load(tmp_path)
+
+
+def test_each_thread_takes_a_file_read_ahead(tmp_path: Path, threads) -> None:
+    """The CLI reads one file ahead per thread while it imports; the threads take them."""
+    d = _plain("1f1b_p4_m8", tmp_path / "run")
+    want = pipeaudit.load(d, jobs=1).audit().to_dict()
+    files = sorted(d.glob("rank*.json"))
+    columns = frozenset(REDUCE_COLUMNS) | REQUIRED_COLUMNS
+    options = ReadOptions.for_share(None, 2)
+    first = readahead.start(files[2], options, columns)
+    second = readahead.start(files[0], options, columns, keep=True)
+    assert readahead.pending_paths() == [files[2], files[0]]
+    try:
+        assert pipeaudit.load(d).audit().to_dict() == want
+        assert first.done is not None and second.done is not None and not readahead.pending_paths()
+        readahead.start(files[1], options, columns)
+        readahead.start(files[3], options, columns, keep=True)
+        assert readahead.take(files[3], options, columns) is not None  # either, by its path
+        assert readahead.pending_paths() == [files[1]]
+    finally:
+        readahead.drop()
+    assert not readahead.pending_paths()

@@ -431,6 +431,9 @@ def main() -> None:
     ap.add_argument("--sets", default=",".join(SIDE_BY_SIDE),
                     help="the sets compared side by side (default: the record_shapes set and the dense "
                          "ones, gzip and plain JSON)")
+    ap.add_argument("--methods", default=None,
+                    help="comma-separated methods of each set's comparison (default: all; with --quick: "
+                         + ", ".join(QUICK_METHODS) + ")")
     ap.add_argument("--jobs-only", action="store_true", help="only the --jobs scaling table")
     ap.add_argument("--baseline", default=None,
                     help="a pipeaudit source tree (e.g. from git archive) to time as 'baseline'")
@@ -450,7 +453,8 @@ def main() -> None:
         sys.exit(f"{', '.join(missing)} missing: run python benchmarks/make_traces.py {' '.join(missing)} first")
     summary = []
     for name in sets:
-        summary.append(compare(name, args.data / name, args.repeat, args.hta_python, say, args.quick))
+        summary.append(compare(name, args.data / name, args.repeat, args.hta_python, say, args.quick,
+                               args.methods.split(",") if args.methods else None))
     shapes_table(summary, say)
     if args.quick:
         _finish(args.out, lines, say, ticks0)
@@ -485,13 +489,15 @@ METHODS = ["floor", "floor-zlib", "decode-scan", "baseline", "analyze-msgspec", 
 QUICK_METHODS = ["floor", "decode-scan", "baseline", "analyze", "hta-load"]
 
 
-def compare(name: str, d: Path, repeat: int, hta_python: str | None, say, quick: bool) -> dict:
-    """One set's comparison table; returns the figures the shapes table reads."""
+def compare(name: str, d: Path, repeat: int, hta_python: str | None, say, quick: bool,
+            methods: list[str] | None = None) -> dict:
+    """One set's comparison table (``methods``: these only); returns the figures the shapes
+    table reads."""
     total, largest, ranks = json_bytes(d)
     say(f"## {name} ({ranks} ranks, {total / 1e6:.0f} MB JSON, largest rank {largest / 1e6:.0f} MB)")
     say()
     say(HEADER)
-    methods = QUICK_METHODS if quick else METHODS
+    methods = methods or (QUICK_METHODS if quick else METHODS)
     results = best_of_many(methods, d, repeat, hta_python)
     for m in methods:
         say(row(name, m, results[m], total / 1e6, largest / 1e6))

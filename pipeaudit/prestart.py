@@ -34,11 +34,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _SUFFIXES = (".json", ".json.gz", ".json.gzip")
 
-def _guess(paths: Sequence[str], gzip: set[str] | None = None) -> list[tuple[str, int]]:
+def _guess(paths: Sequence[str]) -> list[tuple[str, int]]:
     """(file, JSON bytes) of the trace-named regular files in ``paths`` (files or
-    directories, one level); gzip counted by the size its trailer records (and its file
-    added to ``gzip``). Nothing else is opened: a FIFO named like a trace would block the
-    open (discovery refuses or skips it later)."""
+    directories, one level); gzip counted by the size its trailer records. Nothing else is
+    opened: a FIFO named like a trace would block the open (discovery refuses or skips it
+    later)."""
     found: list[tuple[str, int]] = []
     for p in paths:
         try:
@@ -48,7 +48,7 @@ def _guess(paths: Sequence[str], gzip: set[str] | None = None) -> list[tuple[str
             else:
                 entries = [p]
             for f in entries:
-                n = _json_bytes(f, gzip)
+                n = _json_bytes(f)
                 if n is not None:
                     found.append((f, n))
         except OSError:
@@ -56,9 +56,8 @@ def _guess(paths: Sequence[str], gzip: set[str] | None = None) -> list[tuple[str
     return found
 
 
-def _json_bytes(path: str, gzip: set[str] | None = None) -> int | None:
-    """The JSON size of a regular file (None for anything else), opened without blocking;
-    a gzip file is added to ``gzip``."""
+def _json_bytes(path: str) -> int | None:
+    """The JSON size of a regular file (None for anything else), opened without blocking."""
     if not stat.S_ISREG(os.stat(path).st_mode):
         return None
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -66,10 +65,7 @@ def _json_bytes(path: str, gzip: set[str] | None = None) -> int | None:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             return None  # replaced since the stat
         n = os.fstat(fh.fileno()).st_size
-        is_gzip = fh.read(2) == b"\x1f\x8b"
-        if is_gzip and gzip is not None:
-            gzip.add(path)
-        if is_gzip and n >= 18:
+        if fh.read(2) == b"\x1f\x8b" and n >= 18:
             fh.seek(-4, os.SEEK_END)
             n = max(n, int.from_bytes(fh.read(4), "little"))
     return n
@@ -91,11 +87,10 @@ def plan(paths: Sequence[str], jobs: int | None, executor: str | None) -> Plan |
     """The :class:`Plan` of reading ``paths`` here; None for a cluster executor."""
     if executor not in (None, "local", "processes"):
         return None
-    gzip: set[str] = set()
-    files = _guess(paths, gzip)
+    files = _guess(paths)
     json_bytes = sum(n for _, n in files)
     workers, pool = workers_and_pool(len(files), jobs, json_bytes, processes=executor == "processes")
-    threads = use_threads(len(files), jobs, json_bytes, not gzip, executor == "processes")
+    threads = use_threads(len(files), jobs, json_bytes, executor == "processes")
     if threads:
         return Plan(files, threads, False, threads)
     return Plan(files, max(1, workers), pool)

@@ -6,8 +6,8 @@ Executors (``--executor``):
     This machine. With ``jobs`` > 1 the ranks run in a local process pool when the input is
     big enough for the pool to pay (see :func:`pipeaudit.trace.load.use_pool`), else one
     after the other in this process.
-    A run of a few plain JSON files is read by threads of this process instead
-    (:func:`pipeaudit.trace.pool.use_threads`).
+    A run of a few files that the pool would read is read by threads of this process
+    instead (:func:`pipeaudit.trace.pool.use_threads`).
 ``processes``
     Always a local process pool of ``jobs`` workers (also for small inputs).
 ``dask://HOST:PORT`` (or ``tcp://HOST:PORT``)

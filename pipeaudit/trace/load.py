@@ -45,7 +45,7 @@ from pipeaudit.trace.model import RankInfo, RankTrace, TraceSet
 from pipeaudit.trace.options import (  # noqa: F401 (the memory helpers: API, tests)
     DEFAULT_MEMORY_SHARE, ReadOptions, available_memory, default_max_memory, parse_size,
 )
-from pipeaudit.trace.source import GZIP_MAGIC, estimated_json_bytes, open_regular
+from pipeaudit.trace.source import estimated_json_bytes, open_regular
 from pipeaudit.trace.validate import validate_set
 
 MANIFEST_NAME = "manifest.json"
@@ -61,19 +61,6 @@ def _estimated_json_bytes(files: Sequence[Path]) -> int:
         except (OSError, TraceError):
             continue
     return total
-
-
-def _all_plain(files: Sequence[Path]) -> bool:
-    """True when every file is plain JSON (not gzip); an unreadable one counts as not plain
-    (its decode says what is wrong)."""
-    for f in files:
-        try:
-            with open_regular(f) as fh:
-                if fh.read(len(GZIP_MAGIC)) == GZIP_MAGIC:
-                    return False
-        except (OSError, TraceError):
-            return False
-    return True
 
 
 def use_pool(files: Sequence[Path], jobs: int | None, json_bytes: int | None = None, *,
@@ -199,7 +186,7 @@ def map_ranks(
     workers, pool = use_pool(files, jobs, sum(sizes), processes=exe.kind == "processes")
     threads = 0
     if exe.kind == "local" and pool and jobs is None:
-        threads = use_threads(len(files), jobs, sum(sizes), _all_plain(files))
+        threads = use_threads(len(files), jobs, sum(sizes))
         if threads:
             workers, pool = threads, False
     options: ReadOptions | None

@@ -1,4 +1,4 @@
-"""A run of a few plain JSON files is read by threads of this process
+"""A run of a few files (gzip or plain JSON) is read by threads of this process
 (:func:`pipeaudit.trace.pool.use_threads`): the same timeline, audit and errors as one rank
 after the other, and the timings line says so."""
 
@@ -41,10 +41,11 @@ def threads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pool, "cores", lambda: 2)
 
 
-@pytest.mark.parametrize("run", ["interleaved-1f1b_p4_m8_v2", "1f1b_p2_m4_noannot"])
-def test_same_timeline_and_audit(tmp_path: Path, threads, run: str,
+@pytest.mark.parametrize(("run", "plain"), [("interleaved-1f1b_p4_m8_v2", True),
+                                           ("1f1b_p2_m4_noannot", True), ("1f1b_p4_m8_imb_s1x3", False)])
+def test_same_timeline_and_audit(tmp_path: Path, threads, run: str, plain: bool,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    d = _plain(run, tmp_path / run)
+    d = _plain(run, tmp_path / run) if plain else SAMPLES / run
     one = pipeaudit.load(d, jobs=1)
     monkeypatch.setenv(timings.ENV, "1")
     got = pipeaudit.load(d)

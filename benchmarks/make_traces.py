@@ -2,6 +2,7 @@
 
     python benchmarks/make_traces.py                 # every set into benchmarks/data/
     python benchmarks/make_traces.py size_x4 ranks_8 # only these sets
+    python benchmarks/make_traces.py dense_x4_json   # a plain-JSON set (the gzip one gunzipped)
     python benchmarks/make_traces.py --list          # what each set is
 
 Every set is a real ``pipeaudit profile`` run: 1F1B over gloo on CPU, M=16 microbatches,
@@ -27,6 +28,11 @@ many small events (about 4,000 per MB against 2,600):
   100 MB per rank), with torch's own ``PP:`` action spans.
 * ``dense_plain``: 1F1B without any annotation (``--no-annotate``), 4 ranks, 77 steps
   (about 100 MB per rank): the un-annotated inference's input.
+
+Plain JSON, as torch writes by default (``export_chrome_trace("trace.json")``,
+``tensorboard_trace_handler(..., use_gzip=False)``): ``<set>_json`` holds the same traces as
+``<set>`` gunzipped (``rank{r}.json``), e.g. ``size_x4_json``, ``dense_x4_json``,
+``dense_plain_json``; the gzip set is made first when missing.
 
 A set that already exists (its manifest is there) is skipped; ``--force`` remakes it.
 On this 2-core machine all sets take about 20-25 minutes (``large_r8`` about 10).
@@ -65,6 +71,40 @@ DENSE: dict[str, list[str]] = {
 }
 
 
+#: the plain-JSON sets: the same traces as a gzip set, gunzipped
+PLAIN_SUFFIX = "_json"
+
+
+def plain_sets() -> list[str]:
+    """The ``<set>_json`` names, one per gzip set."""
+    return [name + PLAIN_SUFFIX for name in SETS]
+
+
+def make_plain(name: str, out_root: Path, force: bool) -> None:
+    """``<set>_json``: the gzip set's rank files gunzipped, its manifest naming them."""
+    import gzip
+    import json
+
+    source = name.removesuffix(PLAIN_SUFFIX)
+    make(source, out_root, False)
+    src, out = out_root / source, out_root / name
+    if (out / "manifest.json").exists() and not force:
+        print(f"{name}: exists, skipped ({out})", file=sys.stderr)
+        return
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for f in sorted(src.glob("rank*.json.gz")):
+        with gzip.open(f, "rb") as fin, open(out / f.name.removesuffix(".gz"), "wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 22)
+    manifest = json.loads((src / "manifest.json").read_text())
+    if isinstance(manifest.get("traces"), dict):
+        manifest["traces"] = {r: t.removesuffix(".gz") for r, t in manifest["traces"].items()}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    sizes = [p.stat().st_size for p in sorted(out.glob("rank*.json"))]
+    print(f"{name}: {len(sizes)} ranks, {sum(sizes) / 1e6:.1f} MB of plain JSON", file=sys.stderr)
+
+
 def profile_args(name: str) -> list[str]:
     """The ``pipeaudit profile`` options of a set (two blocks per stage)."""
     ranks, steps = SETS[name]
@@ -100,10 +140,15 @@ def main() -> None:
     if args.list:
         for name in SETS:
             print(f"{name:11} pipeaudit profile {' '.join(profile_args(name))}")
+        for name in plain_sets():
+            print(f"{name:16} {name.removesuffix(PLAIN_SUFFIX)} gunzipped (plain JSON)")
         return
     for name in args.sets or list(SETS):
+        if name in plain_sets():
+            make_plain(name, args.out, args.force)
+            continue
         if name not in SETS:
-            ap.error(f"unknown set {name!r} (sets: {', '.join(SETS)})")
+            ap.error(f"unknown set {name!r} (sets: {', '.join([*SETS, *plain_sets()])})")
         make(name, args.out, args.force)
 
 

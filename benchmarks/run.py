@@ -47,6 +47,7 @@ import os
 import platform
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import threading
@@ -83,7 +84,7 @@ n = 0
 for f in files:
     raw = Path(f).read_bytes()
     gunzip = zlib if {zlib!r} else isal_zlib
-    data = gunzip.decompressobj(wbits=31).decompress(raw)
+    data = gunzip.decompressobj(wbits=31).decompress(raw) if raw[:2] == b"\\x1f\\x8b" else raw
     n += len(DECODER.decode(data).traceEvents)
     del data, raw
 print(n)
@@ -120,8 +121,13 @@ if {breakdown!r}:
 BASELINE: str | None = None  # --baseline: a pipeaudit source tree to compare with
 
 
+def rank_files(d: Path) -> list[Path]:
+    """A set's rank files: ``rank*.json.gz``, or plain ``rank*.json`` (a ``<set>_json`` set)."""
+    return sorted(d.glob("rank*.json.gz")) or sorted(d.glob("rank*.json"))
+
+
 def _command(method: str, d: Path, hta_python: str | None) -> list[str] | None:
-    files = sorted(str(p) for p in d.glob("rank*.json.gz"))
+    files = [str(p) for p in rank_files(d)]
     py = sys.executable
     if method in ("floor", "floor-zlib"):
         return [py, "-c", _FLOOR.format(root=str(ROOT), files=files, zlib=method == "floor-zlib")]
@@ -266,7 +272,10 @@ def json_bytes(d: Path) -> tuple[int, int, int]:
     import gzip
 
     sizes = []
-    for f in sorted(d.glob("rank*.json.gz")):
+    for f in rank_files(d):
+        if f.suffix != ".gz":
+            sizes.append(f.stat().st_size)
+            continue
         n = 0
         with gzip.open(f, "rb") as fh:
             while chunk := fh.read(1 << 24):
@@ -310,6 +319,7 @@ def best_of_many(methods: list[str], d: Path, repeat: int, hta_python: str | Non
             continue
         best = dict(min(ok, key=lambda r: r["wall_s"]))
         best["walls_s"] = sorted(r["wall_s"] for r in ok)
+        best["median_s"] = statistics.median(best["walls_s"])
         if not seen:  # HTA: wall time only
             best.update(cpu_s=float("nan"), peak_rss_mb=float("nan"), peak_sum_mb=float("nan"),
                         peak_pss_mb=float("nan"))
@@ -418,8 +428,12 @@ def main() -> None:
                     help="python of an environment with HolisticTraceAnalysis installed")
     ap.add_argument("--quick", action="store_true",
                     help="only the main comparison (floor, analyze, HTA) of each set in --sets")
-    ap.add_argument("--sets", default="size_x4,dense_x4,dense_plain",
-                    help="the sets compared side by side (default: the record_shapes set and the two dense ones)")
+    ap.add_argument("--sets", default=",".join(SIDE_BY_SIDE),
+                    help="the sets compared side by side (default: the record_shapes set and the dense "
+                         "ones, gzip and plain JSON)")
+    ap.add_argument("--methods", default=None,
+                    help="comma-separated methods of each set's comparison (default: all; with --quick: "
+                         + ", ".join(QUICK_METHODS) + ")")
     ap.add_argument("--jobs-only", action="store_true", help="only the --jobs scaling table")
     ap.add_argument("--baseline", default=None,
                     help="a pipeaudit source tree (e.g. from git archive) to time as 'baseline'")
@@ -439,7 +453,8 @@ def main() -> None:
         sys.exit(f"{', '.join(missing)} missing: run python benchmarks/make_traces.py {' '.join(missing)} first")
     summary = []
     for name in sets:
-        summary.append(compare(name, args.data / name, args.repeat, args.hta_python, say, args.quick))
+        summary.append(compare(name, args.data / name, args.repeat, args.hta_python, say, args.quick,
+                               args.methods.split(",") if args.methods else None))
     shapes_table(summary, say)
     if args.quick:
         _finish(args.out, lines, say, ticks0)
@@ -465,19 +480,24 @@ def main() -> None:
     _finish(args.out, lines, say, ticks0)
 
 
+#: the sets of the side-by-side table: each shape as the harness writes it (gzip) and as torch
+#: writes it by default (plain JSON, ``<set>_json``: make_traces.py makes it)
+SIDE_BY_SIDE = ["size_x4", "size_x4_json", "dense_x4", "dense_x4_json", "dense_plain", "dense_plain_json"]
 #: every method of the full comparison; --quick keeps the floor, analyze and HTA's load
 METHODS = ["floor", "floor-zlib", "decode-scan", "baseline", "analyze-msgspec", "analyze", "analyze-j1",
            "analyze-j2", "hta-load", "hta-breakdown"]
 QUICK_METHODS = ["floor", "decode-scan", "baseline", "analyze", "hta-load"]
 
 
-def compare(name: str, d: Path, repeat: int, hta_python: str | None, say, quick: bool) -> dict:
-    """One set's comparison table; returns the figures the shapes table reads."""
+def compare(name: str, d: Path, repeat: int, hta_python: str | None, say, quick: bool,
+            methods: list[str] | None = None) -> dict:
+    """One set's comparison table (``methods``: these only); returns the figures the shapes
+    table reads."""
     total, largest, ranks = json_bytes(d)
     say(f"## {name} ({ranks} ranks, {total / 1e6:.0f} MB JSON, largest rank {largest / 1e6:.0f} MB)")
     say()
     say(HEADER)
-    methods = QUICK_METHODS if quick else METHODS
+    methods = methods or (QUICK_METHODS if quick else METHODS)
     results = best_of_many(methods, d, repeat, hta_python)
     for m in methods:
         say(row(name, m, results[m], total / 1e6, largest / 1e6))
@@ -515,20 +535,32 @@ def _ok(r: dict | None) -> bool:
 
 
 def shapes_table(summary: list[dict], say) -> None:
-    """The sets side by side: analyze against the floor and HTA, memory against its limit."""
+    """The sets side by side: analyze against the floor and HTA, memory against its limit.
+    Ratios of the fastest runs and of the medians; "targets" says whether analyze is at or
+    under the floor (medians), at least 15x faster than HTA's load and within the memory limit."""
     say("## The shapes side by side")
     say()
-    say("| set | JSON MB | events per MB | floor s | analyze s | analyze / floor | HTA load s | "
-        "HTA / analyze | largest process MB | limit MB (200 + 3x largest file) |")
-    say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    say("| set | format | JSON MB | events per MB | floor s (best / median) | analyze s (best / median) | "
+        "analyze / floor (best / median) | HTA load s | HTA / analyze (median) | largest process MB | "
+        "limit MB (200 + 3x largest file) | targets |")
+    say("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for s in summary:
         f, a, h = s["floor"], s["analyze"], s["hta-load"]
-        cells = [s["set"], f"{s['mb']:.0f}", f"{s['events'] / s['mb']:.0f}" if s["events"] else "",
-                 f"{f['wall_s']:.2f}" if _ok(f) else "", f"{a['wall_s']:.2f}" if _ok(a) else "",
-                 f"{a['wall_s'] / f['wall_s']:.2f}x" if _ok(a) and _ok(f) else "",
+        limit = 200 + 3 * s["largest_mb"]
+        ratio = a["median_s"] / f["median_s"] if _ok(a) and _ok(f) else None
+        hta = h["wall_s"] / a["median_s"] if _ok(a) and _ok(h) else None
+        met = [ratio is not None and ratio <= 1.0, hta is not None and hta >= 15,
+               _ok(a) and a["peak_rss_mb"] <= limit]
+        cells = [s["set"], "plain JSON" if s["set"].endswith("_json") else "gzip", f"{s['mb']:.0f}",
+                 f"{s['events'] / s['mb']:.0f}" if s["events"] else "",
+                 f"{f['wall_s']:.2f} / {f['median_s']:.2f}" if _ok(f) else "",
+                 f"{a['wall_s']:.2f} / {a['median_s']:.2f}" if _ok(a) else "",
+                 f"{a['wall_s'] / f['wall_s']:.2f}x / {ratio:.2f}x" if ratio is not None else "",
                  f"{h['wall_s']:.2f}" if _ok(h) else "(not run)",
-                 f"{h['wall_s'] / a['wall_s']:.1f}x" if _ok(a) and _ok(h) else "",
-                 f"{a['peak_rss_mb']:.0f}" if _ok(a) else "", f"{200 + 3 * s['largest_mb']:.0f}"]
+                 f"{hta:.1f}x" if hta is not None else "",
+                 f"{a['peak_rss_mb']:.0f}" if _ok(a) else "", f"{limit:.0f}",
+                 "met" if all(met) else "NOT met: " + ", ".join(
+                     w for w, ok in zip(("floor", "HTA", "memory"), met) if not ok)]
         say("| " + " | ".join(cells) + " |")
     say()
 

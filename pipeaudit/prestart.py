@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from pipeaudit.allocator import cores  # noqa: F401 (API: the cores a pool shares)
 from pipeaudit.trace.pool import (  # noqa: F401 (API)
     HELP_MAX_ITEMS, POOL_MIN_JSON_BYTES, PRELOAD, hand_over, init_worker, new_pool, pool_shape,
-    start_method, take_pool, workers_and_pool,
+    start_method, take_pool, use_threads, workers_and_pool,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -80,6 +80,7 @@ class Plan:
     files: list[tuple[str, int]]  # (trace file, JSON bytes)
     workers: int
     pool: bool  # the local pool: else every rank is read in this process
+    threads: int = 0  # threads of this process read the ranks (pipeaudit.trace.pool.use_threads)
 
 
 def plan(paths: Sequence[str], jobs: int | None, executor: str | None) -> Plan | None:
@@ -87,8 +88,11 @@ def plan(paths: Sequence[str], jobs: int | None, executor: str | None) -> Plan |
     if executor not in (None, "local", "processes"):
         return None
     files = _guess(paths)
-    workers, pool = workers_and_pool(len(files), jobs, sum(n for _, n in files),
-                                     processes=executor == "processes")
+    json_bytes = sum(n for _, n in files)
+    workers, pool = workers_and_pool(len(files), jobs, json_bytes, processes=executor == "processes")
+    threads = use_threads(len(files), jobs, json_bytes, executor == "processes")
+    if threads:
+        return Plan(files, threads, False, threads)
     return Plan(files, max(1, workers), pool)
 
 
@@ -122,9 +126,9 @@ def _read_ahead(p: Plan, max_memory: int | str | None, salvage: bool) -> None:
 
     if not scanner.available():
         return  # msgspec holds the GIL: reading would only slow the imports down
-    options = ReadOptions.for_share(max_memory, p.workers if p.pool else 1)
-    readahead.start(readahead.first_of(p.files), options,
-                    frozenset(REDUCE_COLUMNS) | REQUIRED_COLUMNS)
+    options = ReadOptions.for_share(max_memory, p.workers if p.pool or p.threads else 1)
+    for k, path in enumerate(readahead.biggest(p.files, max(1, p.threads))):
+        readahead.start(path, options, frozenset(REDUCE_COLUMNS) | REQUIRED_COLUMNS, keep=k > 0)
 
 
 def _prestart(p: Plan) -> bool:

@@ -196,7 +196,7 @@ static int intern_rehash(Intern *t) { return intern_reslot(t, t->mask * 2 + 1, t
 
 /* The code of string `s` (its bytes as they are in the text, without escapes); -1 when out
  * of memory. Whether the bytes are UTF-8 is checked when the strings are made. */
-static int32_t intern(Intern *t, cptr s, size_t n)
+static int32_t intern(Intern *t, cptr s, size_t n, size_t *at)
 {
     uint64_t h = fnv1a(s, n);
     size_t j = h & t->mask;
@@ -205,8 +205,10 @@ static int32_t intern(Intern *t, cptr s, size_t n)
         if (slot->code < 0)
             break;
         if (slot->hash == h && slot->len == n &&
-            (n == 0 || memcmp(t->arena.data + slot->off, s, n) == 0))
+            (n == 0 || memcmp(t->arena.data + slot->off, s, n) == 0)) {
+            *at = slot->off;
             return slot->code;
+        }
         j = (j + 1) & t->mask;
     }
     if (t->count >= INT32_MAX || n > UINT32_MAX)
@@ -216,6 +218,7 @@ static int32_t intern(Intern *t, cptr s, size_t n)
     if (buf_put(&t->arena, s, n) < 0)
         return NO_MEMORY;
     t->count++;
+    *at = off;
     Slot *slot = &t->slots[j];
     slot->hash = h;
     slot->off = off;
@@ -566,35 +569,57 @@ static int arg_int(const Tok *tok, int64_t *out)
 
 enum { A_CORRELATION, A_TOTAL_ALLOCATED, A_DEVICE_ID, A_DEVICE_TYPE, A_EXTERNAL_ID, A_STREAM,
        A_DEVICE, A_SRC_RANK, A_DST_RANK, A_SEQ, N_ARGS };
-static const char *const ARG_KEYS[N_ARGS] = {"correlation", "Total Allocated", "Device Id",
-                                             "Device Type", "External id", "stream", "device",
-                                             "Src Rank", "Dst Rank", "Seq"};
-static const size_t ARG_LENS[N_ARGS] = {11, 15, 9, 11, 11, 6, 6, 8, 8, 3};
-
 enum { F_PH, F_NAME, F_CAT, F_TS, F_DUR, F_TID, F_PID, F_ARGS, N_FIELDS };
-static const char *const FIELD_KEYS[N_FIELDS] = {"ph", "name", "cat", "ts", "dur", "tid",
-                                                 "pid", "args"};
-static const size_t FIELD_LENS[N_FIELDS] = {2, 4, 3, 2, 3, 3, 3, 4};
 
 typedef struct {
     Tok f[N_FIELDS];
     Tok a[N_ARGS];
 } Event;
 
-static int key_index(cptr s, size_t n, const char *const *keys, const size_t *lens, int nkeys)
+#define IS(lit) (memcmp(s, lit, sizeof(lit) - 1) == 0) /* s holds n == sizeof(lit) - 1 bytes */
+
+/* The index of an event's key (F_*), or -1: one comparison of a known length, inlined. */
+static inline int field_index(cptr s, size_t n)
 {
-    for (int i = 0; i < nkeys; i++)
-        if (lens[i] == n && keys[i][0] == (char)s[0] && memcmp(keys[i], s, n) == 0)
-            return i;
-    return -1;
+    switch (n) {
+    case 2:
+        return IS("ph") ? F_PH : IS("ts") ? F_TS : -1;
+    case 3:
+        return IS("cat") ? F_CAT : IS("dur") ? F_DUR : IS("tid") ? F_TID : IS("pid") ? F_PID : -1;
+    case 4:
+        return IS("name") ? F_NAME : IS("args") ? F_ARGS : -1;
+    default:
+        return -1;
+    }
 }
 
-/* The members of an object at `p` ('{'): the keys in `keys` are read into `toks`
- * (a duplicate is refused), the others skipped. `args_at`: the index whose value is read as
- * the args object into `args` (-1: none). */
-static cptr read_object(cptr p, cptr end, const char *const *keys, const size_t *lens,
-                        int nkeys, Tok *toks,
-                        int args_at, Tok *args)
+/* The index of an args key (A_*), or -1. */
+static inline int arg_index(cptr s, size_t n)
+{
+    switch (n) {
+    case 3:
+        return IS("Seq") ? A_SEQ : -1;
+    case 6:
+        return IS("stream") ? A_STREAM : IS("device") ? A_DEVICE : -1;
+    case 8:
+        return IS("Src Rank") ? A_SRC_RANK : IS("Dst Rank") ? A_DST_RANK : -1;
+    case 9:
+        return IS("Device Id") ? A_DEVICE_ID : -1;
+    case 11:
+        return IS("correlation") ? A_CORRELATION : IS("Device Type") ? A_DEVICE_TYPE
+             : IS("External id") ? A_EXTERNAL_ID : -1;
+    case 15:
+        return IS("Total Allocated") ? A_TOTAL_ALLOCATED : -1;
+    default:
+        return -1;
+    }
+}
+#undef IS
+
+/* The members of an object at `p` ('{'): an event's keys (`is_args` 0: F_*) or its args'
+ * keys (A_*) are read into `toks` (a duplicate is refused), the others skipped; an event's
+ * args object is read into `args`. */
+static cptr read_object(cptr p, cptr end, int is_args, Tok *toks, Tok *args)
 {
     p = skip_ws(p + 1, end);
     if (p < end && *p == '}')
@@ -610,15 +635,15 @@ static cptr read_object(cptr p, cptr end, const char *const *keys, const size_t 
         if (p >= end || *p != ':')
             return NULL;
         p = skip_ws(p + 1, end);
-        int i = key_index(key.p, key.n, keys, lens, nkeys);
+        int i = is_args ? arg_index(key.p, key.n) : field_index(key.p, key.n);
         if (i < 0) {
             p = skip_value(p, end, 2);
         } else {
             if (toks[i].kind != K_MISSING)
                 return NULL;
-            if (i == args_at && p < end && *p == '{') {
+            if (!is_args && i == F_ARGS && p < end && *p == '{') {
                 toks[i].kind = K_OBJECT;
-                p = read_object(p, end, ARG_KEYS, ARG_LENS, N_ARGS, args, -1, NULL);
+                p = read_object(p, end, 1, args, NULL);
             } else {
                 p = read_value(p, end, &toks[i]);
             }
@@ -680,8 +705,19 @@ enum { WANT_TID = 1, WANT_PID = 2, WANT_CORRELATION = 4, WANT_EXTERNAL_ID = 8, W
 /* The integer args kept as event columns (N_KEPT of them). */
 #define N_KEPT 7
 
+/* The last string a column interned (its code, where its bytes are in the arena): an event
+ * often has the previous one's category or thread, found again without hashing. */
+typedef struct {
+    int32_t code; /* -1: none */
+    uint32_t len;
+    size_t off;
+} Last;
+
+enum { L_NAME, L_CAT, L_TID, L_PID, N_LAST };
+
 typedef struct {
     Intern strings;
+    Last last[N_LAST];
     Buf name, cat, tid, pid, ts, ts_missing, dur, dur_missing;
     Buf arg[N_KEPT], arg_valid[N_KEPT]; /* KEPT_NAMES, in that order */
     Buf mts, mts_missing, mem[3], mem_valid[3]; /* total allocated, device id, device type */
@@ -728,27 +764,42 @@ static void columns_free(Columns *c)
 
 static const unsigned char EMPTY[1] = {0};
 
+/* The code of the `n` bytes at `s`: the column's last string again, or interned. */
+static inline int32_t code_of(Intern *t, Last *last, cptr s, size_t n)
+{
+    if (last->code >= 0 && last->len == n && (n == 0 || memcmp(t->arena.data + last->off, s, n) == 0))
+        return last->code;
+    size_t at = 0;
+    int32_t code = intern(t, s, n, &at);
+    if (code >= 0) {
+        last->code = code;
+        last->len = (uint32_t)n;
+        last->off = at;
+    }
+    return code;
+}
+
 /* A string field (missing: ""). */
-static int put_string(Intern *t, Buf *out, const Tok *tok)
+static int put_string(Intern *t, Last *last, Buf *out, const Tok *tok)
 {
     if (tok->kind == K_STRING && tok->escaped)
         return NOT_HERE;
-    int32_t code = tok->kind == K_STRING ? intern(t, tok->p, tok->n) : intern(t, EMPTY, 0);
+    int32_t code = tok->kind == K_STRING ? code_of(t, last, tok->p, tok->n) : code_of(t, last, EMPTY, 0);
     return code < 0 ? NO_MEMORY : put_i32(out, code);
 }
 
 /* pid / tid: a number keeps its text, a string its content, null or missing is "". */
-static int put_text(Intern *t, Buf *out, const Tok *tok)
+static int put_text(Intern *t, Last *last, Buf *out, const Tok *tok)
 {
     if (tok->kind == K_OTHER)
         return NOT_HERE;
     if (tok->kind == K_NUMBER) {
-        int32_t code = intern(t, tok->p, tok->n);
+        int32_t code = code_of(t, last, tok->p, tok->n);
         return code < 0 ? NO_MEMORY : put_i32(out, code);
     }
     if (tok->kind == K_STRING)
-        return put_string(t, out, tok);
-    return put_string(t, out, &(Tok){.kind = K_MISSING});
+        return put_string(t, last, out, tok);
+    return put_string(t, last, out, &(Tok){.kind = K_MISSING});
 }
 
 static int put_time(Buf *ns, Buf *missing, const Tok *tok)
@@ -798,14 +849,14 @@ static int emit(Columns *c, const Event *e, const Dropped *dropped, int want)
         for (Py_ssize_t i = 0; i < dropped->n; i++)
             if (dropped->len[i] == n && (n == 0 || memcmp(dropped->p[i], cat->p, n) == 0))
                 return 0;
-        TRY(put_string(&c->strings, &c->name, &e->f[F_NAME]));
-        TRY(put_string(&c->strings, &c->cat, cat));
+        TRY(put_string(&c->strings, &c->last[L_NAME], &c->name, &e->f[F_NAME]));
+        TRY(put_string(&c->strings, &c->last[L_CAT], &c->cat, cat));
         TRY(put_time(&c->ts, &c->ts_missing, &e->f[F_TS]));
         TRY(put_time(&c->dur, &c->dur_missing, &e->f[F_DUR]));
         if (want & WANT_TID)
-            TRY(put_text(&c->strings, &c->tid, &e->f[F_TID]));
+            TRY(put_text(&c->strings, &c->last[L_TID], &c->tid, &e->f[F_TID]));
         if (want & WANT_PID)
-            TRY(put_text(&c->strings, &c->pid, &e->f[F_PID]));
+            TRY(put_text(&c->strings, &c->last[L_PID], &c->pid, &e->f[F_PID]));
         for (int i = 0; i < N_KEPT; i++)
             if (want & KEPT_WANT[i])
                 TRY(put_arg(&c->arg[i], &c->arg_valid[i], &e->a[KEPT_ARGS[i]]));
@@ -864,8 +915,15 @@ static int intern_truncate(Intern *t, size_t count, size_t arena_len)
     return 0;
 }
 
+static void forget_last(Columns *c)
+{
+    for (int i = 0; i < N_LAST; i++)
+        c->last[i].code = -1;
+}
+
 static int rollback(Columns *c, const Mark *m)
 {
+    forget_last(c); /* their strings may be dropped */
     Buf *bufs[N_BUFS];
     columns_bufs(c, bufs);
     for (int i = 0; i < N_BUFS; i++)
@@ -972,6 +1030,7 @@ static PyObject *scanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(self);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
+    forget_last(&self->c);
     size_t at = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *d = PyTuple_GET_ITEM(tuple, i);
@@ -995,7 +1054,7 @@ static int scan_events(Columns *c, cptr p, cptr end, const Dropped *dropped, int
             return NOT_HERE;
         Event e;
         memset(&e, 0, sizeof e);
-        p = read_object(p, end, FIELD_KEYS, FIELD_LENS, N_FIELDS, e.f, F_ARGS, e.a);
+        p = read_object(p, end, 0, e.f, e.a);
         if (p == NULL || !types_ok(&e))
             return NOT_HERE;
         TRY(emit(c, &e, dropped, want));
@@ -1063,6 +1122,78 @@ static int set_item(PyObject *dict, const char *key, PyObject *value)
     Py_DECREF(value);
     return rc;
 }
+
+/* ------------------------------------------------------------------ UTF-8 check */
+
+/* The length of the valid UTF-8 prefix of `s` (n when all of it is valid), as Python's
+ * strict decoder judges: no overlong forms, no surrogates, nothing above U+10FFFF. ASCII
+ * is skipped 16 bytes at a time. */
+static size_t utf8_valid_prefix(cptr s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+#ifdef KSCAN_SSE2
+        while (n - i >= 16 &&
+               _mm_movemask_epi8(_mm_loadu_si128((const __m128i *)(s + i))) == 0)
+            i += 16;
+        if (i >= n)
+            break;
+#endif
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need;
+        unsigned char lo = 0x80, hi = 0xBF; /* bounds of the second byte */
+        if (c >= 0xC2 && c <= 0xDF)
+            need = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            if (c == 0xE0)
+                lo = 0xA0;
+            else if (c == 0xED)
+                hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            if (c == 0xF0)
+                lo = 0x90;
+            else if (c == 0xF4)
+                hi = 0x8F;
+        } else
+            return i;
+        if (n - i <= need)
+            return i;
+        if (s[i + 1] < lo || s[i + 1] > hi)
+            return i;
+        for (size_t k = 2; k <= need; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF)
+                return i;
+        i += need + 1;
+    }
+    return n;
+}
+
+static PyObject *kscan_utf8_valid(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    size_t ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = utf8_valid_prefix((cptr)view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    int valid = ok == (size_t)view.len;
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(valid);
+}
+
+static PyMethodDef module_methods[] = {
+    {"utf8_valid", (PyCFunction)kscan_utf8_valid, METH_O,
+     "utf8_valid(data) -> bool: whether every byte of data is valid UTF-8 (as Python's strict "
+     "decoder judges). Runs without the GIL."},
+    {NULL, NULL, 0, NULL},
+};
 
 /* ------------------------------------------------------------------ the Column type */
 
@@ -1215,6 +1346,7 @@ static struct PyModuleDef module = {
     .m_name = "_kscan",
     .m_doc = "Compiled scanner from Kineto trace events to columns.",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__kscan(void)

@@ -30,6 +30,7 @@ known); inside events the tokenizer's rule applies (the last value counts).
 
 from __future__ import annotations
 
+import mmap
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,6 +49,9 @@ MAX_CUT_TRIES = 4
 #: next batch, so this stays small (the decompressed chunks are 1 MiB: at most that much more).
 CUT_LOOKAHEAD = 64 << 10
 
+#: A mapped file's read pages are given back (``madvise``) by this many bytes at least.
+_RELEASE_BYTES = 4 << 20
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 _NON_WS = re.compile(rb"[^ \t\r\n]")
 _CUT = re.compile(rb"\}(?=[ \t\r\n]*(?:[,\]]|\Z))")  # \Z: whitespace to the end of what is read
 _CUT_AT_END = re.compile(rb"\}(?=[ \t\r\n]*[,\]])")  # when the text ends there too
@@ -138,16 +142,36 @@ class _Buffer:
         self.start = 0
         self.offset = 0
         self.eof = False
+        self._released = 0  # of a mapped file: the pages before it are given back
 
     @property
     def live(self) -> int:
         return len(self.data) - self.start
+
+    def release_read(self) -> None:
+        """A mapped file's pages before ``start`` leave this process's resident memory (the
+        page cache keeps them; a page read again comes back from there): the mapping holds
+        about one batch, not the whole file."""
+        data = self.data
+        if not isinstance(data, mmap.mmap) or _DONTNEED is None:
+            return
+        upto = self.start - self.start % mmap.PAGESIZE
+        if upto - self._released >= _RELEASE_BYTES:
+            data.madvise(_DONTNEED, self._released, upto - self._released)
+            self._released = upto
 
     def fill(self, size: int) -> None:
         """Read until ``size`` unread bytes are held or the text ends (indices into ``data``
         must be taken again after this)."""
         if self.live >= size or self.eof:
             return
+        if not self.live:  # nothing held: the next chunk as it is (a mapped file: all of it)
+            self.offset += len(self.data)
+            self.data, self.start = next(self.chunks, None), 0
+            if self.data is None:
+                self.data, self.eof = b"", True
+            if self.live >= size:
+                return
         parts = [self.data[self.start:]]
         have = self.live
         while have < size:
@@ -452,6 +476,7 @@ class Document:
                     self._closed = True
                     return n
                 buf.start = cut + 1
+                buf.release_read()
                 return n
             if buf.eof and p + limit >= len(data):
                 self._explain(Batch(memoryview(data)[p:], index, buf.offset + p), at_end=True)

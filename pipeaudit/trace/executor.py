@@ -6,6 +6,8 @@ Executors (``--executor``):
     This machine. With ``jobs`` > 1 the ranks run in a local process pool when the input is
     big enough for the pool to pay (see :func:`pipeaudit.trace.load.use_pool`), else one
     after the other in this process.
+    A run of a few files that the pool would read is read by threads of this process
+    instead (:func:`pipeaudit.trace.pool.use_threads`).
 ``processes``
     Always a local process pool of ``jobs`` workers (also for small inputs).
 ``dask://HOST:PORT`` (or ``tcp://HOST:PORT``)
@@ -240,13 +242,37 @@ def run_dask(fn: Callable[[Any], Any], items: Sequence[Any], address: str,
         client.close()
 
 
+def run_threads(fn: Callable[[Any], Any], items: Sequence[Any], threads: int,
+                on_done: Callable[[Any], None] | None = None) -> list[Any]:
+    """``[fn(x) for x in items]`` on ``threads`` threads of this process (order kept): each
+    takes the next item as soon as it is free; ``on_done(result)`` is called as each is done
+    (from those threads). The first error (in item order) is raised once every item is done."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pipeaudit-rank") as ex:
+        futures = [ex.submit(_run_one, fn, x, on_done) for x in items]
+    return [f.result() for f in futures]
+
+
+def _run_one(fn: Callable[[Any], Any], item: Any, on_done: Callable[[Any], None] | None) -> Any:
+    result = fn(item)
+    if on_done is not None:
+        on_done(result)
+    return result
+
+
 def run_tasks(fn: Callable[[Any], Any], items: Sequence[Any], *, executor: Executor,
-              workers: int, pool: bool, on_done: Callable[[Any], None] | None = None) -> list[Any]:
+              workers: int, pool: bool, on_done: Callable[[Any], None] | None = None,
+              threads: int = 0) -> list[Any]:
     """Run ``fn`` over ``items`` where ``executor`` says; ``pool``: use the local pool;
-    ``on_done(result)`` is called in this process as each item is done."""
+    ``threads``: use that many threads of this process instead
+    (:func:`pipeaudit.trace.pool.use_threads`); ``on_done(result)`` is called in this
+    process as each item is done."""
     if executor.kind == "dask":
         assert executor.address is not None
         return run_dask(fn, items, executor.address, on_done)
+    if threads > 1 and len(items) > 1:
+        return run_threads(fn, items, threads, on_done)
     if pool:
         return run_pool(fn, items, workers, on_done)
     return run_here(fn, items, on_done)

@@ -37,7 +37,7 @@ from pipeaudit.trace.clock import clock_warnings
 from pipeaudit.trace.cut import align_steps
 from pipeaudit.trace.decode import decode_file
 from pipeaudit.trace.discover import discover
-from pipeaudit.trace.pool import POOL_MIN_JSON_BYTES, workers_and_pool  # noqa: F401 (API)
+from pipeaudit.trace.pool import POOL_MIN_JSON_BYTES, use_threads, workers_and_pool  # noqa: F401 (API)
 from pipeaudit.trace.executor import Executor, cpu_count, parse_executor, run_tasks
 from pipeaudit.trace import readahead
 from pipeaudit.trace.header import NO_RANK, SharedHeaderValues
@@ -184,11 +184,16 @@ def map_ranks(
         job = job_for_rank(manifest)
     sizes = [_estimated_json_bytes([f]) for f in files]
     workers, pool = use_pool(files, jobs, sum(sizes), processes=exe.kind == "processes")
+    threads = 0
+    if exe.kind == "local" and pool and jobs is None:
+        threads = use_threads(len(files), jobs, sum(sizes))
+        if threads:
+            workers, pool = threads, False
     options: ReadOptions | None
     if exe.kind == "dask" and max_memory is None:  # each worker judges its own machine
         options = None
     else:
-        shares = 1 if exe.kind == "dask" else (workers if pool else 1)
+        shares = 1 if exe.kind == "dask" else (workers if pool or threads else 1)
         options = ReadOptions.for_share(max_memory, shares, salvage=salvage)
     cols = tuple(columns) if columns is not None else None
     tasks = [RankTask(str(f), job, cols, options, salvage) for f in files]
@@ -198,10 +203,12 @@ def map_ranks(
     timings.mark_once("start")
     try:
         done = run_tasks(run_rank_task, [tasks[i] for i in biggest_first], executor=exe,
-                         workers=workers, pool=pool, on_done=_on_arrival(len(tasks)))
+                         workers=workers, pool=pool, on_done=_on_arrival(len(tasks)),
+                         threads=threads)
     finally:
         readahead.drop()  # not taken (another executor, a pool this process does not help)
-    where = str(exe) if exe.kind == "dask" else _jobs(workers if pool else 1)
+    where = (str(exe) if exe.kind == "dask" else f"{threads} threads" if threads
+             else _jobs(workers if pool else 1))
     read = options.describe() if options is not None else "each worker's own budget"
     timings.mark("ranks", f"{len(tasks)} ranks, {where}, read: {read}")
     outcomes: list[RankOutcome] = [None] * len(tasks)  # type: ignore[list-item]
@@ -226,15 +233,15 @@ def map_ranks(
 
 
 def _read_ahead_first(order: list[int], files: Sequence[Path]) -> list[int]:
-    """``order`` with the file being read ahead (:mod:`pipeaudit.trace.readahead`) first."""
-    ahead = readahead.pending_path()
-    if ahead is None:
-        return order
-    at = next((k for k, i in enumerate(order) if readahead.same_file(files[i], ahead)), None)
-    if at is None:
-        readahead.drop()  # not one of this run's files
-        return order
-    return [order[at]] + order[:at] + order[at + 1:]
+    """``order`` with the files being read ahead (:mod:`pipeaudit.trace.readahead`) first."""
+    first: list[int] = []
+    for ahead in readahead.pending_paths():
+        at = next((k for k, i in enumerate(order) if readahead.same_file(files[i], ahead)), None)
+        if at is None:
+            readahead.drop()  # not one of this run's files
+            return order
+        first.append(order[at])
+    return first + [i for i in order if i not in first]
 
 
 def _jobs(n: int) -> str:

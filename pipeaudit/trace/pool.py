@@ -47,6 +47,9 @@ RANK_PER_PROCESS_MAX = 2
 #: ... and at most this many files: beyond, the tail is a small part of the ranks phase and a
 #: process per file would hold too many ranks at once.
 RANK_PER_PROCESS_FILES = 16
+#: With ``jobs=None``, a run that the pool would read, of at most this many files, is read by
+#: threads of this process instead (:func:`use_threads`).
+THREADS_MAX_FILES = 16
 
 
 
@@ -133,3 +136,24 @@ def workers_and_pool(n_files: int, jobs: int | None, json_bytes: int,
         workers = min(n_files, jobs if jobs is not None else n_cores)
     return workers, workers > 1 and (jobs is not None or processes
                                      or json_bytes >= POOL_MIN_JSON_BYTES)
+
+
+def use_threads(n_files: int, jobs: int | None, json_bytes: int, processes: bool = False) -> int:
+    """Threads of this process that read a run's ranks instead of the local pool (0: none).
+
+    A rank's decode runs without the GIL: ISA-L's gunzip, the compiled scanner's pass, and for
+    a plain file no read at all (it is mapped: :mod:`pipeaudit.trace.source`); polars and numpy
+    release it too. So threads decode in parallel without a pool's start: no server importing
+    polars again (about 0.4 s of CPU), no worker's fresh memory, no result sent back, and no
+    hand-over between processes to wait for on a busy machine. With ``jobs=None``, a run the
+    pool would read (:func:`workers_and_pool`) of 2 to :data:`THREADS_MAX_FILES` files gets a
+    thread per core (at most one per file) when the scanner is on; an explicit ``jobs``, the
+    ``processes`` executor and bigger runs keep the pool (its workers bound the memory of each
+    rank to a process)."""
+    from pipeaudit.trace import scanner
+
+    if (jobs is not None or processes or not 1 < n_files <= THREADS_MAX_FILES
+            or not scanner.available()):
+        return 0
+    workers, pool = workers_and_pool(n_files, jobs, json_bytes)
+    return min(n_files, cores()) if pool else 0

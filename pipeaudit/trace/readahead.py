@@ -16,7 +16,9 @@ reading options are the ones it was started with, turns the pieces into columns 
 come, then goes on as usual; an error the thread met is raised there, after
 the pieces before it, as the file's own read would have raised it. Otherwise (another file,
 other options) the read is dropped and the file read again: the result never depends on it.
-At most one read ahead exists at a time; the library (``pipeaudit.load``) never starts one.
+One read ahead exists at a time, or, for a run whose ranks threads of this process read
+(:func:`pipeaudit.trace.pool.use_threads`), one per thread; the library
+(``pipeaudit.load``) never starts one.
 """
 
 from __future__ import annotations
@@ -117,27 +119,34 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return False
 
 
-_pending: ReadAhead | None = None
+_pending: list[ReadAhead] = []
 _lock = threading.Lock()
 
 
 def start(path: str | os.PathLike[str], options: ReadOptions,
-          columns: frozenset[str]) -> ReadAhead:
-    """Start reading ``path`` ahead (a read already pending is dropped)."""
+          columns: frozenset[str], *, keep: bool = False) -> ReadAhead:
+    """Start reading ``path`` ahead; the reads already pending are dropped, unless ``keep``
+    (a run whose ranks several threads of this process read: one read ahead per thread)."""
     global _pending
     ahead = ReadAhead(path, options, columns)
     with _lock:
-        old, _pending = _pending, ahead
-    if old is not None:
-        old.cancel()
+        old = [] if keep else _pending
+        _pending = [*_pending, ahead] if keep else [ahead]
+    for o in old:
+        o.cancel()
     ahead.start()
     return ahead
 
 
 def pending_path() -> Path | None:
-    """The file being read ahead, if any."""
-    ahead = _pending
-    return ahead.path if ahead is not None else None
+    """The (first) file being read ahead, if any."""
+    paths = pending_paths()
+    return paths[0] if paths else None
+
+
+def pending_paths() -> list[Path]:
+    """The files being read ahead, in the order they were started."""
+    return [a.path for a in _pending]
 
 
 def take(path: str | os.PathLike[str], options: ReadOptions,
@@ -146,10 +155,10 @@ def take(path: str | os.PathLike[str], options: ReadOptions,
     then no longer pending); a read of ``path`` made otherwise is dropped."""
     global _pending
     with _lock:
-        ahead = _pending
-        if ahead is None or not same_file(ahead.path, Path(path)):
+        ahead = next((a for a in _pending if same_file(a.path, Path(path))), None)
+        if ahead is None:
             return None
-        _pending = None
+        _pending = [a for a in _pending if a is not ahead]
     if ahead.matches(path, options, columns):
         return ahead
     ahead.cancel()
@@ -157,15 +166,15 @@ def take(path: str | os.PathLike[str], options: ReadOptions,
 
 
 def drop() -> None:
-    """Drop the pending read, if any (the files it was for are not read after all)."""
+    """Drop the pending reads, if any (the files they were for are not read after all)."""
     global _pending
     with _lock:
-        ahead, _pending = _pending, None
-    if ahead is not None:
+        old, _pending = _pending, []
+    for ahead in old:
         ahead.cancel()
 
 
-def first_of(files: Sequence[tuple[str, int]]) -> str | None:
-    """The file to read ahead among ``(path, JSON bytes)``: the biggest (the decode takes
-    the biggest files first)."""
-    return max(files, key=lambda f: f[1])[0] if files else None
+def biggest(files: Sequence[tuple[str, int]], n: int) -> list[str]:
+    """The ``n`` files to read ahead among ``(path, JSON bytes)``: the biggest, biggest first
+    (the decode takes the biggest files first)."""
+    return [f for f, _ in sorted(files, key=lambda f: -f[1])[:n]]

@@ -64,6 +64,12 @@ def available() -> bool:
     return _kscan is not None and not os.environ.get(DISABLE_ENV)
 
 
+def utf8_valid(data: bytes | memoryview | Any) -> bool | None:
+    """Whether every byte of ``data`` is valid UTF-8, checked by the compiled module without
+    the GIL (at memory speed); None when it is not built (the caller checks another way)."""
+    return None if _kscan is None else _kscan.utf8_valid(data)
+
+
 def scan_batch(data: bytes | memoryview, columns: frozenset[str], dropped: frozenset[str]) -> ScannedBatch | None:
     """Columns of ``data`` (complete events separated by commas), or None when the batch
     must be decoded by msgspec (see the module docstring)."""

@@ -31,6 +31,7 @@ import bisect
 import codecs
 import errno
 import itertools
+import mmap
 import os
 import stat
 import threading
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeaudit.errors import TraceError, TraceErrorKind as Kind
+from pipeaudit.trace.scanner import utf8_valid
 
 try:  # ISA-L: a drop-in, faster zlib (optional)
     from isal import isal_zlib as _fast_zlib
@@ -54,6 +56,9 @@ UTF8_BOM = b"\xef\xbb\xbf"
 GZIP_RATIO_GUESS = 10
 #: Bytes read from the file per call.
 READ_BYTES = 1 << 20
+#: A plain (not gzip) file of at least this many bytes is mapped into memory rather than read
+#: (see :meth:`TraceBytes.chunks`).
+MAP_MIN_BYTES = 1 << 20
 #: Most decompressed bytes produced at once: the granularity of the document's batches
 #: (a batch is joined from chunks until it is big enough, and what it overshoots is copied
 #: again into the next one; 4 MiB chunks copied the text 1.8 times, 1 MiB ones 1.2 times).
@@ -192,6 +197,7 @@ class TraceBytes:
         self.first_bytes = b""
         self._memory: bytes | None = None
         self._read_bytes, self._out_bytes = READ_BYTES, OUT_BYTES
+        self._may_map = True  # :meth:`head` reads a few bytes only
         # the repairs, one entry each (8 bytes a field): where the U+FFFD starts in the output,
         # where the invalid sequence starts in the original text, and its length there
         self._rep = array("q")
@@ -229,6 +235,7 @@ class TraceBytes:
         """The first ``size`` bytes of the text (fewer if it is shorter), reading and
         decompressing little more; raises TraceError."""
         self._read_bytes = self._out_bytes = max(size, 64)
+        self._may_map = False
         out = b""
         chunks = self.chunks()
         try:
@@ -249,6 +256,16 @@ class TraceBytes:
                 if not self.first_bytes:
                     self.first_bytes = self._memory[:64]
                 yield self._memory
+            return
+        mapped = self._mapped() if self._may_map else None
+        if mapped is not None:
+            try:
+                yield mapped
+            finally:
+                try:
+                    mapped.close()
+                except BufferError:  # a view of it is still alive: unmapped when it is gone
+                    pass
             return
         raw = self._raw_chunks()
         head = b""
@@ -283,6 +300,26 @@ class TraceBytes:
             orig_at -= len(carry)
             out, _ = self._repair(carry, rep_at, orig_at, final=True)
             yield out
+
+    def _mapped(self) -> mmap.mmap | None:
+        """The whole text of a plain file of :data:`MAP_MIN_BYTES` or more, mapped read-only
+        from the page cache (nothing copied: the document's batches are views of it), when it
+        needs no repair: valid UTF-8 throughout (checked by the compiled module; None when it
+        is not built) and no BOM. None otherwise: the file is then read in chunks."""
+        try:
+            with open_regular(self.path) as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size < MAP_MIN_BYTES or fh.read(len(GZIP_MAGIC)) == GZIP_MAGIC:
+                    return None
+                mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError, TraceError):  # read in chunks, which words any problem
+            return None
+        if mapped[:len(UTF8_BOM)] == UTF8_BOM or not utf8_valid(mapped):
+            mapped.close()
+            return None
+        self.size = self.compressed_used = size
+        self.first_bytes = mapped[:64]
+        return mapped
 
     def _repair(self, data: bytes, rep_at: int, orig_at: int, final: bool) -> tuple[bytes, int]:
         """``data`` with invalid UTF-8 replaced; also how many bytes were used (an incomplete

@@ -30,3 +30,25 @@ def test_small_inputs_stay_in_this_process(monkeypatch):
     monkeypatch.setattr(pool, "cores", lambda: 2)
     workers, use = pool.workers_and_pool(4, None, pool.POOL_MIN_JSON_BYTES - 1)
     assert (workers, use) == (3, False)  # below the pool's threshold: read here
+
+
+@pytest.mark.parametrize(("cores", "files", "jobs", "json_bytes", "expected"), [
+    (2, 4, None, BIG, 2),     # files the pool would read: a thread per core
+    (2, 2, None, BIG, 2),
+    (8, 3, None, BIG, 3),     # at most one per file
+    (2, 4, 2, BIG, 0),        # --jobs: the pool the user asked for
+    (2, 17, None, BIG, 0),    # more than THREADS_MAX_FILES: the pool
+    (2, 4, None, 1000, 0),    # small: read one after the other here, as before
+    (1, 4, None, BIG, 0),     # one core: no pool, no threads
+    (2, 1, None, BIG, 0),
+])
+def test_threads(monkeypatch, cores, files, jobs, json_bytes, expected):
+    monkeypatch.setattr(pool, "cores", lambda: cores)
+    assert pool.use_threads(files, jobs, json_bytes) == expected
+    assert pool.use_threads(files, jobs, json_bytes, processes=True) == 0
+
+
+def test_no_threads_without_the_scanner(monkeypatch):
+    monkeypatch.setattr(pool, "cores", lambda: 2)
+    monkeypatch.setenv("PIPEAUDIT_NO_SCANNER", "1")  # msgspec holds the GIL: threads would wait
+    assert pool.use_threads(4, None, BIG) == 0

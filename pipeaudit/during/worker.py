@@ -1,0 +1,144 @@
+"""The audit of one window, run by the handler as a low-priority subprocess:
+
+    python -m pipeaudit.during.worker '{"folder": ..., "world_size": 4, ...}'
+
+It waits until every rank's index entry of the window is there (each rank writes its entry
+after its trace), or ``rank_timeout_s`` has passed, then audits the files that arrived, writes
+``audit.json`` and logs the scalars to TensorBoard and MLflow. Every error is caught: it is
+written to ``audit.log`` and to ``audit.json`` (``"error"``), and the process exits 0. The
+training is never waited on: this process does not talk to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from pipeaudit.during.index import AUDIT_FILE, read_entries
+
+POLL_S = 0.25
+
+
+def _lower_priority() -> None:
+    try:
+        os.nice(19)
+    except OSError:
+        pass
+
+
+def wait_for_ranks(folder: Path, world_size: int | None, timeout_s: float) -> tuple[list, float]:
+    """(the window's entries, seconds waited): all ``world_size`` ranks, or those there at the
+    timeout. Without a world size, the auditing rank's trace header gives it."""
+    start = time.monotonic()
+    while True:
+        entries = read_entries(folder)
+        if world_size is None:
+            world_size = _world_from_traces(entries)
+        waited = time.monotonic() - start
+        if world_size is not None and len({e.rank for e in entries}) >= world_size:
+            return entries, waited
+        if waited >= timeout_s:
+            return entries, waited
+        time.sleep(POLL_S)
+
+
+def _world_from_traces(entries) -> int | None:
+    from pipeaudit.during.traceinfo import read_head
+
+    for e in entries:
+        if e.world_size:
+            return e.world_size
+        _, ws = read_head(e.trace)
+        if ws:
+            return ws
+    return None
+
+
+def run(spec: dict[str, Any]) -> int:
+    """Audit the window of ``spec`` (see :func:`pipeaudit.during.handler.TraceHandler`)."""
+    from pipeaudit.during.audit_window import WindowAudit, audit_window, write_audit
+
+    folder = Path(spec["folder"])
+    step = int(spec["step"])
+    label = f"step {step}"
+    world = spec.get("world_size")
+    entries, waited = wait_for_ranks(folder, world, float(spec.get("rank_timeout_s", 300)))
+    world = world or max((e.world_size or 0 for e in entries), default=0) or \
+        _world_from_traces(entries)
+    present = {e.rank for e in entries}
+    missing = [r for r in range(world or 0) if r not in present]
+    try:
+        if not entries:
+            raise RuntimeError("no rank wrote a trace for this window")
+        result = audit_window([e.trace for e in entries], label=label, step=step,
+                              world_size=world, missing=missing,
+                              waited_s=round(waited, 1) if missing else None,
+                              baseline=spec.get("gate"))
+    except Exception as exc:  # written down, never raised into anything
+        _log(f"audit of {label} failed: {type(exc).__name__}: {exc}")
+        _log(traceback.format_exc())
+        doc = {"schema_version": 1, "tool": "pipeaudit", "kind": "window-error",
+               "window": {"label": label, "step": step,
+                          "files": [str(e.trace) for e in entries], "world_size": world,
+                          "ranks_missing": missing},
+               "error": f"{type(exc).__name__}: {exc}"}
+        result = WindowAudit(doc=doc, scalars={}, notes=[])
+    for note in result.notes:
+        _log(f"{label}: note: {note}")
+    _sinks(spec, result, step)
+    write_audit(folder / AUDIT_FILE, result)
+    return 0
+
+
+def _sinks(spec: dict[str, Any], result, step: int) -> None:
+    """TensorBoard and MLflow; each failure is noted in the document and the log."""
+    if not result.scalars:
+        return
+    logged = result.doc.setdefault("logged_to", [])
+    log_to = spec.get("log_to") or ()
+    if "tensorboard" in log_to and spec.get("tensorboard_dir"):
+        try:
+            from pipeaudit.during.sinks.tensorboard import log_tensorboard
+
+            path = log_tensorboard(spec["tensorboard_dir"], result.scalars, step)
+            logged.append({"backend": "tensorboard", "file": path})
+        except Exception as exc:
+            _failed(result, "tensorboard", exc)
+    if "mlflow" in log_to and spec.get("mlflow"):
+        try:
+            from pipeaudit.during.sinks.mlflow import log_mlflow
+
+            uri, run_id = spec["mlflow"]
+            log_mlflow(uri, run_id, result.scalars, step)
+            logged.append({"backend": "mlflow", "run_id": run_id})
+        except Exception as exc:
+            _failed(result, "mlflow", exc)
+
+
+def _failed(result, backend: str, exc: Exception) -> None:
+    msg = f"logging to {backend} failed: {type(exc).__name__}: {exc}"
+    _log(msg)
+    result.notes.append(msg)
+    result.doc["notes"] = result.notes
+
+
+def _log(msg: str) -> None:
+    print(f"pipeaudit: {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    _lower_priority()
+    try:
+        return run(json.loads(argv[0]))
+    except Exception:  # the last net: never a traceback into the training's console
+        _log(traceback.format_exc())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     y = torch.randn(args.batch, args.hidden, generator=gen)
 
     if rank == 0 and args.mlflow:
+        if args.mlflow.startswith("file:"):  # MLflow 3 keeps its file store behind this switch
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         import mlflow
 
         mlflow.set_tracking_uri(args.mlflow)

@@ -49,8 +49,9 @@ def audit_window(files: Sequence[str | os.PathLike], *, label: str, step: int | 
     notes: list[str] = []
     if missing:
         waited = f" after waiting {waited_s:.0f} s" if waited_s is not None else ""
-        notes.append(f"ranks {', '.join(map(str, missing))} of world size {world_size} wrote no "
-                     f"trace for this window{waited}: audited the ranks that arrived")
+        which = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+        notes.append(f"{which} of world size {world_size} wrote no trace for this "
+                     f"window{waited}: audited the ranks that arrived")
     run = load([str(f) for f in files], allow_missing=bool(missing))
     result = run.audit()
     doc: dict[str, Any]

@@ -129,18 +129,18 @@ class TraceHandler:
                                     start_new_session=True, close_fds=True)
 
     def collect(self) -> list[dict]:
-        """Pick up the audits that finished since the last call (their audit.json), log them to
-        W&B's active run and report regressions; returns their documents."""
-        done, still = [], []
-        for step, folder, proc in self.pending:
-            if proc.poll() is None:
-                still.append((step, folder, proc))
-                continue
+        """Pick up the audits that finished since the last call (their audit.json), in window
+        order, log them to W&B's active run and report notes and regressions; returns their
+        documents."""
+        done = []
+        while self.pending and self.pending[0][2].poll() is not None:  # in window order
+            step, folder, _ = self.pending.pop(0)
             doc = self._read(folder)
             if doc is not None:
                 done.append(doc)
                 self._report(step, doc)
-        self.pending = still
+        for _, _, proc in self.pending:
+            proc.poll()  # reap the finished ones
         self.audits += done
         return done
 

@@ -63,12 +63,13 @@ class WindowFinder:
         self._info: dict[tuple[str, int, int], TraceInfo] = {}
 
     def poll(self, *, final: bool = False) -> list[Window]:
-        """The windows ready now and not reported before, oldest first. ``final``: take every
-        file as it is and every window as ready (the writer is done)."""
+        """The windows ready now and not reported before, by profiler step when known, else
+        oldest first. ``final``: take every file as it is and every window as ready (the writer
+        is done)."""
         now = self.clock()
         ready = [w for w in self._handler_windows(now, final) + self._dir_windows(now, final)
                  if w.key not in self.reported]
-        ready.sort(key=lambda w: (w.newest, natural_key(w.key)))
+        ready.sort(key=lambda w: (w.step is None, w.step or 0, w.newest, natural_key(w.key)))
         self.reported.update(w.key for w in ready)
         return ready
 
@@ -189,7 +190,8 @@ class WindowFinder:
         worlds = [i.world_size for _, _, i in items if i.world_size]
         world = max(worlds) if worlds else None
         ranks = sorted({i.rank for _, _, i in items if i.rank is not None})
-        label = rel if not several or first is None else f"{rel} step {first}"
+        where = "" if rel == "." else rel + " "
+        label = rel if not several or first is None else f"{where}step {first}"
         return Window(key=key, label=label, step=first, files=[p for p, _, _ in items],
                       world_size=world, ranks=ranks, folder=d,
                       newest=max(st.st_mtime for _, st, _ in items),

@@ -2,7 +2,8 @@
 
 ``audit.json`` is a baseline document (``pipeaudit baseline``'s: ``schema_version``, config,
 per-step ``series`` and the full ``analyze --format json`` result under ``audit``), so a
-window can be the ``--baseline`` of ``pipeaudit gate``, with three more keys: ``window`` (which
+window can be the ``--baseline`` of ``pipeaudit gate`` (a window with no pipeline step:
+``"kind": "window"`` and ``audit`` only), with three more keys: ``window`` (which
 files, which ranks arrived, which did not), ``scalars`` (:mod:`.scalars`) and ``notes``; with a
 gate, ``gate`` holds the gate's JSON result.
 """
@@ -43,6 +44,7 @@ def audit_window(files: Sequence[str | os.PathLike], *, label: str, step: int | 
     Raises what :func:`pipeaudit.load` raises for unreadable traces."""
     import msgspec
 
+    from pipeaudit import SCHEMA_VERSION
     from pipeaudit.api import load
     from pipeaudit.gate.snapshot import baseline_json, snapshot_from_run
 
@@ -61,11 +63,12 @@ def audit_window(files: Sequence[str | os.PathLike], *, label: str, step: int | 
     except Exception as exc:  # no pipeline actions: still an audit, no series or gate
         snap = None
         notes.append(f"no per-step series: {exc}")
-        doc = result.to_dict()
+        doc = {"schema_version": SCHEMA_VERSION, "tool": "pipeaudit", "kind": "window",
+               "audit": result.to_dict()}
     else:
         doc = msgspec.json.decode(baseline_json(snap))
         series = doc.get("series")
-    audit = doc.get("audit", doc)
+    audit = doc["audit"]
     scalars = scalars_of(audit, series)
     doc["window"] = {"label": label, "step": step, "files": [str(f) for f in files],
                      "world_size": world_size, "ranks_present": result.ranks_present,

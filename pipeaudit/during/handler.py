@@ -27,9 +27,9 @@ from pipeaudit.during.sinks import BACKENDS
 log = logging.getLogger("pipeaudit.profiler")
 
 
-def _rank_and_world() -> tuple[int, int | None]:
+def _rank_and_world() -> tuple[int, int]:
     """This process's rank and the world size: torch.distributed when initialised, else the
-    launcher's RANK / WORLD_SIZE, else rank 0 and unknown (the trace's header tells)."""
+    launcher's RANK / WORLD_SIZE, else rank 0 of 1 (one process)."""
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
@@ -37,7 +37,7 @@ def _rank_and_world() -> tuple[int, int | None]:
     except Exception:  # pragma: no cover - a half-initialised backend
         pass
     ws = os.environ.get("WORLD_SIZE")
-    return int(os.environ.get("RANK", "0")), (int(ws) if ws else None)
+    return int(os.environ.get("RANK", "0")), (int(ws) if ws else 1)
 
 
 class TraceHandler:

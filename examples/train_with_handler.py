@@ -39,7 +39,8 @@ def stage_module(stage: int, hidden: int, layers: int, heavy: int) -> nn.Module:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="trace folder (TensorBoard logdir)")
-    p.add_argument("--handler", choices=["pipeaudit", "torch"], default="pipeaudit")
+    p.add_argument("--handler", choices=["pipeaudit", "torch", "pipeaudit-no-audit"],
+                   default="pipeaudit")
     p.add_argument("--steps", type=int, default=None,
                    help="training steps (default: every window of the profiler's schedule)")
     p.add_argument("--wait", type=int, default=1)
@@ -91,16 +92,16 @@ def main(argv: list[str] | None = None) -> None:
     else:
         from pipeaudit.profiler import trace_handler
 
-        handler = trace_handler(args.out, rank_timeout_s=args.rank_timeout, gate=args.gate)
-    on_ready = handler
-    if args.skip_trace:
-        skip_rank, skip_window = map(int, args.skip_trace.split(":"))
-        calls = {"n": 0}
+        handler = trace_handler(args.out, rank_timeout_s=args.rank_timeout, gate=args.gate,
+                                audit=args.handler == "pipeaudit")
+    skip_rank, skip_window = map(int, args.skip_trace.split(":")) if args.skip_trace else (-1, 0)
+    handler_s: list[float] = []
 
-        def on_ready(prof):  # this rank loses its trace of one window
-            calls["n"] += 1
-            if not (rank == skip_rank and calls["n"] == skip_window):
-                handler(prof)
+    def on_ready(prof):  # timed; with --skip-trace this rank loses its trace of one window
+        t0 = time.perf_counter()
+        if not (rank == skip_rank and len(handler_s) + 1 == skip_window):
+            handler(prof)
+        handler_s.append(time.perf_counter() - t0)
 
     cycle = args.wait + args.warmup + args.active
     steps = args.steps or cycle * args.repeat
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     dist.barrier()
     if rank == 0 and args.timing:
         with open(args.timing, "w") as fh:
-            json.dump({"handler": args.handler, "step_s": times}, fh)
+            json.dump({"handler": args.handler, "step_s": times, "handler_s": handler_s}, fh)
     if rank == 0 and args.handler == "pipeaudit":
         handler.wait(args.rank_timeout + 120)
         done = [d.get("window", {}).get("label") for d in handler.audits]

@@ -126,7 +126,7 @@ class TraceHandler:
             return subprocess.Popen([sys.executable, "-m", "pipeaudit.during.worker",
                                      json.dumps(spec)], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=errlog, env=env,
-                                    start_new_session=True, close_fds=True)
+                                    close_fds=True)
 
     def collect(self) -> list[dict]:
         """Pick up the audits that finished since the last call (their audit.json), in window

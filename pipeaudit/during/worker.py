@@ -2,8 +2,9 @@
 
     python -m pipeaudit.during.worker '{"folder": ..., "world_size": 4, ...}'
 
-It waits until every rank's index entry of the window is there (each rank writes its entry
-after its trace), or ``rank_timeout_s`` has passed, then audits the files that arrived, writes
+It runs at the lowest CPU priority (SCHED_IDLE), waits until every rank's index entry of the
+window is there (each rank writes its entry after its trace), or ``rank_timeout_s`` has
+passed, then (one audit of the folder at a time) audits the files that arrived, writes
 ``audit.json`` and logs the scalars to TensorBoard and MLflow. Every error is caught: it is
 written to ``audit.log`` and to ``audit.json`` (``"error"``), and the process exits 0. The
 training is never waited on: this process does not talk to it.
@@ -11,6 +12,7 @@ training is never waited on: this process does not talk to it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -25,10 +27,36 @@ POLL_S = 0.25
 
 
 def _lower_priority() -> None:
+    """Run only on CPU time the training leaves: SCHED_IDLE where Linux has it, else nice 19.
+    The process stays in the training's session, so Linux's autogroups (which share the CPU
+    fairly between sessions, whatever their nice) do not undo this."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        pass
     try:
         os.nice(19)
     except OSError:
         pass
+
+
+@contextlib.contextmanager
+def one_at_a_time(folder: Path):
+    """Audits of one trace folder run one after the other (an exclusive lock on
+    ``pipeaudit/.lock``; none where the filesystem has no locks)."""
+    try:
+        import fcntl
+
+        fh = open(folder.parent / ".lock", "a")
+    except (ImportError, OSError):
+        yield
+        return
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
 
 
 def wait_for_ranks(folder: Path, world_size: int | None, timeout_s: float) -> tuple[list, float]:
@@ -63,6 +91,7 @@ def run(spec: dict[str, Any]) -> int:
     """Audit the window of ``spec`` (see :func:`pipeaudit.during.handler.TraceHandler`)."""
     from pipeaudit.during.audit_window import WindowAudit, audit_window, write_audit
 
+    started = time.monotonic()
     folder = Path(spec["folder"])
     step = int(spec["step"])
     label = f"step {step}"
@@ -75,10 +104,11 @@ def run(spec: dict[str, Any]) -> int:
     try:
         if not entries:
             raise RuntimeError("no rank wrote a trace for this window")
-        result = audit_window([e.trace for e in entries], label=label, step=step,
-                              world_size=world, missing=missing,
-                              waited_s=round(waited, 1) if missing else None,
-                              baseline=spec.get("gate"))
+        with one_at_a_time(folder):
+            result = audit_window([e.trace for e in entries], label=label, step=step,
+                                  world_size=world, missing=missing,
+                                  waited_s=round(waited, 1) if missing else None,
+                                  baseline=spec.get("gate"))
     except Exception as exc:  # written down, never raised into anything
         _log(f"audit of {label} failed: {type(exc).__name__}: {exc}")
         _log(traceback.format_exc())
@@ -91,8 +121,18 @@ def run(spec: dict[str, Any]) -> int:
     for note in result.notes:
         _log(f"{label}: note: {note}")
     _sinks(spec, result, step)
+    result.doc.setdefault("window", {})["cost"] = _cost(started, waited)
     write_audit(folder / AUDIT_FILE, result)
     return 0
+
+
+def _cost(started: float, waited: float) -> dict[str, float]:
+    """This process's wall time (waiting for the ranks included) and CPU time, in seconds."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"wall_s": round(time.monotonic() - started, 3), "waited_s": round(waited, 3),
+            "cpu_s": round(ru.ru_utime + ru.ru_stime, 3)}
 
 
 def _sinks(spec: dict[str, Any], result, step: int) -> None:

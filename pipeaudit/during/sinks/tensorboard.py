@@ -1,9 +1,12 @@
 """Scalars to TensorBoard: an event file in the trace folder, so the scalars and the profiler
-view sit under the same run (``torch.utils.tensorboard.SummaryWriter``)."""
+view sit under the same run. Written with tensorboard's own event writer (the one
+``torch.utils.tensorboard.SummaryWriter`` writes through), as the same ``simple_value``
+scalars ``SummaryWriter.add_scalar`` writes, without importing torch in the audit."""
 
 from __future__ import annotations
 
 import os
+import time
 
 from pipeaudit.during.scalars import tagged
 
@@ -11,13 +14,17 @@ from pipeaudit.during.scalars import tagged
 def log_tensorboard(logdir: str | os.PathLike, scalars: dict[str, float], step: int,
                     wall_time: float | None = None) -> str:
     """Write ``scalars`` at ``step`` to a new event file in ``logdir``; returns its path."""
-    from torch.utils.tensorboard import SummaryWriter
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-    writer = SummaryWriter(log_dir=str(logdir), filename_suffix=".pipeaudit")
+    writer = EventFileWriter(str(logdir), filename_suffix=".pipeaudit")
     try:
-        for tag, value in tagged(scalars).items():
-            writer.add_scalar(tag, value, global_step=step, walltime=wall_time)
+        values = [Summary.Value(tag=tag, simple_value=float(v))
+                  for tag, v in tagged(scalars).items()]
+        writer.add_event(Event(wall_time=wall_time or time.time(), step=int(step),
+                               summary=Summary(value=values)))
         writer.flush()
-        return writer.file_writer.event_writer._file_name  # type: ignore[union-attr]
+        return writer._file_name  # type: ignore[attr-defined]
     finally:
         writer.close()

@@ -117,8 +117,10 @@ class TraceHandler:
                 "mlflow": active_run() if "mlflow" in self.log_to else None}
         env = dict(os.environ)
         package_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH"))
-                                            if p)
+        if package_root in sys.path and not package_root.endswith("-packages"):
+            # a checkout on this process's path: the audit imports the same pipeaudit
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH"))
+                                                if p)
         # one thread each: the audit shares the machine with the training
         env.update(POLARS_MAX_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                    OPENBLAS_NUM_THREADS="1")
@@ -126,7 +128,7 @@ class TraceHandler:
             return subprocess.Popen([sys.executable, "-m", "pipeaudit.during.worker",
                                      json.dumps(spec)], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=errlog, env=env,
-                                    close_fds=True)
+                                    close_fds=True, start_new_session=True)
 
     def collect(self) -> list[dict]:
         """Pick up the audits that finished since the last call (their audit.json), in window

@@ -111,7 +111,9 @@ class WindowFinder:
                     len(settled) < len(stats) and not (final or waited):
                 continue
             step = step_of_folder(folder)
-            out.append(Window(key=key, label=f"step {step}", step=step,
+            run_dir = folder.parent.parent
+            where = "" if run_dir == self.root else f"{run_dir.relative_to(self.root)} "
+            out.append(Window(key=key, label=f"{where}step {step}", step=step,
                               files=[e.trace for e in entries if e.rank in settled],
                               world_size=world, ranks=sorted(settled), folder=folder,
                               newest=newest, missing=missing))

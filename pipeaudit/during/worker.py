@@ -2,7 +2,7 @@
 
     python -m pipeaudit.during.worker '{"folder": ..., "world_size": 4, ...}'
 
-It runs at the lowest CPU priority (SCHED_IDLE), waits until every rank's index entry of the
+It runs at the lowest CPU priority (SCHED_IDLE, nice 19, its autogroup nice 19), waits until every rank's index entry of the
 window is there (each rank writes its entry after its trace), or ``rank_timeout_s`` has
 passed, then (one audit of the folder at a time) audits the files that arrived, writes
 ``audit.json`` and logs the scalars to TensorBoard and MLflow. Every error is caught: it is
@@ -27,9 +27,15 @@ POLL_S = 0.25
 
 
 def _lower_priority() -> None:
-    """Run only on CPU time the training leaves: SCHED_IDLE where Linux has it, else nice 19.
-    The process stays in the training's session, so Linux's autogroups (which share the CPU
-    fairly between sessions, whatever their nice) do not undo this."""
+    """Run only on CPU time the training leaves: SCHED_IDLE where Linux has it, and nice 19.
+    The handler starts this process in a session of its own; where Linux groups each session
+    for the scheduler (autogroups, which share the CPU fairly between sessions whatever their
+    nice), the group is set to nice 19 too."""
+    try:
+        with open("/proc/self/autogroup", "w") as fh:
+            fh.write("19")
+    except OSError:
+        pass
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined]
     except (AttributeError, OSError):

@@ -178,9 +178,11 @@ def _log(msg: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    _lower_priority()
     try:
-        return run(json.loads(argv[0]))
+        spec = json.loads(argv[0])
+        if spec.get("low_priority", True):
+            _lower_priority()
+        return run(spec)
     except Exception:  # the last net: never a traceback into the training's console
         _log(traceback.format_exc())
         return 0

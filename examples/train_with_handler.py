@@ -55,6 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-trace", default=None, metavar="RANK:WINDOW")
     p.add_argument("--rank-timeout", type=float, default=300.0)
     p.add_argument("--gate", default=None, help="baseline each window is gated against")
+    p.add_argument("--audit-normal-priority", action="store_true",
+                   help="run the audits at normal priority (trace_handler(low_priority=False))")
     p.add_argument("--mlflow", default=None, metavar="URI")
     p.add_argument("--wandb-offline", default=None, metavar="DIR")
     p.add_argument("--timing", default=None, help="rank 0 writes its step times here (JSON)")
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> None:
         from pipeaudit.profiler import trace_handler
 
         handler = trace_handler(args.out, rank_timeout_s=args.rank_timeout, gate=args.gate,
-                                audit=args.handler == "pipeaudit")
+                                audit=args.handler == "pipeaudit",
+                                low_priority=not args.audit_normal_priority)
     skip_rank, skip_window = map(int, args.skip_trace.split(":")) if args.skip_trace else (-1, 0)
     handler_s: list[float] = []
 

@@ -76,7 +76,12 @@ def audit_window(files: Sequence[str | os.PathLike], *, label: str, step: int | 
     doc["scalars"] = scalars
     out = WindowAudit(doc=doc, scalars=scalars, notes=notes)
     if baseline is not None and snap is not None:
-        _gate(out, snap, baseline, thresholds)
+        from pipeaudit.errors import PipeauditError
+
+        try:
+            _gate(out, snap, baseline, thresholds)
+        except PipeauditError as exc:  # e.g. the baseline's M differs: the audit still stands
+            notes.append(f"not gated: {exc}")
     doc["notes"] = notes
     return out
 

@@ -46,3 +46,12 @@ def test_audit_json_is_a_baseline_the_gate_reads(tmp_path):
     gated = audit_window(slow, label="slow", baseline=str(path))
     assert gated.regressed
     assert any(c.scope == "stage" and c.index == 1 for c in gated.failed_checks)
+
+
+def test_a_baseline_of_another_configuration_is_a_note_not_a_lost_audit(tmp_path):
+    files = sorted((SAMPLES / "1f1b_p2_m4").glob("rank*.json.gz"))
+    base = tmp_path / "b.json"
+    assert invoke("baseline", *sorted(RUN.glob("rank*.json.gz")), "-o", base).exit_code == 0
+    got = audit_window(files, label="w", baseline=str(base))
+    assert got.scalars["bubble"] > 0 and got.gate is None and not got.regressed
+    assert any(n.startswith("not gated: ") and "differs" in n for n in got.notes)

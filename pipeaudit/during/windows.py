@@ -61,6 +61,7 @@ class WindowFinder:
         self.clock = clock
         self.reported: set[str] = set()
         self._info: dict[tuple[str, int, int], TraceInfo] = {}
+        self._claimed: set[str] = set()  #: trace files the handler's index names
 
     def poll(self, *, final: bool = False) -> list[Window]:
         """The windows ready now and not reported before, by profiler step when known, else
@@ -89,7 +90,7 @@ class WindowFinder:
 
     def _handler_windows(self, now: float, final: bool) -> list[Window]:
         out = []
-        self._claimed: set[str] = set()
+        self._claimed = set()
         for folder in self._index_folders():
             entries = read_entries(folder)
             self._claimed.update(str(e.trace) for e in entries)

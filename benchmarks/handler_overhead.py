@@ -38,7 +38,7 @@ def run(handler: str, args: argparse.Namespace) -> dict:
                "--master-port", str(free_port()), str(EXAMPLE), "--out", str(Path(tmp) / "tb"),
                "--handler", handler, "--hidden", str(args.hidden), "--layers", str(args.layers),
                "--batch", str(args.batch), "--microbatches", "8", "--repeat", str(args.repeat),
-               "--timing", str(timing)]
+               "--rank-timeout", "30", "--timing", str(timing)]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT),
                                                            os.environ.get("PYTHONPATH", "")]))
         subprocess.run(cmd, check=True, env=env, cwd=ROOT, capture_output=True, timeout=900)
@@ -81,7 +81,8 @@ def main() -> None:
     if audits:
         print(f"audit per window ({len(audits)}): wall {statistics.mean(a['wall_s'] for a in audits):.2f} s "
               f"(waiting for ranks {statistics.mean(a['waited_s'] for a in audits):.2f} s), "
-              f"CPU {statistics.mean(a['cpu_s'] for a in audits):.2f} s, at nice 19")
+              f"CPU {statistics.mean(a['cpu_s'] for a in audits):.2f} s, waiting for an idle core "
+              f"{statistics.mean(a.get('idle_wait_s', 0) for a in audits):.2f} s")
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ class TraceHandler:
                  *, audit: bool = True, log_to: Iterable[str] = BACKENDS,
                  gate: str | os.PathLike | None = None, audit_rank: int = 0,
                  rank_timeout_s: float = 300.0, exit_wait_s: float = 60.0,
-                 low_priority: bool = True) -> None:
+                 low_priority: bool = True, idle_wait_s: float = 3600.0) -> None:
         unknown = sorted(set(log_to) - set(BACKENDS))
         if unknown:
             raise ValueError(f"log_to: unknown backend(s) {', '.join(unknown)} "
@@ -62,6 +62,7 @@ class TraceHandler:
         self.rank_timeout_s = rank_timeout_s
         self.exit_wait_s = exit_wait_s
         self.low_priority = low_priority
+        self.idle_wait_s = idle_wait_s
         #: (step, folder, process) of the audits started and not yet picked up
         self.pending: list[tuple[int, Path, subprocess.Popen]] = []
         #: the audit.json documents of the finished windows, in order
@@ -117,7 +118,8 @@ class TraceHandler:
                 "rank_timeout_s": self.rank_timeout_s, "log_to": list(self.log_to),
                 "tensorboard_dir": self.dir_name, "gate": self.gate,
                 "mlflow": active_run() if "mlflow" in self.log_to else None,
-                "low_priority": self.low_priority}
+                "low_priority": self.low_priority,
+                "idle_wait_s": self.idle_wait_s if self.low_priority else 0}
         env = dict(os.environ)
         package_root = str(Path(__file__).resolve().parents[2])
         if package_root in sys.path and not package_root.endswith("-packages"):
@@ -202,7 +204,7 @@ def trace_handler(dir_name: str, worker_name: str | None = None, use_gzip: bool 
                   audit: bool = True, log_to: Iterable[str] = BACKENDS,
                   gate: str | os.PathLike | None = None, audit_rank: int = 0,
                   rank_timeout_s: float = 300.0, exit_wait_s: float = 60.0,
-                  low_priority: bool = True) -> TraceHandler:
+                  low_priority: bool = True, idle_wait_s: float = 3600.0) -> TraceHandler:
     """A drop-in for ``torch.profiler.tensorboard_trace_handler`` that audits every window.
 
     The traces are written as torch writes them (same folder, same names), so TensorBoard's
@@ -215,8 +217,11 @@ def trace_handler(dir_name: str, worker_name: str | None = None, use_gzip: bool 
     (``pipeaudit baseline``) each window is gated against; regressions are logged and written
     into audit.json. ``audit=False``: torch's handler exactly. At exit the auditing rank waits
     up to ``exit_wait_s`` for audits still running (:meth:`TraceHandler.wait` waits at will).
-    ``low_priority=False``: the audit runs at normal priority (a host with cores to spare).
+    The audit starts once the host leaves a core idle (at once on a GPU node; where the
+    training keeps every core busy, often when it ends), waiting at most ``idle_wait_s``.
+    ``low_priority=False``: the audit runs at once and at normal priority.
     """
     return TraceHandler(dir_name, worker_name, use_gzip, audit=audit, log_to=log_to, gate=gate,
                         audit_rank=audit_rank, rank_timeout_s=rank_timeout_s,
-                        exit_wait_s=exit_wait_s, low_priority=low_priority)
+                        exit_wait_s=exit_wait_s, low_priority=low_priority,
+                        idle_wait_s=idle_wait_s)

@@ -4,7 +4,8 @@
 
 It runs at the lowest CPU priority (SCHED_IDLE, nice 19, its autogroup nice 19), waits until every rank's index entry of the
 window is there (each rank writes its entry after its trace), or ``rank_timeout_s`` has
-passed, then (one audit of the folder at a time) audits the files that arrived, writes
+passed, then (one audit of the folder at a time, once the host leaves a core idle, for at most
+``idle_wait_s``) audits the files that arrived, writes
 ``audit.json`` and logs the scalars to TensorBoard and MLflow. Every error is caught: it is
 written to ``audit.log`` and to ``audit.json`` (``"error"``), and the process exits 0. The
 training is never waited on: this process does not talk to it.
@@ -44,6 +45,37 @@ def _lower_priority() -> None:
         os.nice(19)
     except OSError:
         pass
+
+
+def idle_cores(interval_s: float = 0.5) -> float | None:
+    """Cores' worth of CPU time the host left idle over ``interval_s`` (Linux /proc/stat);
+    None where it cannot tell."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as fh:
+            v = [int(x) for x in fh.readline().split()[1:]]
+        return v[3] + (v[4] if len(v) > 4 else 0), sum(v)  # idle + iowait, total
+
+    try:
+        idle0, total0 = sample()
+        time.sleep(interval_s)
+        idle1, total1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    return (idle1 - idle0) / (total1 - total0) * (os.cpu_count() or 1)
+
+
+def wait_for_idle_core(max_wait_s: float, need: float = 1.0) -> float:
+    """Wait (at most ``max_wait_s``) until the host leaves ``need`` cores idle: on a GPU node
+    at once; where the training keeps every core busy, until it leaves one (often its end).
+    Returns the seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < max_wait_s:
+        idle = idle_cores()
+        if idle is None or idle >= need:
+            break
+    return time.monotonic() - start
 
 
 @contextlib.contextmanager
@@ -106,11 +138,13 @@ def run(spec: dict[str, Any]) -> int:
     world = world or max((e.world_size or 0 for e in entries), default=0) or \
         _world_from_traces(entries)
     present = {e.rank for e in entries}
+    idle_wait = 0.0
     missing = [r for r in range(world or 0) if r not in present]
     try:
         if not entries:
             raise RuntimeError("no rank wrote a trace for this window")
         with one_at_a_time(folder):
+            idle_wait = wait_for_idle_core(float(spec.get("idle_wait_s", 0)))
             result = audit_window([e.trace for e in entries], label=label, step=step,
                                   world_size=world, missing=missing,
                                   waited_s=round(waited, 1) if missing else None,
@@ -127,7 +161,9 @@ def run(spec: dict[str, Any]) -> int:
     for note in result.notes:
         _log(f"{label}: note: {note}")
     _sinks(spec, result, step)
-    result.doc.setdefault("window", {})["cost"] = _cost(started, waited)
+    cost = _cost(started, waited)
+    cost["idle_wait_s"] = round(idle_wait, 3) if entries else 0.0
+    result.doc.setdefault("window", {})["cost"] = cost
     write_audit(folder / AUDIT_FILE, result)
     return 0
 

@@ -11,7 +11,8 @@ windows). Rank 0 times every training step (zero_grad, the schedule's step, opti
 entry and the start of the audit) and every ``on_trace_ready`` call. The two handlers run in
 pairs, alternating which goes first; the first cycle (4 steps) is left out. Reported: the mean
 step time of each, their ratio, the handler's own time per window in the training process,
-and the audit subprocess's wall and CPU time per window (from each audit.json).
+and the audit subprocess's wall and CPU time and its wait for an idle core per window (from
+each audit.json).
 """
 
 from __future__ import annotations

@@ -36,11 +36,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("explain", "Cross-rank critical path of each step and what limits it."),
     "whatif": ("whatif", "Replay a run with changes and predict step time and bubble."),
     "advise": ("advise", "Rank the schedules, chunks and M to run instead, under a memory cap."),
+    "watch": ("watch", "Audit each profiled window of a folder as it lands (optionally gated)."),
 }
 
 #: Commands that read runs and show a rank-progress bar on a terminal when that takes a while.
 SHOWS_RANK_PROGRESS = frozenset({"analyze", "baseline", "gate", "diff", "export", "plot",
-                                 "explain", "whatif", "advise"})
+                                 "explain", "whatif", "advise", "watch"})
 
 
 class LazyGroup(click.Group):

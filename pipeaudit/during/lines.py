@@ -1,0 +1,56 @@
+"""``pipeaudit watch``'s text: one line per window as it lands, the series at the end."""
+
+from __future__ import annotations
+
+from pipeaudit.during.watch import WatchedWindow
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def window_line(w: WatchedWindow) -> str:
+    """``step 4: bubble 52.4% (theory 27.3%, replay 44.2%) step 485.01 ms ...``."""
+    ranks = f"{len(w.window.ranks)}/{w.window.world_size or '?'} ranks"
+    if w.audit is None:
+        return f"{w.label}: not audited ({ranks}): {w.error}"
+    s = w.audit.scalars
+    parts = [f"{w.label}: bubble {_pct(s.get('bubble'))} (theory {_pct(s.get('theory'))}, "
+             f"replay {_pct(s.get('replay_ideal'))})"]
+    if "step_time_ms" in s:
+        parts.append(f"step {s['step_time_ms']:.2f} ms")
+    if "exposed_comm" in s:
+        parts.append(f"exposed comm {_pct(s['exposed_comm'])}")
+    if "stage_imbalance" in s:
+        parts.append(f"imbalance {s['stage_imbalance']:.2f}x")
+    parts.append(ranks)
+    line = ", ".join(parts)
+    for note in w.audit.notes:
+        line += f"\n  note: {note}"
+    if w.audit.gate is not None:
+        if w.audit.failed_checks:
+            line += "\n" + "\n".join(f"  REGRESSION {c.explanation}" for c in w.audit.failed_checks)
+        else:
+            line += f"\n  gate: {w.audit.gate.verdict}"
+    return line
+
+
+def series_table(windows: list[WatchedWindow]) -> str:
+    """The windows' numbers, one row each."""
+    head = ("window", "bubble", "theory", "replay", "step ms", "exposed", "imbalance", "ranks",
+            "gate")
+    rows = [head]
+    for w in windows:
+        s = w.audit.scalars if w.audit else {}
+        gate = "-" if not w.audit or w.audit.gate is None else \
+            ("FAIL" if w.audit.failed_checks else w.audit.gate.verdict)
+        rows.append((w.label, _pct(s.get("bubble")), _pct(s.get("theory")),
+                     _pct(s.get("replay_ideal")),
+                     f"{s['step_time_ms']:.2f}" if "step_time_ms" in s else "-",
+                     _pct(s.get("exposed_comm")),
+                     f"{s['stage_imbalance']:.2f}x" if "stage_imbalance" in s else "-",
+                     f"{len(w.window.ranks)}/{w.window.world_size or '?'}",
+                     gate if w.audit else "error"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
+                               for i, c in enumerate(r)) for r in rows)

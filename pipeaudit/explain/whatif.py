@@ -309,6 +309,8 @@ def _new_order(graphs: list[StepGraph], cal: Calibration, changes: Changes, ran:
 
     old_layers = manifest_layers(manifest, S)
     shares, lm, target = None, None, None
+    if old_layers and changes.stage_layers is None and sum(old_layers) < sched.num_stages:
+        old_layers = None  # fewer layers than the new stages: no split gives each one a layer
     if old_layers:
         given = changes.stage_layers
         if given is None and sched.num_stages == S:

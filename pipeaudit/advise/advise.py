@@ -13,6 +13,7 @@ group by predicted step time.
 from __future__ import annotations
 
 import dataclasses
+from math import comb
 from dataclasses import dataclass, field
 
 from pipeaudit import SCHEMA_VERSION
@@ -23,6 +24,7 @@ from pipeaudit.advise.memory import (
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.explain.graph import pipeline_layout
 from pipeaudit.advise.split_advice import proposals, split_model
+from pipeaudit.advise.split_search import all_splits
 from pipeaudit.explain.explain import prepared_graphs
 from pipeaudit.explain.layer_costs import layer_model
 from pipeaudit.explain.layers import even_layers, manifest_layers
@@ -336,36 +338,59 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
 
 #: the most stages for which the measured configuration's best split is polished by replays
 POLISH_STAGES = 16
-#: rounds of one-layer moves replayed there
-POLISH_ROUNDS = 3
+#: at most this many rounds of one-layer moves from each start
+POLISH_ROUNDS = 8
+#: and at most this many replays for the moves of all starts together
+POLISH_REPLAYS = 150
+#: the searched splits the one-layer moves start from (best-predicted first)
+POLISH_STARTS = 3
+#: up to this many contiguous splits, the measured configuration replays every one of them
+EXHAUSTIVE_SPLITS = 400
 
 
 def polished(searched: list[Candidate], base: Candidate, replay) -> list[Candidate]:
-    """At the measured schedule, v and M (with at most :data:`POLISH_STAGES` stages): the best
-    of ``searched`` (ranked) moved one layer across one boundary at a time, each move replayed
-    in full (``replay(split)`` -> Candidate), while that is predicted faster and fits; up to
-    :data:`POLISH_ROUNDS` rounds. The search ranks splits by a proxy (the most loaded stage or
-    rank); the replay sees the schedule's order and the measured delays."""
-    best = searched[0]
-    if best.stage_layers is None or len(best.stage_layers) > POLISH_STAGES:
+    """At the measured schedule, v and M (with at most :data:`POLISH_STAGES` stages), ``searched``
+    (ranked) improved by replays in full (``replay(split)`` -> Candidate). Where the layers have
+    at most :data:`EXHAUSTIVE_SPLITS` contiguous splits, every one is replayed; otherwise each of
+    the :data:`POLISH_STARTS` best moves one layer across one boundary at a time while that is
+    predicted faster and fits (up to :data:`POLISH_ROUNDS` rounds, :data:`POLISH_REPLAYS`
+    replays in all). The search ranks splits by a proxy (the most loaded stage or rank); the
+    replay sees the schedule's order and the measured delays, whose best may lie beyond one
+    start's reach."""
+    first = searched[0].stage_layers
+    if first is None or len(first) > POLISH_STAGES:
         return searched
     seen = {c.stage_layers for c in searched} | {base.stage_layers}
-    for _ in range(POLISH_ROUNDS):
-        moved = []
-        for b in range(len(best.stage_layers) - 1):
-            for d in (1, -1):
-                sp = list(best.stage_layers)
-                sp[b] -= d
-                sp[b + 1] += d
-                if min(sp) >= 1 and tuple(sp) not in seen:
-                    seen.add(tuple(sp))
-                    moved.append(replay(tuple(sp)))
-        better = [c for c in moved if c.fits is not False
-                  and c.predicted_step_time_us < best.predicted_step_time_us]
-        if not better:
-            break
-        best = min(better, key=lambda c: c.predicted_step_time_us)
-    return [best] + [c for c in searched if c is not best]
+    layers, S = sum(first), len(first)
+    if comb(layers - 1, S - 1) <= EXHAUSTIVE_SPLITS:
+        rest = [replay(sp) for sp in all_splits(layers, S) if sp not in seen]
+        return sorted(searched + rest, key=_polish_key)
+    found = list(searched)
+    budget = POLISH_REPLAYS
+    for start in searched[:POLISH_STARTS]:
+        best = start
+        for _ in range(POLISH_ROUNDS):
+            moved = []
+            for b in range(S - 1):
+                for d in (1, -1):
+                    sp = list(best.stage_layers)
+                    sp[b] -= d
+                    sp[b + 1] += d
+                    if min(sp) >= 1 and tuple(sp) not in seen and budget > 0:
+                        seen.add(tuple(sp))
+                        budget -= 1
+                        moved.append(replay(tuple(sp)))
+            found.extend(moved)
+            better = [c for c in moved if c.fits is not False
+                      and c.predicted_step_time_us < best.predicted_step_time_us]
+            if not better:
+                break
+            best = min(better, key=lambda c: c.predicted_step_time_us)
+    return sorted(found, key=_polish_key)
+
+
+def _polish_key(c: Candidate) -> tuple:
+    return (c.fits is False, c.predicted_step_time_us)
 
 
 def _with_layers(tl, given: list[int] | None, num_stages: int) -> tuple:

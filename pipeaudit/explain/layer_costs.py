@@ -15,9 +15,12 @@ layer apart, so the model assumes
   positive on the stage's total compute; else that stage has no extra and its layers cost its
   value over its layers.
 
-Without an inner stage (two stages) the extras cannot be told from the layers: every layer costs
-its stage's value over its layers (:attr:`LayerModel.separated` is False and the report says
-so). An even split of the layers gives no leverage either way: the inner stages' layer counts
+Without an inner stage (two stages) the extras cannot be told from the layers
+(:attr:`LayerModel.separated` is False and the report says so). The model then takes the lighter
+stage's value per layer (by ``cost``) as every layer's, and the heavier stage's excess as its
+extra: what makes one end stage heavier is most often what only it carries (the embedding and
+data load, the head and loss), which no split moves. A heavy layer inside that stage looks the
+same; a rerun at the proposed split tells. An even split of the layers gives no leverage either way: the inner stages' layer counts
 are what separates the two.
 
 Every layer's value, and every extra, is a linear combination of the measured stages' values
@@ -87,9 +90,13 @@ class LayerModel:
     def describe(self) -> str:
         """One sentence: how the layers' and the extras' values were told apart."""
         if not self.separated:
-            return ("two stages, none inner: the first and last stage's extras (embedding, data "
-                    "load, head, loss) cannot be told from their layers; each layer costs its "
-                    "stage's value over its layers")
+            if len(self.old_layers) == 1:
+                return "one stage: each layer costs the stage's value over its layers"
+            return ("two stages, none inner: the extras (embedding, data load, head, loss) "
+                    "cannot be told from the layers; assumed: every layer costs the lighter "
+                    "stage's value per layer and the heavier stage's excess is its extra, which "
+                    "stays with it (a heavy layer inside that stage looks the same: a rerun "
+                    "tells)")
         what = []
         for name, w in (("first", self.first_extra), ("last", self.last_extra)):
             what.append(f"the {name} stage's extra = its value - its layers x the reference"
@@ -115,9 +122,18 @@ def layer_model(old_layers: Sequence[int], cost: Sequence[float]) -> LayerModel:
     extra; the weights then apply to any per-stage value)."""
     S = len(old_layers)
     own = [{o: 1.0 / n} for o, n in enumerate(old_layers)]  # a layer at its stage's value per layer
-    if S < 3:
-        layer = tuple(dict(own[o]) for o, n in enumerate(old_layers) for _ in range(n))
-        return LayerModel(tuple(old_layers), layer, {}, {}, False, {})
+    if S == 1:
+        return LayerModel(tuple(old_layers), tuple(dict(own[0]) for _ in range(old_layers[0])),
+                          {}, {}, False, {})
+    if S == 2:
+        light = min((0, 1), key=lambda o: cost[o] / old_layers[o])
+        heavy = 1 - light
+        excess: Weights = {}
+        if cost[heavy] / old_layers[heavy] > cost[light] / old_layers[light]:
+            excess = {heavy: 1.0, light: -old_layers[heavy] / old_layers[light]}
+        layer = tuple(dict(own[light]) for _ in range(sum(old_layers)))
+        return LayerModel(tuple(old_layers), layer, excess if heavy == 0 else {},
+                          excess if heavy == 1 else {}, False, own[light])
     ref = _reference(old_layers, cost)
     ref_cost = sum(f * cost[o] for o, f in ref.items())
     extra: dict[int, Weights] = {}

@@ -52,11 +52,22 @@ def test_an_uneven_run_tells_the_extra_from_the_layers():
         {0: 2.0, 1: 2.0, 2: 2.0, 3: 4.0})
 
 
-def test_two_stages_cannot_tell_extras_from_layers():
+def test_two_stages_take_the_heavier_stages_excess_for_its_extra():
+    """With no inner stage the extras cannot be told from the layers: the lighter stage's value
+    per layer is every layer's, the heavier stage's excess its extra, which no split moves."""
     lm = layer_model([4, 4], [7.0, 4.0])
     assert not lm.separated
-    assert "cannot be told" in lm.describe()
-    assert lm.per_layer({0: 7.0, 1: 4.0}) == pytest.approx([1.75] * 4 + [1.0] * 4)
+    assert "cannot be told" in lm.describe() and "lighter stage" in lm.describe()
+    values = {0: 7.0, 1: 4.0}
+    assert lm.per_layer(values) == pytest.approx([1.0] * 8)
+    assert lm.extras(values) == pytest.approx((3.0, 0.0))
+    assert restage(values, lm.shares([2, 6])) == pytest.approx({0: 5.0, 1: 6.0})
+    # a heavy last stage of uneven layers: its excess over 3 layers at the first's 1.5 each
+    lm = layer_model([2, 3], [3.0, 9.0])
+    assert lm.extras({0: 3.0, 1: 9.0}) == pytest.approx((0.0, 4.5))
+    assert restage({0: 3.0, 1: 9.0}, lm.shares([4, 1])) == pytest.approx({0: 6.0, 1: 6.0})
+    # equal per layer: no extra
+    assert layer_model([3, 5], [3.0, 5.0]).extras({0: 3.0, 1: 5.0}) == pytest.approx((0.0, 0.0))
 
 
 def test_candidate_layers_checks_a_given_split():

@@ -15,7 +15,10 @@ written to ``--out/split_advice.json``:
 - every contiguous split of the layers over the stages replayed (the exhaustive replay): the
   proposal's prediction over the best one's;
 - with ``--sweep``: every split run ``--sweep-repeats`` times: the regret of the proposal (its
-  median over the best split's median).
+  median over the best split's median);
+- with ``--confirm K``: the K fastest splits of the sweep and the proposal run
+  ``--confirm-repeats`` times more, interleaved, and the regret taken again on all their runs
+  (the sweep's fastest median is biased low: the least of many noisy medians).
 
     python benchmarks/split_advice.py --framework torch --out /tmp/sa/torch --sweep
     python benchmarks/split_advice.py --framework deepspeed --out /tmp/sa/ds
@@ -36,6 +39,8 @@ SETUPS = {  # framework -> schedule, P, v, layers, heavy layer
     "torch": ("interleaved-1f1b", 2, 2, 8, {0: 6}),
     "megatron": ("interleaved-1f1b", 2, 2, 8, {0: 6}),
     "deepspeed": ("1f1b", 3, 1, 9, {8: 6}),
+    # two ranks on two cores: no rank waits for a core (P = 3 above shares them)
+    "deepspeed-p2": ("1f1b", 2, 1, 8, {7: 6}),
 }
 
 
@@ -44,7 +49,8 @@ def config(args, split, out: Path):
 
     sched, P, v, layers, heavy = SETUPS[args.framework]
     return ProfileConfig(
-        out=str(out), schedule=sched, framework=args.framework, stages=P, microbatches=args.m,
+        out=str(out), schedule=sched, framework=args.framework.split("-")[0], stages=P,
+        microbatches=args.m,
         chunks=v if v > 1 else None, steps=args.steps, warmup_steps=1,
         model=ModelConfig(layers=layers, hidden=args.hidden, seq_len=args.seq_len,
                           batch_size=args.batch), heavy_layers=heavy,
@@ -78,6 +84,8 @@ def at_measured(advice) -> tuple:
     same = [c for c in advice.candidates if (c.schedule, c.chunks, c.microbatches)
             == (base.schedule, base.chunks, base.microbatches) and not c.measured]
     fitting = [c for c in same if c.fits is not False]
+    if not (fitting or same):
+        return base, None
     return base, min(fitting or same, key=lambda c: c.predicted_step_time_us)
 
 
@@ -93,6 +101,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--sweep", action="store_true", help="run every split too")
     ap.add_argument("--sweep-repeats", type=int, default=2)
+    ap.add_argument("--confirm", type=int, default=0, metavar="K",
+                    help="rerun the sweep's K fastest splits and the proposal")
+    ap.add_argument("--confirm-repeats", type=int, default=4)
     args = ap.parse_args()
     import pipeaudit
     from pipeaudit.advise import advise
@@ -149,7 +160,7 @@ def main() -> None:
     capped = advise(pipeaudit.load(evens[0]["path"]), schedules=[sched], microbatches=[args.m],
                     memory_cap=cap)
     cbase, cfit = at_measured(capped)
-    if cfit.fits is False:
+    if cfit is None or cfit.fits is False:
         result["cap"] = {"cap": cap, "fitting_split": None}
         (out / "split_advice.json").write_text(json.dumps(result, indent=1))
         print(json.dumps(result, indent=1))
@@ -186,10 +197,29 @@ def main() -> None:
             "even_sweep_us": meds[tuple(even_split(layers, P * v))],
             "table": [{"split": list(s), "predicted_us": predicted[s], "measured_us": measured[s]}
                       for s in splits]}
+        if args.confirm:
+            result["sweep"]["confirm"] = confirm(args, out, measured, tuple(split))
     (out / "split_advice.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "sweep"}, indent=1))
     if "sweep" in result:
         print(json.dumps({k: v for k, v in result["sweep"].items() if k != "table"}, indent=1))
+
+
+def confirm(args, out: Path, measured: dict, proposed: tuple) -> dict:
+    """The sweep's K fastest splits and the proposal, each run ``--confirm-repeats`` times more
+    (interleaved, round by round); the regret on the medians of all their runs."""
+    leaders = sorted(measured, key=lambda s: median(measured[s]))[:args.confirm]
+    pool = list(dict.fromkeys([*leaders, proposed]))
+    runs = {s: list(measured[s]) for s in pool}
+    for r in range(args.confirm_repeats):
+        for s in pool:
+            runs[s].append(run(args, s, out / f"confirm/{name(s)}/r{r}")["step_time_us"])
+    meds = {s: median(t) for s, t in runs.items()}
+    best = min(meds, key=meds.get)
+    return {"splits": [list(s) for s in pool], "best_measured": list(best),
+            "best_measured_us": meds[best], "proposed_us": meds[proposed],
+            "regret": meds[proposed] / meds[best] - 1.0,
+            "runs_us": {name(s): t for s, t in runs.items()}}
 
 
 def even_split(layers: int, stages: int) -> list[int]:

@@ -323,10 +323,13 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
         assumptions.append(
             "layer split: every contiguous split of the layers over the candidate's stages is "
             "searched (a dynamic programme minimising the most loaded stage's F + B compute, "
-            "under the memory cap per rank), and the best few are replayed in full; a stage "
+            "under the memory cap per rank), and the best few are replayed in full (at the "
+            "measured schedule, v and M: every split where there are at most "
+            f"{EXHAUSTIVE_SPLITS}, else one-layer moves from the best {POLISH_STARTS}); a stage "
             "costs its layers (each at its measured stage's value per layer) plus, on the "
             "first and last stage, the extras only they carry (embedding, data load, head, "
-            "loss), told apart by the inner stages' value per layer; gradients follow the "
+            "loss), told apart by the inner stages' value per layer (with two stages, by the "
+            "lighter stage's); gradients follow the "
             "layers, and so do weights where the memory readings hold them (a GPU's, as large "
             "as their gradients; torch's CPU profiler counts from the start of profiling)")
     return Advice(measured, candidates, memory_cap, memory is not None, calibration, assumptions,

@@ -20,8 +20,8 @@ Without an inner stage (two stages) the extras cannot be told from the layers
 stage's value per layer (by ``cost``) as every layer's, and the heavier stage's excess as its
 extra: what makes one end stage heavier is most often what only it carries (the embedding and
 data load, the head and loss), which no split moves. A heavy layer inside that stage looks the
-same; a rerun at the proposed split tells. An even split of the layers gives no leverage either way: the inner stages' layer counts
-are what separates the two.
+same; a rerun at the proposed split tells. An even split of the layers gives no leverage
+either way: the inner stages' layer counts are what separates the two.
 
 Every layer's value, and every extra, is a linear combination of the measured stages' values
 (:class:`LayerModel`'s weights), so one model re-stages any per-stage table (time per kind,
@@ -52,7 +52,7 @@ class LayerModel:
     first_extra: Weights  #: what only the first stage carries
     last_extra: Weights  #: what only the last stage carries
     separated: bool  #: False: no inner stage, extras not told apart from layers
-    reference: Weights  #: the reference per-layer value (empty when not separated)
+    reference: Weights  #: the reference per-layer value (two stages: the lighter one's; one: empty)
 
     @property
     def num_layers(self) -> int:
@@ -109,7 +109,11 @@ class LayerModel:
 
 def _reference(old_layers: Sequence[int], cost: Sequence[float]) -> Weights:
     """The median over the inner stages of value per layer, as weights (the middle stage, or
-    the mean of the two middle ones, ranked by ``cost`` per layer)."""
+    the mean of the two middle ones, ranked by ``cost`` per layer); with two stages, none
+    inner, the lighter stage's."""
+    if len(old_layers) == 2:
+        light = min((0, 1), key=lambda o: cost[o] / old_layers[o])
+        return {light: 1.0 / old_layers[light]}
     inner = sorted(range(1, len(old_layers) - 1), key=lambda o: cost[o] / old_layers[o])
     mid = len(inner) // 2
     picks = inner[mid:mid + 1] if len(inner) % 2 else inner[mid - 1:mid + 1]
@@ -125,20 +129,11 @@ def layer_model(old_layers: Sequence[int], cost: Sequence[float]) -> LayerModel:
     if S == 1:
         return LayerModel(tuple(old_layers), tuple(dict(own[0]) for _ in range(old_layers[0])),
                           {}, {}, False, {})
-    if S == 2:
-        light = min((0, 1), key=lambda o: cost[o] / old_layers[o])
-        heavy = 1 - light
-        excess: Weights = {}
-        if cost[heavy] / old_layers[heavy] > cost[light] / old_layers[light]:
-            excess = {heavy: 1.0, light: -old_layers[heavy] / old_layers[light]}
-        layer = tuple(dict(own[light]) for _ in range(sum(old_layers)))
-        return LayerModel(tuple(old_layers), layer, excess if heavy == 0 else {},
-                          excess if heavy == 1 else {}, False, own[light])
     ref = _reference(old_layers, cost)
     ref_cost = sum(f * cost[o] for o, f in ref.items())
     extra: dict[int, Weights] = {}
     for o in (0, S - 1):
-        if cost[o] - old_layers[o] * ref_cost > 0:
+        if o not in ref and cost[o] - old_layers[o] * ref_cost > 0:
             w = {o: 1.0}
             _add(w, ref, -old_layers[o])
             extra[o] = w
@@ -147,4 +142,4 @@ def layer_model(old_layers: Sequence[int], cost: Sequence[float]) -> LayerModel:
         per = ref if o in extra else own[o]
         layer += [dict(per) for _ in range(n)]
     return LayerModel(tuple(old_layers), tuple(layer), extra.get(0, {}), extra.get(S - 1, {}),
-                      True, ref)
+                      S > 2, ref)

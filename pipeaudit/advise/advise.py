@@ -13,8 +13,8 @@ group by predicted step time.
 from __future__ import annotations
 
 import dataclasses
-from math import comb
 from dataclasses import dataclass, field
+from math import comb
 
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.advise.memory import (
@@ -24,7 +24,7 @@ from pipeaudit.advise.memory import (
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.explain.graph import pipeline_layout
 from pipeaudit.advise.split_advice import proposals, split_model
-from pipeaudit.advise.split_search import all_splits
+from pipeaudit.advise.split_search import all_splits, one_layer_moves
 from pipeaudit.explain.explain import prepared_graphs
 from pipeaudit.explain.layer_costs import layer_model
 from pipeaudit.explain.layers import even_layers, manifest_layers
@@ -250,7 +250,7 @@ def advise(run, *, memory_cap: int | None = None, schedules: list[str] | None = 
                 tried.discard(base_split)
                 searched = [candidate(sp)[1] for sp in sorted(tried)]
                 given = [c for c in searched if splits and c.stage_layers in splits]
-                searched.sort(key=lambda c: (c.fits is False, c.predicted_step_time_us))
+                searched.sort(key=fitting_first)
                 if is_measured and sm is not None and searched:
                     searched = polished(searched, cand, lambda sp: candidate(sp)[1])
                 keep = given + [c for c in searched[:1] if c not in given]
@@ -367,32 +367,27 @@ def polished(searched: list[Candidate], base: Candidate, replay) -> list[Candida
     layers, S = sum(first), len(first)
     if comb(layers - 1, S - 1) <= EXHAUSTIVE_SPLITS:
         rest = [replay(sp) for sp in all_splits(layers, S) if sp not in seen]
-        return sorted(searched + rest, key=_polish_key)
+        return sorted(searched + rest, key=fitting_first)
     found = list(searched)
     budget = POLISH_REPLAYS
     for start in searched[:POLISH_STARTS]:
         best = start
         for _ in range(POLISH_ROUNDS):
-            moved = []
-            for b in range(S - 1):
-                for d in (1, -1):
-                    sp = list(best.stage_layers)
-                    sp[b] -= d
-                    sp[b + 1] += d
-                    if min(sp) >= 1 and tuple(sp) not in seen and budget > 0:
-                        seen.add(tuple(sp))
-                        budget -= 1
-                        moved.append(replay(tuple(sp)))
+            fresh = [sp for sp in one_layer_moves(best.stage_layers) if sp not in seen][:budget]
+            seen.update(fresh)
+            budget -= len(fresh)
+            moved = [replay(sp) for sp in fresh]
             found.extend(moved)
             better = [c for c in moved if c.fits is not False
                       and c.predicted_step_time_us < best.predicted_step_time_us]
             if not better:
                 break
             best = min(better, key=lambda c: c.predicted_step_time_us)
-    return sorted(found, key=_polish_key)
+    return sorted(found, key=fitting_first)
 
 
-def _polish_key(c: Candidate) -> tuple:
+def fitting_first(c: Candidate) -> tuple:
+    """Sort key: the candidates that fit first, each group by predicted step time."""
     return (c.fits is False, c.predicted_step_time_us)
 
 

@@ -196,3 +196,17 @@ def brute_force(costs: Sequence[float], stages: int, first_extra: float = 0.0,
 def all_splits(layers: int, stages: int) -> list[tuple[int, ...]]:
     """Every contiguous split of ``layers`` over ``stages`` (each stage >= 1 layer)."""
     return [_layers([0, *cut, layers]) for cut in combinations(range(1, layers), stages - 1)]
+
+
+def one_layer_moves(split: Sequence[int]) -> list[tuple[int, ...]]:
+    """The splits one layer away from ``split``: one boundary moved back or on by a layer,
+    every stage keeping at least one."""
+    out = []
+    for b in range(len(split) - 1):
+        for d in (1, -1):
+            sp = list(split)
+            sp[b] -= d
+            sp[b + 1] += d
+            if min(sp) >= 1:
+                out.append(tuple(sp))
+    return out

@@ -35,22 +35,21 @@ import json
 from pathlib import Path
 from statistics import median
 
-SETUPS = {  # framework -> schedule, P, v, layers, heavy layer
-    "torch": ("interleaved-1f1b", 2, 2, 8, {0: 6}),
-    "megatron": ("interleaved-1f1b", 2, 2, 8, {0: 6}),
-    "deepspeed": ("1f1b", 3, 1, 9, {8: 6}),
+SETUPS = {  # setup -> framework, schedule, P, v, layers, heavy layer
+    "torch": ("torch", "interleaved-1f1b", 2, 2, 8, {0: 6}),
+    "megatron": ("megatron", "interleaved-1f1b", 2, 2, 8, {0: 6}),
+    "deepspeed": ("deepspeed", "1f1b", 3, 1, 9, {8: 6}),
     # two ranks on two cores: no rank waits for a core (P = 3 above shares them)
-    "deepspeed-p2": ("1f1b", 2, 1, 8, {7: 6}),
+    "deepspeed-p2": ("deepspeed", "1f1b", 2, 1, 8, {7: 6}),
 }
 
 
 def config(args, split, out: Path):
     from pipeaudit.harness import ModelConfig, ProfileConfig
 
-    sched, P, v, layers, heavy = SETUPS[args.framework]
+    framework, sched, P, v, layers, heavy = SETUPS[args.framework]
     return ProfileConfig(
-        out=str(out), schedule=sched, framework=args.framework.split("-")[0], stages=P,
-        microbatches=args.m,
+        out=str(out), schedule=sched, framework=framework, stages=P, microbatches=args.m,
         chunks=v if v > 1 else None, steps=args.steps, warmup_steps=1,
         model=ModelConfig(layers=layers, hidden=args.hidden, seq_len=args.seq_len,
                           batch_size=args.batch), heavy_layers=heavy,
@@ -111,7 +110,7 @@ def main() -> None:
     from pipeaudit.explain.whatif import Changes, whatif
 
     out = Path(args.out)
-    sched, P, v, layers, heavy = SETUPS[args.framework]
+    _, sched, P, v, layers, heavy = SETUPS[args.framework]
     evens = [run(args, None, out / f"even/r{i}") for i in range(1)]
     first = advise(pipeaudit.load(evens[0]["path"]), schedules=[sched], microbatches=[args.m])
     _, proposed = at_measured(first)

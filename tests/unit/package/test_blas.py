@@ -13,7 +13,8 @@ from tests.support.child import run_python
 
 _CHILD = """
 import os, sys
-os.environ.pop({env!r}, None)
+for var in ({env!r}, "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):  # OpenBLAS's own default
+    os.environ.pop(var, None)
 if sys.argv[1] == "user":
     os.environ[{env!r}] = "3"
 if sys.argv[1] in ("cli", "user"):

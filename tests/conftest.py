@@ -6,4 +6,10 @@
 
 ``tests`` is a package (``__init__.py`` in every directory), so pytest puts the repository root
 on ``sys.path`` and test files may share a name in different directories.
+
+The suite runs on pytest-xdist's workers, a test file per worker at a time (``-n auto --dist
+loadfile``, the README's command); tests marked ``exclusive`` run alone
+(tests/support/parallel.py).
 """
+
+pytest_plugins = ["tests.support.parallel"]

@@ -51,7 +51,7 @@ import pipeaudit
 from pipeaudit.explain import Changes, whatif
 from pipeaudit.schedules.catalogue import canonical_name, torch_runtime
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
 
 STEADY = 0.05  # identical runs within this: the machine ran at one speed
 TOL = 0.10

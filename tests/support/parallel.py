@@ -1,0 +1,86 @@
+"""How the suite runs on pytest-xdist's workers: how many, in what order, and which tests alone.
+
+The suite runs on one worker per core, at most four (``-n auto``), a test file per worker at a
+time (``--dist loadfile``), in pytest's order: a file of real multi-process runs then mostly
+runs beside unit tests (one process each) rather than beside another such file.
+
+A test marked ``exclusive`` compares the timing of real runs it makes (predicted against
+measured step times and bubbles): another test beside it on a 2-core machine would be part of
+what it measures. Every test holds a lock shared between the workers while it runs (setup, call,
+teardown: a module's fixtures included), an exclusive test holds it alone. A second lock, the
+turnstile, taken before the first, keeps an exclusive test from waiting forever behind the other
+worker's stream of shared holds: while it waits, no new test starts.
+
+Without xdist (``-p no:xdist`` or ``-n 0``) nothing is locked.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+MAX_WORKERS = 4  # the harness's runs spawn a process per rank: more workers only contend
+
+
+def _lock_paths() -> tuple[Path, Path] | None:
+    """The run's two lock files, shared by its workers (None outside a worker)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not run:
+        return None
+    base = Path(tempfile.gettempdir()) / f"pipeaudit-tests-{run}"
+    return base.with_suffix(".turnstile"), base.with_suffix(".lock")
+
+
+@contextmanager
+def _held(path: Path, mode: int) -> Iterator[None]:
+    with open(path, "a+b") as f:
+        fcntl.flock(f, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextmanager
+def running(exclusive: bool) -> Iterator[None]:
+    """Hold the run's lock for one test: shared, or alone when ``exclusive``."""
+    paths = _lock_paths()
+    if paths is None:
+        yield
+        return
+    turnstile, lock = paths
+    if exclusive:
+        with open(lock, "a+b") as f:
+            with _held(turnstile, fcntl.LOCK_EX):  # held until the lock is granted
+                fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+    else:
+        with _held(turnstile, fcntl.LOCK_EX):
+            pass
+        with _held(lock, fcntl.LOCK_SH):
+            yield
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "exclusive: times real runs; under xdist no other test runs beside it")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return max(1, min(MAX_WORKERS, os.cpu_count() or 1))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    with running(item.get_closest_marker("exclusive") is not None):
+        yield

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 
 _COMM_MARKERS = ("gloo", "nccl", "connection", "broken pipe", "timed out", "timeout",
@@ -91,6 +92,20 @@ def release_forkserver() -> None:
         pass
 
 
+def use_run_tempdir(status_dir: str | None) -> None:
+    """Point this rank's temporary files into the launcher's status folder, removed with it.
+
+    A rank ends with ``os._exit``, which skips the interpreter's clean-up of temporary
+    folders that libraries make when imported (Megatron-core imports wandb, which makes two
+    per process): in the machine's temporary folder they would stay after every run.
+    """
+    if not status_dir:
+        return
+    path = tempfile.mkdtemp(prefix="tmp-", dir=status_dir)
+    os.environ["TMPDIR"] = path
+    tempfile.tempdir = path
+
+
 def forked_main(config_dict: dict, env: dict[str, str], log_path: str) -> None:
     """Body of one worker process (multiprocessing target, forkserver or spawn).
 
@@ -113,6 +128,8 @@ def forked_main(config_dict: dict, env: dict[str, str], log_path: str) -> None:
 
     from pipeaudit.harness.config import ProfileConfig
     from pipeaudit.harness.status import ENV_STATUS_DIR, Reporter
+
+    use_run_tempdir(env.get(ENV_STATUS_DIR))
 
     config = ProfileConfig.from_dict(config_dict)
     rank = int(env["RANK"])

@@ -4,6 +4,9 @@ Megatron-core runs (CPU, gloo), read with their annotations and without them."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -12,6 +15,7 @@ from pipeaudit.errors import ConfigError
 from pipeaudit.explain.link import manifest_link
 from pipeaudit.harness import ProfileConfig
 from tests.support.cli import invoke
+from tests.support.paths import REPO
 from tests.support.strip import strip_run
 
 
@@ -83,3 +87,23 @@ def test_real_megatron_interleaved_run(tmp_path):
     bare = pipeaudit.load(strip_run(out, tmp_path / "bare")).audit()
     assert bare.actions_inferred and bare.schedule == "interleaved-1f1b"
     assert (bare.num_ranks, bare.num_stages, bare.num_microbatches) == (2, 4, 4)
+
+
+@pytest.mark.slow
+def test_a_run_leaves_nothing_in_the_temporary_folder(tmp_path):
+    """Megatron-core imports wandb, which makes two temporary folders in each rank; a rank ends
+    with os._exit, which skips their removal: the ranks' temporary files go to the run's own
+    folder, removed with it."""
+    pytest.importorskip("megatron.core")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH"))
+                                         if p)}
+    proc = subprocess.run([sys.executable, "-m", "pipeaudit", "profile", "--framework", "megatron",
+                           "-P", "2", "-M", "2", "--layers", "2", "--hidden", "32", "--seq-len",
+                           "8", "--steps", "1", "--out", str(tmp_path / "mg")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "mg" / "manifest.json").exists()
+    assert sorted(p.name for p in tmp.iterdir()) == []

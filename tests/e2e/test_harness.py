@@ -387,6 +387,7 @@ def test_launcher_interrupted_leaves_no_workers(tmp_path, sig):
     out = tmp_path / "int"
     env = _env()
     env[FAULT_ENV] = "0:1:hang"
+    env["TMPDIR"] = str(tmp_path)  # a SIGKILLed launcher cannot remove its status folder
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipeaudit", "profile", "--stages", "2", "--microbatches", "2",
          "--layers", "2", *TINY, "--out", str(out)],

@@ -17,7 +17,7 @@ from tests.support.cli import invoke
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
-SMALL = ("-P", "3", "-M", "3", "--layers", "6", "--hidden", "64", "--seq-len", "8",
+SMALL = ("-P", "3", "-M", "3", "--layers", "6", "--hidden", "256", "--seq-len", "8",
          "--batch-size", "24", "--steps", "2", "--profile-memory", "--heavy-layer", "5:4")
 
 

@@ -34,7 +34,8 @@ def trained(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("tensorboard")
     base = tmp_path_factory.mktemp("during")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_SILENT": "true", "WANDB_MODE": "offline",
+           "TMPDIR": str(base)}  # torchrun leaves its log folder (torchelastic_*) there
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
            "--master-port", str(_free_port()), str(EXAMPLE), "--out", str(base / "tb"),
            "--hidden", "16", "--microbatches", "4", "--skip-trace", "3:2",

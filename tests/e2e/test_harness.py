@@ -367,7 +367,8 @@ def test_torchrun(tmp_path):
          "--master-port", str(_free_port()), "-m", "pipeaudit.harness",
          "--schedule", "interleaved-1f1b", "--microbatches", "2", "--layers", "4", *TINY,
          "--out", str(out)],
-        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
+        cwd=REPO, env={**_env(), "TMPDIR": str(tmp_path)},  # torchrun's log folder goes there
+        capture_output=True, text=True, timeout=300,
     )
     assert res.returncode == 0, res.stderr[-3000:]
     man = check_run(out, "interleaved-1f1b", 2, 2, 2)

@@ -174,6 +174,7 @@ def test_torchrun_with_dp(tmp_path):
     out = tmp_path / "tr"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["TMPDIR"] = str(tmp_path)  # torchrun leaves its log folder (torchelastic_*) there
     from pipeaudit.harness.launcher import free_port
 
     res = subprocess.run(

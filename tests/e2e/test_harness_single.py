@@ -148,6 +148,7 @@ def test_single_process_under_torchrun(tmp_path):
     repo = REPO
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["TMPDIR"] = str(tmp_path)  # torchrun leaves its log folder (torchelastic_*) there
     out = tmp_path / "tr"
     res = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",

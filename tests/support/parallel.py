@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,13 +27,14 @@ import pytest
 MAX_WORKERS = 4  # the harness's runs spawn a process per rank: more workers only contend
 
 
-def _lock_paths() -> tuple[Path, Path] | None:
-    """The run's two lock files, shared by its workers (None outside a worker)."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if not os.environ.get("PYTEST_XDIST_WORKER") or not run:
+def run_folder(config: pytest.Config) -> Path | None:
+    """The folder every worker of this run shares (pytest's ``pytest-N``, which holds each
+    worker's ``popen-gwK`` temporary folder and which pytest removes in time); None outside
+    an xdist worker."""
+    basetemp = getattr(config.option, "basetemp", None)
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not basetemp:
         return None
-    base = Path(tempfile.gettempdir()) / f"pipeaudit-tests-{run}"
-    return base.with_suffix(".turnstile"), base.with_suffix(".lock")
+    return Path(basetemp).parent
 
 
 @contextmanager
@@ -48,13 +48,13 @@ def _held(path: Path, mode: int) -> Iterator[None]:
 
 
 @contextmanager
-def running(exclusive: bool) -> Iterator[None]:
-    """Hold the run's lock for one test: shared, or alone when ``exclusive``."""
-    paths = _lock_paths()
-    if paths is None:
+def running(exclusive: bool, folder: Path | None) -> Iterator[None]:
+    """Hold the lock in ``folder`` for one test: shared, or alone when ``exclusive`` (no lock
+    without a folder)."""
+    if folder is None:
         yield
         return
-    turnstile, lock = paths
+    turnstile, lock = folder / "pipeaudit-tests.turnstile", folder / "pipeaudit-tests.lock"
     if exclusive:
         with open(lock, "a+b") as f:
             with _held(turnstile, fcntl.LOCK_EX):  # held until the lock is granted
@@ -82,5 +82,5 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    with running(item.get_closest_marker("exclusive") is not None):
+    with running(item.get_closest_marker("exclusive") is not None, run_folder(item.config)):
         yield

@@ -5,27 +5,25 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 
 from tests.support.parallel import running
 
 
-def _hold(name: str, exclusive: bool, order: list, release: threading.Event,
+def _hold(name: str, exclusive: bool, folder, order: list, release: threading.Event,
           started: threading.Event) -> None:
     started.set()
-    with running(exclusive):
+    with running(exclusive, folder):
         order.append(f"{name} in")
         release.wait(10)
         order.append(f"{name} out")
 
 
-def test_exclusive_waits_and_holds_back_later_tests(monkeypatch):
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
-    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", f"selftest-{uuid.uuid4().hex}")
+def test_exclusive_waits_and_holds_back_later_tests(tmp_path):
     order: list[str] = []
     go = {n: threading.Event() for n in "ABC"}
     started = {n: threading.Event() for n in "ABC"}
-    threads = {n: threading.Thread(target=_hold, args=(n, n == "B", order, go[n], started[n]))
+    threads = {n: threading.Thread(target=_hold,
+                                   args=(n, n == "B", tmp_path, order, go[n], started[n]))
                for n in "ABC"}
     threads["A"].start()  # a shared test running
     while "A in" not in order:
@@ -49,7 +47,6 @@ def test_exclusive_waits_and_holds_back_later_tests(monkeypatch):
     assert order == ["A in", "A out", "B in", "B out", "C in", "C out"]
 
 
-def test_no_lock_outside_a_worker(monkeypatch):
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-    with running(True), running(True):  # would deadlock if it locked
+def test_no_lock_without_a_folder():
+    with running(True, None), running(True, None):  # would deadlock if it locked
         pass

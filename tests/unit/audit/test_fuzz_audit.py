@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,7 +32,14 @@ from tests.support.fuzz_traces import mutated_pipeline, random_run, runs, write_
 from pipeaudit.errors import PipeauditError
 
 SCALE = float(os.environ.get("PIPEAUDIT_FUZZ_SCALE", "1"))
-_DIR = Path(tempfile.mkdtemp(prefix="pipeaudit-fuzz-audit-"))
+_DIR = Path()  # the module's scratch folder, set by _scratch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _scratch(tmp_path_factory) -> None:
+    """A folder for the files the examples write, in pytest's own temporary tree."""
+    global _DIR
+    _DIR = tmp_path_factory.mktemp("fuzz-audit")
 pytestmark = pytest.mark.slow
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import gzip
 import os
 import random
-import tempfile
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +36,14 @@ def fuzz_settings(n: int):
                     suppress_health_check=list(HealthCheck))
 
 
-_DIR = Path(tempfile.mkdtemp(prefix="pipeaudit-fuzz-salvage-"))
+_DIR = Path()  # the module's scratch folder, set by _scratch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _scratch(tmp_path_factory) -> None:
+    """A folder for the files the examples write, in pytest's own temporary tree."""
+    global _DIR
+    _DIR = tmp_path_factory.mktemp("fuzz-salvage")
 ENC = msgspec.json.Encoder(decimal_format="number")
 
 # Each case draws a few choices and a seed; the seed makes the content (strings full of

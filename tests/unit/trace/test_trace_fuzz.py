@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import gzip
 import os
-import tempfile
 from decimal import Decimal
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import EVENT_SCHEMA, read_trace
 
-_DIR = Path(tempfile.mkdtemp(prefix="pipeaudit-fuzz-"))
+_DIR = Path()  # the module's scratch folder, set by _scratch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _scratch(tmp_path_factory) -> None:
+    """A folder for the files the examples write, in pytest's own temporary tree."""
+    global _DIR
+    _DIR = tmp_path_factory.mktemp("fuzz")
 
 json_scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**70), 2**70),

@@ -41,6 +41,7 @@ from pipeaudit.harness.status import ENV_STATUS_DIR, RankStatus
 ENV_START = "PIPEAUDIT_HARNESS_START"
 POLL_S = 0.05
 GRACE_S = 1.5  # after the first failure, how long the others may take to report
+PORT_TRIES = 3  # runs whose master port another process took first are started again
 TERM_S = 10.0  # SIGTERM -> SIGKILL: time for stopped ranks to write their partial traces
 
 
@@ -191,25 +192,37 @@ def run_profile(config: ProfileConfig) -> dict:
     """Validate ``config``, run it on ``config.world_size`` local processes, return the manifest.
 
     Raises ConfigError before starting anything if the configuration is invalid,
-    HarnessError if the run fails or times out.
+    HarnessError if the run fails or times out. A run whose master port another process
+    bound first is started again on another port (up to ``PORT_TRIES`` times).
     """
     config.validate()
     check_backend(config)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     clear_previous_outputs(out)
-    status_dir = tempfile.mkdtemp(prefix="pipeaudit-harness-")
-    try:
-        return _run(config, out, status_dir)
-    finally:
-        shutil.rmtree(status_dir, ignore_errors=True)
+    for attempt in range(1, PORT_TRIES + 1):
+        status_dir = tempfile.mkdtemp(prefix="pipeaudit-harness-")
+        try:
+            return _run(config, out, status_dir, free_port())
+        except HarnessError as exc:
+            if attempt == PORT_TRIES or not port_taken(exc):
+                raise
+            clear_previous_outputs(out)  # the failed attempt's rank logs
+        finally:
+            shutil.rmtree(status_dir, ignore_errors=True)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _run(config: ProfileConfig, out: Path, status_dir: str) -> dict:
+def port_taken(exc: HarnessError) -> bool:
+    """Whether a run failed because its master port was taken before rank 0 listened on it
+    (``free_port`` hands on a port it has closed: another process may bind it first)."""
+    return "EADDRINUSE" in str(exc)
+
+
+def _run(config: ProfileConfig, out: Path, status_dir: str, port: int) -> dict:
     from pipeaudit.harness.progress import Progress
 
     world = config.world_size
-    port = free_port()
     procs: list = []
     logs: list[Path] = []
     statuses = [RankStatus(r) for r in range(world)]

@@ -286,6 +286,34 @@ def _fault_config(tmp_path, name, **kw) -> ProfileConfig:
                          steps=2, warmup_steps=1, **kw)
 
 
+def test_a_master_port_taken_first_is_retried_on_another(tmp_path, monkeypatch):
+    """``free_port`` closes the port it found; another process (here: this test, listening)
+    can bind it before rank 0 does. The run starts again on another port and succeeds; with
+    every try taken, rank 0's EADDRINUSE is the error."""
+    import socket
+
+    from pipeaudit.harness import launcher
+
+    monkeypatch.delenv(FAULT_ENV, raising=False)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        handed = []
+        real = launcher.free_port
+        monkeypatch.setattr(launcher, "free_port",
+                            lambda: handed.append(taken if not handed else real()) or handed[-1])
+        man = run_profile(_fault_config(tmp_path, "retried", timeout=120))
+        assert handed[0] == taken and len(handed) == 2 and handed[1] != taken
+        assert man["schedule"] == "1f1b"
+        out = tmp_path / "retried"
+        assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "rank0.json.gz",
+                                                         "rank1.json.gz"]
+        monkeypatch.setattr(launcher, "free_port", lambda: taken)
+        with pytest.raises(HarnessError, match="EADDRINUSE"):
+            run_profile(_fault_config(tmp_path, "taken", timeout=120))
+
+
 def test_fault_raise_names_rank_and_keeps_partial_trace(tmp_path, monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "1:2:raise")  # step 2 = the second profiled step
     with pytest.raises(HarnessError) as exc:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -55,19 +55,10 @@ def running(exclusive: bool, folder: Path | None) -> Iterator[None]:
         yield
         return
     turnstile, lock = folder / "pipeaudit-tests.turnstile", folder / "pipeaudit-tests.lock"
-    if exclusive:
-        with open(lock, "a+b") as f:
-            with _held(turnstile, fcntl.LOCK_EX):  # held until the lock is granted
-                fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-    else:
-        with _held(turnstile, fcntl.LOCK_EX):
-            pass
-        with _held(lock, fcntl.LOCK_SH):
-            yield
+    with ExitStack() as holding:
+        with _held(turnstile, fcntl.LOCK_EX):  # kept until the lock is granted
+            holding.enter_context(_held(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH))
+        yield
 
 
 def pytest_configure(config: pytest.Config) -> None:

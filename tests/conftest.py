@@ -12,4 +12,15 @@ loadfile``, the README's command); tests marked ``exclusive`` run alone
 (tests/support/parallel.py).
 """
 
+from pathlib import Path
+
+import pytest
+
 pytest_plugins = ["tests.support.parallel"]
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    """A folder for one test module's files, in pytest's temporary tree (for hypothesis tests,
+    which cannot take the function-scoped ``tmp_path``)."""
+    return tmp_path_factory.mktemp("scratch")

@@ -32,14 +32,6 @@ from tests.support.fuzz_traces import mutated_pipeline, random_run, runs, write_
 from pipeaudit.errors import PipeauditError
 
 SCALE = float(os.environ.get("PIPEAUDIT_FUZZ_SCALE", "1"))
-_DIR = Path()  # the module's scratch folder, set by _scratch
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _scratch(tmp_path_factory) -> None:
-    """A folder for the files the examples write, in pytest's own temporary tree."""
-    global _DIR
-    _DIR = tmp_path_factory.mktemp("fuzz-audit")
 pytestmark = pytest.mark.slow
 
 
@@ -48,9 +40,9 @@ def fuzz_settings(n: int):
                     suppress_health_check=list(HealthCheck))
 
 
-def analyse(docs, manifest, kwargs, render: bool = False) -> None:
+def analyse(folder: Path, docs, manifest, kwargs, render: bool = False) -> None:
     """Load, audit (and render) one generated run: only PipeauditError may escape."""
-    d = write_run(_DIR / "run", docs, manifest)
+    d = write_run(folder / "run", docs, manifest)
     try:
         run = pipeaudit.load(d, jobs=1, **kwargs)
         res = run.audit()
@@ -78,18 +70,18 @@ def analyse(docs, manifest, kwargs, render: bool = False) -> None:
 @given(seed=st.integers(0, 2**32), n_ranks=st.sampled_from([1, 1, 2, 2, 3]), n_events=st.integers(0, 16),
        garbage=st.sampled_from([0.0, 0.1, 0.4]), steps=st.booleans(),
        world=st.sampled_from([None, 1, 2, 3, 4]))
-def test_random_runs(seed, n_ranks, n_events, garbage, steps, world):
-    analyse(*random_run(seed, n_ranks, n_events, garbage, steps, world))
+def test_random_runs(scratch, seed, n_ranks, n_events, garbage, steps, world):
+    analyse(scratch, *random_run(seed, n_ranks, n_events, garbage, steps, world))
 
 
 @fuzz_settings(150)
 @given(seed=st.integers(0, 2**32), P=st.sampled_from([1, 2, 2, 3]), M=st.integers(1, 4), steps=st.integers(1, 2),
        n_mutations=st.sampled_from([0, 1, 1, 2, 3, 6]), render=st.booleans())
-def test_mutated_pipelines(seed, P, M, steps, n_mutations, render):
-    analyse(*mutated_pipeline(seed, P, M, steps, n_mutations), render=render)
+def test_mutated_pipelines(scratch, seed, P, M, steps, n_mutations, render):
+    analyse(scratch, *mutated_pipeline(seed, P, M, steps, n_mutations), render=render)
 
 
 @fuzz_settings(60)
 @given(case=runs())
-def test_structured_runs(case):
-    analyse(*case)
+def test_structured_runs(scratch, case):
+    analyse(scratch, *case)

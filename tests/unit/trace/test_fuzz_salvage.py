@@ -16,10 +16,8 @@ from __future__ import annotations
 import gzip
 import os
 import random
-from pathlib import Path
 
 import msgspec
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,14 +34,6 @@ def fuzz_settings(n: int):
                     suppress_health_check=list(HealthCheck))
 
 
-_DIR = Path()  # the module's scratch folder, set by _scratch
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _scratch(tmp_path_factory) -> None:
-    """A folder for the files the examples write, in pytest's own temporary tree."""
-    global _DIR
-    _DIR = tmp_path_factory.mktemp("fuzz-salvage")
 ENC = msgspec.json.Encoder(decimal_format="number")
 
 # Each case draws a few choices and a seed; the seed makes the content (strings full of
@@ -145,12 +135,12 @@ def test_scan_recovers_exactly_the_complete_events(seed, n, pretty, where):
 
 @fuzz_settings(1500)
 @given(seed=st.integers(0, 2**32), n=st.integers(0, 40), where=st.floats(0, 1), level=st.integers(1, 9))
-def test_tolerant_gunzip_gives_a_prefix(seed, n, where, level):
+def test_tolerant_gunzip_gives_a_prefix(scratch, seed, n, where, level):
     rng = random.Random(seed)
     text, spans, *_ = _build({"schemaVersion": 1}, [_event(rng) for _ in range(n)], {}, False)
     data = gzip.compress(text, compresslevel=level, mtime=0)
     cut = int(where * len(data))
-    path = _DIR / "tolerant.json.gz"
+    path = scratch / "tolerant.json.gz"
     path.write_bytes(data[:cut])
     try:
         out, source = read_text(path, tolerant=True)
@@ -211,7 +201,8 @@ def _damage(rng: random.Random, text: bytearray, times: int) -> bytes:
 @fuzz_settings(2600)
 @given(seed=st.integers(0, 2**32), n=st.integers(1, 10), times=st.integers(1, 3), pretty=st.booleans(),
        gz=st.booleans(), salvage=st.booleans())
-def test_read_trace_on_damaged_bytes_raises_only_trace_errors(seed, n, times, pretty, gz, salvage):
+def test_read_trace_on_damaged_bytes_raises_only_trace_errors(scratch, seed, n, times, pretty, gz,
+                                                              salvage):
     rng = random.Random(seed)
     doc = _trace_doc(rng, n)
     text = msgspec.json.format(ENC.encode(doc), indent=1 if pretty else 0)
@@ -219,7 +210,7 @@ def test_read_trace_on_damaged_bytes_raises_only_trace_errors(seed, n, times, pr
     if gz:
         data = gzip.compress(data, mtime=0)
         data = data[: rng.randint(len(data) // 2, len(data))]
-    path = _DIR / ("rank0.json.gz" if gz else "rank0.json")
+    path = scratch / ("rank0.json.gz" if gz else "rank0.json")
     path.write_bytes(data)
     try:
         rt = read_trace(path, salvage=salvage)

@@ -9,21 +9,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import msgspec
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeaudit.errors import TraceError
 from pipeaudit.trace import EVENT_SCHEMA, read_trace
-
-_DIR = Path()  # the module's scratch folder, set by _scratch
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _scratch(tmp_path_factory) -> None:
-    """A folder for the files the examples write, in pytest's own temporary tree."""
-    global _DIR
-    _DIR = tmp_path_factory.mktemp("fuzz")
 
 json_scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**70), 2**70),
@@ -96,7 +86,7 @@ def mutated_traces(draw):
 _ENCODE = msgspec.json.Encoder(decimal_format="number").encode  # Decimal -> a JSON number
 
 
-def _write(doc, gz: bool, cut: int | None = None, pretty: bool = False) -> Path:
+def _write(folder: Path, doc, gz: bool, cut: int | None = None, pretty: bool = False) -> Path:
     data = _ENCODE(doc)
     if pretty:  # newlines inside values, as Kineto's own indented output has
         data = msgspec.json.format(data, indent=1)
@@ -104,7 +94,7 @@ def _write(doc, gz: bool, cut: int | None = None, pretty: bool = False) -> Path:
         data = data[:cut]
     if gz:
         data = gzip.compress(data)
-    p = _DIR / ("t.json.gz" if gz else "t.json")
+    p = folder / ("t.json.gz" if gz else "t.json")
     p.write_bytes(data)
     return p
 
@@ -115,8 +105,8 @@ SETTINGS = settings(max_examples=int(os.environ.get("PIPEAUDIT_FUZZ_EXAMPLES", "
 
 @SETTINGS
 @given(doc=mutated_traces(), gz=st.booleans(), cut=st.none() | st.integers(0, 400), pretty=st.booleans())
-def test_only_trace_errors(doc, gz: bool, cut: int | None, pretty: bool) -> None:
-    path = _write(doc, gz, cut, pretty)
+def test_only_trace_errors(scratch, doc, gz: bool, cut: int | None, pretty: bool) -> None:
+    path = _write(scratch, doc, gz, cut, pretty)
     try:
         rt = read_trace(path)
     except TraceError as exc:
@@ -127,8 +117,8 @@ def test_only_trace_errors(doc, gz: bool, cut: int | None, pretty: bool) -> None
 
 @SETTINGS
 @given(doc=good_traces())
-def test_good_traces_keep_every_complete_event_exactly(doc) -> None:
-    path = _write(doc, gz=False)
+def test_good_traces_keep_every_complete_event_exactly(scratch, doc) -> None:
+    path = _write(scratch, doc, gz=False)
     rt = read_trace(path)
     base = doc.get("baseTimeNanoseconds", 0)
     want = sorted(

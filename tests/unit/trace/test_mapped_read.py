@@ -90,9 +90,9 @@ def test_odd_texts_same_outcome(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(doc=mutated_traces(), cut=st.none() | st.integers(0, 400), pretty=st.booleans(),
        batch=st.sampled_from([1, 200, WHOLE]), tokenizer=st.sampled_from(TOKENIZERS))
-def test_fuzz_same_outcome(monkeypatch: pytest.MonkeyPatch, doc, cut: int | None, pretty: bool,
-                           batch: int, tokenizer: Tokenizer) -> None:
-    path = _write(doc, False, cut, pretty)
+def test_fuzz_same_outcome(monkeypatch: pytest.MonkeyPatch, scratch, doc, cut: int | None,
+                           pretty: bool, batch: int, tokenizer: Tokenizer) -> None:
+    path = _write(scratch, doc, False, cut, pretty)
     _assert_same(*_both(monkeypatch, path, batch_bytes=batch, tokenizer=tokenizer))
 
 

@@ -150,7 +150,7 @@ def test_gzip_errors_match(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- fuzz
 
-from tests.unit.trace.test_trace_fuzz import _DIR, _write, good_traces, mutated_traces  # noqa: E402
+from tests.unit.trace.test_trace_fuzz import _write, good_traces, mutated_traces  # noqa: E402
 
 SETTINGS = settings(max_examples=int(os.environ.get("PIPEAUDIT_FUZZ_EXAMPLES", "60")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -159,9 +159,9 @@ SETTINGS = settings(max_examples=int(os.environ.get("PIPEAUDIT_FUZZ_EXAMPLES", "
 @SETTINGS
 @given(doc=mutated_traces(), gz=st.booleans(), cut=st.none() | st.integers(0, 400), pretty=st.booleans(),
        batch=st.sampled_from([1, 20, 200, 1 << 20]), tokenizer=st.sampled_from(TOKENIZERS))
-def test_fuzz_same_outcome(doc, gz: bool, cut: int | None, pretty: bool, batch: int,
+def test_fuzz_same_outcome(scratch, doc, gz: bool, cut: int | None, pretty: bool, batch: int,
                            tokenizer: Tokenizer) -> None:
-    path = _write(doc, gz, cut, pretty)
+    path = _write(scratch, doc, gz, cut, pretty)
     want = _outcome(read_batched, path, batch_bytes=WHOLE)
     got = _outcome(read_batched, path, batch_bytes=batch, tokenizer=tokenizer)
     if isinstance(want, str):
@@ -174,8 +174,8 @@ def test_fuzz_same_outcome(doc, gz: bool, cut: int | None, pretty: bool, batch: 
 @SETTINGS
 @given(doc=good_traces(), pretty=st.booleans(), batch=st.sampled_from([1, 64, 1 << 20]),
        tokenizer=st.sampled_from(TOKENIZERS))
-def test_fuzz_good_traces(doc, pretty: bool, batch: int, tokenizer: Tokenizer) -> None:
-    path = _write(doc, False, None, pretty)
+def test_fuzz_good_traces(scratch, doc, pretty: bool, batch: int, tokenizer: Tokenizer) -> None:
+    path = _write(scratch, doc, False, None, pretty)
     _same(read_batched(path, batch_bytes=WHOLE), read_batched(path, batch_bytes=batch, tokenizer=tokenizer))
 
 
@@ -322,13 +322,13 @@ def _damaged(rng, text: bytes) -> bytes:
 
 @SETTINGS
 @given(seed=st.integers(0, 2**32), gz=st.booleans())
-def test_fuzz_decoders_agree_on_damaged_real_traces(seed: int, gz: bool) -> None:
+def test_fuzz_decoders_agree_on_damaged_real_traces(scratch, seed: int, gz: bool) -> None:
     """A real harness trace damaged byte by byte: the scanner and msgspec, in batches of any
     size, give the same trace (same notes) or the same one-line error."""
     import random
 
     data = _damaged(random.Random(seed), _REAL)
-    p = _DIR / ("damaged.json.gz" if gz else "damaged.json")
+    p = scratch / ("damaged.json.gz" if gz else "damaged.json")
     p.write_bytes(gzip.compress(data, compresslevel=1) if gz else data)
     want = _outcome(read_batched, p, batch_bytes=WHOLE, tokenizer=Tokenizer.MSGSPEC)
     for tokenizer, batch in [(t, b) for t in TOKENIZERS for b in (4 << 20, 3000)]:

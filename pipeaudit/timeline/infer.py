@@ -23,6 +23,9 @@ pipeline work.
    each other with nothing between. There is one F per B (GPipe, 1F1B and naive hold one
    stage per rank and run every microbatch forward and backward once per step); when the
    signature does not give that many, the largest blocks are taken instead.
+4. The ops that prepare a transfer's tensors right before it (a detach of the output to
+   send, the allocation of a receive buffer: :data:`pipeaudit.timeline.ops.P2P_PREP_OPS`)
+   are the transfer's: they end the block before them.
 
 Microbatches are numbered by execution order (steps and microbatches are settled across
 ranks later, :mod:`pipeaudit.timeline.stepping`). The share of the thread's compute that
@@ -115,6 +118,7 @@ def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
     cls[p2p & send] = _SEND
     cls[p2p & ~send] = _RECV
     cls[inside(starts, framework_spans(ops.spans))] = _EXCLUDED
+    cls[seq["p2p_prep"].to_numpy()] = _EXCLUDED  # the transfer's, not an action's
     codes = _name_codes(seq["name"])
     busy = ends - starts
 

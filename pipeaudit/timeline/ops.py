@@ -40,6 +40,13 @@ P2P_OP_RE = r"^c10d::(send|isend|recv_|irecv|recv_any_source_)|^(gloo|nccl):(sen
 #: Point-to-point communication kernels (NCCL/RCCL send/recv, old and new names).
 P2P_KERNEL_RE = r"(?i)sendrecv|nccl(dev)?kernel_(send|recv)"
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
+#: Ops that, right before a point-to-point op, prepare its tensors: torch's
+#: ``get_fwd_send_ops`` detaches each output it sends and its last stage ``detach_``es its
+#: output after the backward; Megatron-core allocates each receive buffer (``torch.empty``)
+#: just before the transfer. A sent output carries the gradient's way back (no model detaches
+#: it) and no model's output is a fresh allocation: such an op belongs to the transfer, never
+#: to an action's compute (docs/metrics.md).
+P2P_PREP_OPS = ("aten::detach", "aten::detach_", "aten::empty")
 GPU_ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
 CPU_OP_CATS = ("cpu_op", "operator", "")
@@ -59,7 +66,7 @@ class RankOps:
     rank: int
     on_gpu: bool
     units: pl.DataFrame  # UNIT_SCHEMA
-    cpu_ops: pl.DataFrame  # top-level CPU ops of every thread: tid, start, end, name, comm, backward, send, p2p
+    cpu_ops: pl.DataFrame  # top-level CPU ops of every thread: tid, start, end, name, comm, backward, send, p2p, p2p_prep
     comm: iv.Intervals
     activity: iv.Intervals
     spans: pl.DataFrame  # host annotation spans: name, tid, start, end, cat, external_id
@@ -160,6 +167,7 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
         send=pl.col("name").str.contains(SEND_OP_RE),
         p2p=pl.col("name").str.contains(P2P_OP_RE),
     )
+    top = top.with_columns(_p2p_preparation(top))
     lifetimes = x.select("name", "start", "end", "cat", "_lifetime").filter(
         pl.col("cat").is_in(list(ANNOTATION_CATS)) & pl.col("_lifetime"))
     spans = x.select("name", "tid", "start", "end", "cat", "external_id", "_lifetime").filter(
@@ -181,7 +189,7 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
                            for (d,), g in per_device.partition_by("_dev", as_dict=True).items()
                            if d is not None}
     else:
-        compute_ops = top.filter(~pl.col("comm"))
+        compute_ops = top.filter(~pl.col("comm") & ~pl.col("p2p_prep"))
         units = compute_ops.select(
             "start", "end", anchor=pl.col("start"), tid="tid", name="name", backward="backward",
             device=pl.lit(None, dtype=pl.Int64), stream=pl.lit(None, dtype=pl.Int64),
@@ -200,6 +208,23 @@ def classify(rank: int, events: pl.DataFrame) -> RankOps:
                    activity=activity, spans=spans, gpu_spans=gpu_spans,
                    comm_kernels=comm_kernels, collectives=collectives, p2p=p2p,
                    device_activity=device_activity)
+
+
+def _p2p_preparation(top: pl.DataFrame) -> pl.Series:
+    """Which top-level ops (rows by thread, then start) are a run of :data:`P2P_PREP_OPS` that
+    a point-to-point op of the same thread follows."""
+    n = top.height
+    prep = top["name"].is_in(list(P2P_PREP_OPS)).to_numpy()
+    if not prep.any():
+        return pl.Series("p2p_prep", np.zeros(n, dtype=bool))
+    rows = np.arange(n)
+    # the first row at or after each that is no preparation op
+    after = np.minimum.accumulate(np.where(prep, n, rows)[::-1])[::-1]
+    tid, p2p = top["tid"].to_numpy(), top["p2p"].to_numpy()
+    ok = prep & (after < n)
+    j = after[ok]
+    ok[ok] = (tid[j] == tid[ok]) & p2p[j]
+    return pl.Series("p2p_prep", ok)
 
 
 def _instances(top: pl.DataFrame, lifetimes: pl.DataFrame, comm_kernels: pl.DataFrame,

@@ -102,3 +102,25 @@ def test_last_stage_loss_is_the_forwards_and_the_seed_the_backwards(tmp_path):
         assert rows["compute_us"].to_list() == [10.0 * n_ops] * 2, kind
         assert rows["compute_start"].to_list() == [o.marks[f"{kind}{mb}"][0] * 1000
                                                    for mb in (0, 1)], kind
+
+
+def test_the_detach_before_a_send_is_the_sends_however_long_it_takes(tmp_path):
+    """torch's ``get_fwd_send_ops`` detaches each output it sends, after ``forward_one_chunk``:
+    no forward's compute, read without annotations, with spans of the forward alone, or with
+    spans that hold the detach too (GPipe's ``Forward i``), even when the rank is descheduled
+    in it for 4 ms (a 1F1B step that read 2 % less bubble without annotations)."""
+    for spans in ("none", "forward", "forward and detach"):
+        o = Ops()
+        o.run(FWD, "F0").run(["aten::detach"], "prep0").run(["c10d::send"])
+        o.run(FWD, "F1").run(["aten::detach"], "prep1", dur=4000)
+        o.run(["c10d::send", "c10d::recv_"])
+        o.run(BWD, "B0").run(["c10d::send", "c10d::recv_"]).run(BWD, "B1").run(["c10d::send"])
+        if spans != "none":
+            for mb in (0, 1):
+                o.span(f"PP:0F{mb}", f"F{mb}", f"prep{mb}" if spans == "forward and detach" else f"F{mb}")
+            o.span("PP:0B0", "B0", "B0")
+            o.span("PP:0B1", "B1", "B1")
+        acts = _read(tmp_path / spans.replace(" ", "_"), o)
+        fwd = acts.filter(pl.col("kind") == "F")
+        assert fwd["compute_us"].to_list() == [50.0, 50.0], spans
+        assert fwd["compute_end"].to_list() == [o.marks[f"F{mb}"][1] * 1000 for mb in (0, 1)], spans

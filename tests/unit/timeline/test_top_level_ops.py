@@ -67,3 +67,17 @@ def test_random_nesting_matches_the_sort_by_thread(seed: int):
     fast, sorted_ = _top_level(ops), _top_level_sorted(ops)
     assert fast.equals(sorted_)
     assert 0 < fast.height < ops.height
+
+
+def test_a_transfers_preparation_is_the_run_of_detaches_and_allocations_right_before_it():
+    """:func:`_p2p_preparation`: only a run of ``P2P_PREP_OPS`` that a point-to-point op of
+    the same thread follows; one that compute or another thread's transfer follows is compute."""
+    from pipeaudit.timeline.ops import P2P_OP_RE, _p2p_preparation
+
+    rows = [("1", 0, 10, "aten::addmm"), ("1", 10, 12, "aten::empty"), ("1", 12, 14, "aten::detach"),
+            ("1", 14, 20, "c10d::send"), ("1", 20, 22, "aten::detach"), ("1", 22, 30, "aten::add_"),
+            ("1", 30, 32, "aten::detach_"), ("2", 0, 5, "c10d::recv_"),
+            ("2", 5, 7, "aten::empty"), ("2", 7, 9, "aten::detach"), ("2", 9, 12, "c10d::recv_")]
+    top = _top_level(_decoded(_ops(rows))).with_columns(p2p=pl.col("name").str.contains(P2P_OP_RE))
+    prep = top.with_columns(_p2p_preparation(top)).filter(pl.col("p2p_prep"))
+    assert prep.select("tid", "start").rows() == [("1", 10), ("1", 12), ("2", 5), ("2", 7)]

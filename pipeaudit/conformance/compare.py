@@ -3,7 +3,13 @@
 Cell passes when, read without annotations: schedule, P, v, M, steps and layout equal the
 truth; no ``MISSING_ACTIONS``, ``DUPLICATED_ACTIONS`` or ``SCHEDULE_ORDER_VIOLATION``; each
 rank's bubble is within :data:`BUBBLE_TOL` of the twin's; each (rank, stage, kind)'s median
-per-action compute within :data:`COMPUTE_TOL` of the twin's.
+per-action compute within :data:`COMPUTE_TOL` of the twin's; where the truth says so
+(:attr:`Truth.exact_ops`), every action holds exactly the twin's ops.
+
+Both readings read the same events, so an action given the same ops has the same compute to
+the nanosecond: :attr:`Verdict.other_ops` counts the actions that were not (a reading's
+boundary that disagrees with the twin's, found on every run, not only on the one where the
+host was descheduled in the op it moves).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from pipeaudit.audit.result import AuditResult
 
 BUBBLE_TOL = 0.005
 COMPUTE_TOL = 0.05
+#: Compute equal within this (µs) is the same ops (the trace's timestamps have ns digits).
+SAME_OPS_US = 0.01
 #: Findings that say the reading got the actions wrong.
 READING_ERRORS = ("MISSING_ACTIONS", "DUPLICATED_ACTIONS", "SCHEDULE_ORDER_VIOLATION")
 
@@ -36,6 +44,9 @@ class Truth:
     ranks: tuple[int, ...]
     #: the pipeline positions read (None: every one)
     positions: tuple[int, ...] | None = None
+    #: every action must hold exactly the twin's ops (the readings whose boundaries are
+    #: known to match the definition op for op: torch's)
+    exact_ops: bool = False
 
 
 @dataclass
@@ -46,6 +57,8 @@ class Verdict:
     max_bubble_diff: float | None = None
     max_compute_diff: float | None = None  #: relative, over (rank, stage, kind)
     coverage: float | None = None
+    #: (actions whose compute differs from the twin's, actions in both readings)
+    other_ops: tuple[int, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -53,7 +66,8 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "problems": self.problems, "max_bubble_diff": self.max_bubble_diff,
-                "max_compute_diff": self.max_compute_diff, "coverage": self.coverage}
+                "max_compute_diff": self.max_compute_diff, "coverage": self.coverage,
+                "other_ops": list(self.other_ops) if self.other_ops is not None else None}
 
 
 def compare(truth: Truth, twin: AuditResult, twin_actions: pl.DataFrame,
@@ -80,7 +94,20 @@ def compare(truth: Truth, twin: AuditResult, twin_actions: pl.DataFrame,
     v.max_bubble_diff = max(diffs) if diffs else None
     rel = _compute_diffs(twin_actions, bare_actions, v.problems)
     v.max_compute_diff = max(rel) if rel else None
+    v.other_ops = other_ops(twin_actions, bare_actions)
+    if truth.exact_ops and v.other_ops[0]:
+        v.problems.append("{} of {} actions hold other ops than the twin's".format(*v.other_ops))
     return v
+
+
+def other_ops(twin: pl.DataFrame, bare: pl.DataFrame) -> tuple[int, int]:
+    """(actions of both readings whose compute differs by more than :data:`SAME_OPS_US`,
+    actions of both readings), matched by rank, step, stage, kind and microbatch."""
+    key = ["rank", "step", "stage", "kind", "microbatch"]
+    both = twin.select(*key, "compute_us").join(bare.select(*key, "compute_us"), on=key,
+                                                suffix="_bare")
+    differ = both.filter((pl.col("compute_us_bare") - pl.col("compute_us")).abs() > SAME_OPS_US)
+    return differ.height, both.height
 
 
 def _check_shape(truth: Truth, bare: AuditResult, problems: list[str]) -> None:

@@ -22,6 +22,9 @@ from pipeaudit.conformance.strip import ACTION_SPAN, PP_SPAN, rank_files, strip_
 from pipeaudit.errors import PipeauditError
 
 
+#: Frameworks whose actions, read without annotations, hold exactly the twin's ops (the others
+#: move a few µs an action between readings: docs/conformance.md, "Latest full run").
+EXACT_OPS = ("torch",)
 #: Matches no span name: a copy of the traces as they are (their own annotations kept).
 NOTHING = re.compile(r"(?!)")
 
@@ -82,7 +85,7 @@ def read_cell(cell: Cell, run: Path, scratch: Path) -> Row:
     config = cell.config("x")
     positions = (config.layout.coords(cell.one_rank)["pp"],) if one else None
     truth = Truth(cell.schedule, cell.P, config.num_chunks, cell.M, 2, cell.dp, tuple(ranks),
-                  positions)
+                  positions, exact_ops=stripped and cell.framework in EXACT_OPS)
     verdict = compare(truth, twin, twin_run.actions(), bare, bare_run.actions())
     read_as = (f"{bare.schedule} P={bare.num_ranks} v={bare.num_chunks} "
                f"M={bare.num_microbatches} steps={bare.num_steps}")
@@ -112,17 +115,18 @@ def run_cells(cells: Iterable[Cell], root: Path, *,
 
 def markdown(rows: list[Row]) -> str:
     """The matrix as a markdown table, one line per cell, then the count."""
-    head = ("| cell | read as (bare) | max Δbubble | max Δcompute | coverage | result |\n"
-            "|---|---|---|---|---|---|\n")
+    head = ("| cell | read as (bare) | max Δbubble | max Δcompute | other ops | coverage | result |\n"
+            "|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
         v = r.verdict
         db = "-" if v.max_bubble_diff is None else f"{v.max_bubble_diff:.4f}"
         dc = "-" if v.max_compute_diff is None else f"{v.max_compute_diff:.1%}"
         cov = "-" if v.coverage is None else f"{v.coverage:.2f}"
+        moved = "-" if v.other_ops is None else f"{v.other_ops[0]}/{v.other_ops[1]}"
         result = "pass" if v.ok else "FAIL: " + "; ".join(v.problems[:3]).replace("|", "/")
         if not r.stripped:
             result += " (torch's own spans)"
-        lines.append(f"| {r.cell.name} | {r.read_as} | {db} | {dc} | {cov} | {result} |")
+        lines.append(f"| {r.cell.name} | {r.read_as} | {db} | {dc} | {moved} | {cov} | {result} |")
     passed = sum(r.verdict.ok for r in rows)
     return head + "\n".join(lines) + f"\n\n{passed} of {len(rows)} cells pass.\n"

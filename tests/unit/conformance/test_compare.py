@@ -25,6 +25,22 @@ def test_a_reading_equal_to_its_twin_passes(reading):
     verdict = compare(truth, result, actions, result, actions)
     assert verdict.ok, verdict.problems
     assert verdict.max_bubble_diff == 0 and verdict.max_compute_diff == 0
+    assert verdict.other_ops == (0, actions.height)
+
+
+def test_an_action_given_other_ops_is_counted_however_little_they_weigh(reading):
+    """One action of 16 with 2 µs more compute (a detach read as its own): within every
+    tolerance, yet counted, as it would be on every run."""
+    result, actions = reading
+    truth = Truth("1f1b", 2, 1, 4, result.num_steps, 1, (0, 1))
+    first = (actions["rank"] == 0) & (actions["kind"] == "F") & (actions["microbatch"] == 0) \
+        & (actions["step"] == actions["step"].min())
+    bare = actions.with_columns(compute_us=actions["compute_us"] + first.cast(float) * 2.0)
+    verdict = compare(truth, result, actions, result, bare)
+    assert verdict.ok, verdict.problems
+    assert verdict.other_ops == (1, actions.height)
+    exact = compare(dataclasses.replace(truth, exact_ops=True), result, actions, result, bare)
+    assert exact.problems == [f"1 of {actions.height} actions hold other ops than the twin's"]
 
 
 def test_each_kind_of_difference_is_named(reading):

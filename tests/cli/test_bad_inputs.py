@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import DATA, DOCS, REPO, SAMPLES
+from tests.support.child import repo_env
+from tests.support.paths import DATA, DOCS, SAMPLES
 from tests.support.cli import invoke
 
 BAD = DATA / "bad"
@@ -116,7 +117,7 @@ SUBPROCESS_CASES = ["empty file", "truncated gzip", "NaN dur", "the same rank tw
 @pytest.mark.parametrize("name", SUBPROCESS_CASES, ids=lambda n: n.replace(" ", "_"))
 def test_case_through_a_real_process(corpus, name):
     spec = EXPECTED[name]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = repo_env()
     proc = subprocess.run([sys.executable, "-m", "pipeaudit", "analyze", str(corpus / spec["path"]),
                            "--format", "json", *spec["args"]],
                           capture_output=True, text=True, timeout=120, env=env)
@@ -152,8 +153,7 @@ runpy.run_module("pipeaudit", run_name="__main__")
 def _run_measured(args: list[str], tmp_path: Path, **env_extra: str):
     """(process, seconds, peak RSS in MB) of ``python -m pipeaudit ARGS``."""
     peak_file = tmp_path / "peak"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-               PIPEAUDIT_PEAK_FILE=str(peak_file), **env_extra)
+    env = repo_env(PIPEAUDIT_PEAK_FILE=str(peak_file), **env_extra)
     env.pop("PIPEAUDIT_NO_SCANNER", None) if not env_extra else None
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", _PEAK, *args], capture_output=True, text=True,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+from tests.support.child import repo_env
 from tests.support.paths import REPO, DOCS
 from tests.support.cli import invoke
 
@@ -184,7 +184,7 @@ def test_usage_errors_exit_2(args, fragment):
 
 
 def test_end_to_end_subprocess():
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = repo_env()
     proc = subprocess.run(
         [sys.executable, "-m", "pipeaudit", "simulate", "--schedule", "gpipe", "-P", "2", "-M", "2",
          "--format", "json"],

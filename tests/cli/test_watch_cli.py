@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.support.cli import invoke
+from tests.support.child import repo_env
 from tests.support.paths import REPO, SAMPLES
 
 BASE_RUN = SAMPLES / "1f1b_p4_m8"
@@ -73,7 +74,7 @@ def test_watch_sees_a_window_land_while_it_runs(tmp_path, baseline):
     """A real `pipeaudit watch` process: the first window is there at start, the second lands
     while it polls (a slower stage 1): one line each, then exit 1 naming stage 1."""
     _window(BASE_RUN, tmp_path / "iteration_10")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = repo_env()
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipeaudit", "watch", str(tmp_path), "--gate", str(baseline),
          "--interval", "0.2", "--settle", "0.5", "--max-windows", "2", "--timeout", "120"],

@@ -20,6 +20,7 @@ from statistics import median
 import pytest
 
 from tests.support.cli import invoke
+from tests.support.child import repo_env
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
@@ -34,8 +35,8 @@ def trained(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("tensorboard")
     base = tmp_path_factory.mktemp("during")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_SILENT": "true", "WANDB_MODE": "offline",
-           "TMPDIR": str(base)}  # torchrun leaves its log folder (torchelastic_*) there
+    env = repo_env(WANDB_SILENT="true", WANDB_MODE="offline",
+                   TMPDIR=str(base))  # torchrun leaves its log folder (torchelastic_*) there
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
            "--master-port", str(_free_port()), str(EXAMPLE), "--out", str(base / "tb"),
            "--hidden", "16", "--microbatches", "4", "--skip-trace", "3:2",

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from tests.support.paths import REPO, SAMPLES
+from tests.support.child import repo_env
+from tests.support.paths import SAMPLES
 
 
 def run(*args, cwd, env=None):
-    e = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
-    e.update(PYTHONPATH=str(REPO), **(env or {}))
+    e = repo_env()
+    e.pop("GITHUB_STEP_SUMMARY", None)
+    e.update(env or {})
     return subprocess.run([sys.executable, "-m", "pipeaudit", *map(str, args)], cwd=cwd, env=e,
                           capture_output=True, text=True, timeout=300)
 

@@ -22,6 +22,7 @@ pytest.importorskip("torch")
 
 from pipeaudit.harness import HarnessError, ModelConfig, ProfileConfig, run_profile  # noqa: E402
 from pipeaudit.harness.faults import ENV_VAR as FAULT_ENV  # noqa: E402
+from tests.support.child import repo_env
 from tests.support.paths import REPO
 from tests.support.cli import invoke
 from tests.support.kineto import inside, spans
@@ -363,8 +364,7 @@ def test_fault_sigkill(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------- end to end, torchrun
 def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = repo_env()
     env.pop(FAULT_ENV, None)
     return env
 

@@ -33,7 +33,7 @@ pytest.importorskip("torch")
 from pipeaudit.harness import HarnessError, ModelConfig, ProfileConfig, run_profile  # noqa: E402
 from pipeaudit.harness.faults import ENV_VAR as FAULT_ENV  # noqa: E402
 from pipeaudit.trace.cut import PARTIAL_KEY  # noqa: E402
-from tests.support.paths import REPO
+from tests.support.child import repo_env
 from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow
@@ -98,8 +98,7 @@ def test_sigkill_survivors_keep_finished_steps(tmp_path, monkeypatch):
 
 def test_hang_through_the_cli_keeps_every_rank_trace(tmp_path):
     out = tmp_path / "hang"
-    env = dict(os.environ, TMPDIR=str(tmp_path), **{FAULT_ENV: "1:2:hang"},
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = repo_env(TMPDIR=str(tmp_path), **{FAULT_ENV: "1:2:hang"})
     timeout = 15
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "pipeaudit", "profile", "--schedule", "1f1b",

@@ -4,7 +4,6 @@ Megatron-core runs (CPU, gloo), read with their annotations and without them."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -15,7 +14,7 @@ from pipeaudit.errors import ConfigError
 from pipeaudit.explain.link import manifest_link
 from pipeaudit.harness import ProfileConfig
 from tests.support.cli import invoke
-from tests.support.paths import REPO
+from tests.support.child import repo_env
 from tests.support.strip import strip_run
 
 
@@ -97,7 +96,7 @@ def test_a_run_leaves_nothing_in_the_temporary_folder(tmp_path):
     pytest.importorskip("megatron.core")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)}
+    env = repo_env(TMPDIR=str(tmp))
     proc = subprocess.run([sys.executable, "-m", "pipeaudit", "profile", "--framework", "megatron",
                            "-P", "2", "-M", "2", "--layers", "2", "--hidden", "32", "--seq-len",
                            "8", "--steps", "1", "--out", str(tmp_path / "mg")],

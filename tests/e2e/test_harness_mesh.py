@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import re
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import pytest
 pytest.importorskip("torch")
 
 from pipeaudit.harness import MeshLayout  # noqa: E402
+from tests.support.child import repo_env
 from tests.support.paths import REPO
 from tests.support.cli import invoke
 from tests.support.kineto import inside, load, spans
@@ -172,9 +172,7 @@ def test_slow_rank_does_factor_times_the_matmuls_of_its_peer(tmp_path):
 # -------------------------------------------------------------------- torchrun
 def test_torchrun_with_dp(tmp_path):
     out = tmp_path / "tr"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["TMPDIR"] = str(tmp_path)  # torchrun leaves its log folder (torchelastic_*) there
+    env = repo_env(TMPDIR=str(tmp_path))  # torchrun leaves its log folder (torchelastic_*) there
     from pipeaudit.harness.launcher import free_port
 
     res = subprocess.run(

@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pipeaudit.harness import ModelConfig, ProfileConfig  # noqa: E402
+from tests.support.child import repo_env
 from tests.support.paths import REPO
 from tests.support.cli import invoke
 from tests.support.kineto import inside, load, spans as xspans
@@ -139,16 +140,13 @@ def test_single_process_every_stage_on_one_gpu(tmp_path):  # pragma: no cover - 
 
 @pytest.mark.slow
 def test_single_process_under_torchrun(tmp_path):
-    import os
     import subprocess
     import sys
 
     from pipeaudit.harness.launcher import free_port
 
     repo = REPO
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["TMPDIR"] = str(tmp_path)  # torchrun leaves its log folder (torchelastic_*) there
+    env = repo_env(TMPDIR=str(tmp_path))  # torchrun leaves its log folder (torchelastic_*) there
     out = tmp_path / "tr"
     res = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",

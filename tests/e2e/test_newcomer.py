@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import invoke
+from tests.support.child import repo_env
 from tests.support.paths import DATA, REPO, SAMPLES
 
 PLAIN = DATA / "plain_loop"  # a real trace of a training loop without a pipeline
@@ -164,7 +164,7 @@ MISSING = [
 
 @pytest.mark.slow
 def test_missing_extras_in_a_fresh_install(core_python, tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = repo_env()
     env.pop("PYTHONHOME", None)
     ok = subprocess.run([str(core_python), "-m", "pipeaudit", "analyze", str(SAMPLES / "1f1b_p2_m4")],
                         capture_output=True, text=True, env=env, timeout=300)

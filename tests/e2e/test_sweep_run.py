@@ -7,7 +7,6 @@ points: 1f1b at M=1 < P is skipped, because torch's Schedule1F1B needs M >= P).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from pipeaudit.harness.config import ModelConfig
 from pipeaudit.harness.faults import ENV_VAR
 from pipeaudit.sweep import SweepConfig, load, run_sweep
 from pipeaudit.report.sweep_plots import PLOT_NAMES, matplotlib_available
-from tests.support.paths import REPO
+from tests.support.child import repo_env
 from tests.support.cli import invoke
 
 pytestmark = pytest.mark.slow
@@ -37,7 +36,7 @@ NOISE = 0.03
 def sweep_dir(tmp_path_factory):
     """One real sweep, end to end through the command line (a subprocess)."""
     out = tmp_path_factory.mktemp("sweep") / "s"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = repo_env()
     env.pop(ENV_VAR, None)
     proc = subprocess.run([sys.executable, "-m", "pipeaudit", "sweep", *GRID, *MODEL, "--out", str(out)],
                           capture_output=True, text=True, env=env, timeout=900)

@@ -9,9 +9,18 @@ import sys
 from tests.support.paths import REPO
 
 
+def repo_env(**extra: str) -> dict[str, str]:
+    """This process's environment with this checkout first on ``PYTHONPATH`` (what was there
+    kept after it), plus ``extra``."""
+    env = dict(os.environ)
+    old = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + old if old else str(REPO)
+    env.update(extra)
+    return env
+
+
 def run_python(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """``python -c CODE ARGS...`` in the repository, this checkout's ``pipeaudit`` first on
     the path; text output captured."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
-                          text=True, env=env, timeout=timeout)
+                          text=True, env=repo_env(), timeout=timeout)

@@ -13,7 +13,7 @@ from pipeaudit.errors import ConfigError
 from pipeaudit.harness import ModelConfig, ProfileConfig, parse_imbalance, stage_to_rank
 from pipeaudit.harness.catalog import SCHEDULE_NAMES, check_schedule, rank_stages
 from pipeaudit.harness.faults import Fault, parse_faults
-from tests.support.child import run_python
+from tests.support.child import repo_env, run_python
 from tests.support.paths import REPO
 
 
@@ -118,8 +118,9 @@ def test_harness_package_imports_without_torch_or_click():
 
 
 def test_torchrun_entry_requires_torchrun_env(tmp_path):
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    env["PYTHONPATH"] = str(REPO)
+    env = repo_env()
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
     res = subprocess.run([sys.executable, "-m", "pipeaudit.harness", "--out", str(tmp_path / "o")],
                          cwd=REPO, capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 2

@@ -23,7 +23,8 @@ import pytest
 import pipeaudit
 from pipeaudit.report.html import render_html, report_data
 from pipeaudit.report.step_view import median_step
-from tests.support.paths import REPO, SAMPLES
+from tests.support.child import repo_env
+from tests.support.paths import SAMPLES
 from tests.support.cli import invoke
 
 IMB = SAMPLES / "1f1b_p4_m8_imb_s1x3"
@@ -220,7 +221,7 @@ def test_analyze_html_cli(tmp_path):
 def test_analyze_html_end_to_end(tmp_path):
     """The installed entry point as a user runs it, in a subprocess."""
     out = tmp_path / "r.html"
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = repo_env()
     proc = subprocess.run([sys.executable, "-m", "pipeaudit", "analyze", str(IMB), "--html", str(out),
                            "--format", "markdown"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr

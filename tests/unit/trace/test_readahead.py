@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from pipeaudit.trace.columns import check_columns
 from pipeaudit.trace.decode import decode_file
 from pipeaudit.trace.load import map_ranks
 from tests.support.cli import invoke
+from tests.support.child import repo_env
 from tests.support.paths import REPO, SAMPLES, TORCH_CPU
 from tests.support.synth import simple_rank, x
 from tests.unit.trace.test_trace_batches import BAD, _files, _outcome, _same
@@ -180,7 +180,7 @@ def test_the_cli_reads_before_it_imports_polars(jobs: int) -> None:
     (they load while it reads): its start is the interpreter, click and the reader."""
     code = _FRESH.format(first="import pipeaudit.cli.main, pipeaudit.cli.analyze",
                          run=str(SAMPLES / "1f1b_p4_m8"), jobs=jobs)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = repo_env()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.child import repo_env
 from tests.support.paths import REPO
 
 SOURCE = REPO / "pipeaudit" / "trace" / "_kscan.c"
@@ -130,9 +131,9 @@ def run_sanitized(tmp_path: Path, source: Path, iterations: int) -> subprocess.C
     built = _build(tmp_path, source)
     if isinstance(built, str):
         pytest.skip(built)
-    env = dict(os.environ, LD_PRELOAD=runtime, PYTHONPATH=str(REPO),
-               ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    env = repo_env(LD_PRELOAD=runtime,
+                   ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1",
+                   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
     env.pop("PIPEAUDIT_NO_SCANNER", None)
     return subprocess.run([sys.executable, "-c", CHILD, str(built), str(REPO), str(iterations)],
                           capture_output=True, text=True, timeout=900, env=env)

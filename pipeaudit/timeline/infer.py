@@ -251,26 +251,45 @@ def _split_repeats(blocks: list[tuple[int, int]], codes: np.ndarray) -> list[tup
 
 
 def _grown(found: list[tuple[int, int]], unit: tuple, blocks: list[tuple[int, int]],
-           codes: np.ndarray) -> list[tuple[int, int]]:
+           codes: np.ndarray, busy: np.ndarray) -> list[tuple[int, int]]:
     """Each occurrence of ``unit`` grown over the ops of its block on either side that are
     ops of the unit too, up to the block's edge or the next occurrence: a chunk of more layers
     than another on the same rank runs the same ops more times, and all of them are its
-    forward (its last layers alone match the smaller chunk's signature)."""
+    forward (its last layers alone match the smaller chunk's signature). A side is grown only
+    where what it adds holds the unit's heaviest op (its layers' matmul): bookkeeping made of
+    the unit's cheap ops (a batch's ``select``, ``clone`` and ``detach`` before the first
+    forward of a step with no step mark) is no layer."""
     if not found:
         return found
     ops = set(unit)
+    heavy = _heaviest(found, codes, busy)
     starts = np.array([a for a, _ in blocks])
     out = []
     for n, (i, j) in enumerate(found):
         a, b = blocks[int(np.searchsorted(starts, i, side="right")) - 1]
         lo = max(a, found[n - 1][1] + 1) if n and found[n - 1][1] >= a else a
         hi = min(b, found[n + 1][0] - 1) if n + 1 < len(found) and found[n + 1][0] <= b else b
+        i0, j0 = i, j
         while i > lo and int(codes[i - 1]) in ops:
             i -= 1
         while j < hi and int(codes[j + 1]) in ops:
             j += 1
+        if not (codes[i:i0] == heavy).any():
+            i = i0
+        if not (codes[j0 + 1:j + 1] == heavy).any():
+            j = j0
         out.append((i, j))
     return out
+
+
+def _heaviest(found: list[tuple[int, int]], codes: np.ndarray, busy: np.ndarray) -> int:
+    """The op (code) that takes the most time in the occurrences ``found``, each op's time
+    taken as its least over them (a host descheduled in a cheap op lends it milliseconds in
+    one occurrence, never in all)."""
+    names = np.unique(np.concatenate([codes[i:j + 1] for i, j in found]))
+    times = np.stack([np.bincount(np.searchsorted(names, codes[i:j + 1]), weights=busy[i:j + 1],
+                                  minlength=names.size) for i, j in found])
+    return int(names[int(np.argmax(times.min(axis=0)))])
 
 
 #: The largest blocks whose pairwise common op sequences are forward candidates.
@@ -337,7 +356,7 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
     candidates |= _common_cores(largest[:COMMON_CORE_BLOCKS], codes)
     b_starts = sorted(b[0] for b in backward)
     for unit in candidates:
-        found = _grown(_occurrences(unit, blocks, codes), unit, blocks, codes)
+        found = _grown(_occurrences(unit, blocks, codes), unit, blocks, codes, busy)
         if len(found) == wanted and _each_before(found, b_starts):
             total = sum(work(b) for b in found)
             if best is None or total > best[0]:

@@ -124,3 +124,23 @@ def test_the_detach_before_a_send_is_the_sends_however_long_it_takes(tmp_path):
         fwd = acts.filter(pl.col("kind") == "F")
         assert fwd["compute_us"].to_list() == [50.0, 50.0], spans
         assert fwd["compute_end"].to_list() == [o.marks[f"F{mb}"][1] * 1000 for mb in (0, 1)], spans
+
+
+def test_a_steps_bookkeeping_made_of_the_forwards_cheap_ops_is_no_forward(tmp_path):
+    """No step marks: the second step's batch handling (ops the forward also runs, none of its
+    matmuls) runs straight into its first forward. A forward grows over more of its own ops
+    only where they hold its heaviest op (a chunk with more layers), so it starts where its own
+    ops do; before, it took the two ``aten::add`` in."""
+    o = Ops()
+    for step in (0, 1):
+        if step:
+            o.run(["aten::add", "aten::add"], "batch")
+        o.run(FWD, f"F0s{step}").run(["c10d::send"]).run(FWD, f"F1s{step}")
+        o.run(["c10d::send", "c10d::recv_"]).run(BWD).run(["c10d::send", "c10d::recv_"])
+        o.run(BWD).run(["c10d::send"])
+    path = write(tmp_path / "rank0.json", trace(o.events, rank=0, world_size=2))
+    acts = pipeaudit.load([str(path)], num_microbatches=2).actions().sort("start")
+    fwd = acts.filter(pl.col("kind") == "F")
+    assert fwd["compute_us"].to_list() == [50.0] * 4
+    assert fwd["compute_start"].to_list() == [o.marks[f"F{mb}s{step}"][0] * 1000
+                                              for step in (0, 1) for mb in (0, 1)]

@@ -4,7 +4,7 @@ Cell passes when, read without annotations: schedule, P, v, M, steps and layout 
 truth; no ``MISSING_ACTIONS``, ``DUPLICATED_ACTIONS`` or ``SCHEDULE_ORDER_VIOLATION``; each
 rank's bubble is within :data:`BUBBLE_TOL` of the twin's; each (rank, stage, kind)'s median
 per-action compute within :data:`COMPUTE_TOL` of the twin's; where the truth says so
-(:attr:`Truth.exact_ops`), every action holds exactly the twin's ops.
+(:attr:`Truth.other_ops_allowed`), only the actions it allows hold other ops than the twin's.
 
 Both readings read the same events, so an action given the same ops has the same compute to
 the nanosecond: :attr:`Verdict.other_ops` counts the actions that were not (a reading's
@@ -26,6 +26,8 @@ BUBBLE_TOL = 0.005
 COMPUTE_TOL = 0.05
 #: Compute equal within this (µs) is the same ops (the trace's timestamps have ns digits).
 SAME_OPS_US = 0.01
+#: Where a reading may give actions other ops than its twin (:attr:`Truth.other_ops_allowed`).
+NOWHERE, LAST_STAGE, FORWARDS = "nowhere", "the last stage", "forwards"
 #: Findings that say the reading got the actions wrong.
 READING_ERRORS = ("MISSING_ACTIONS", "DUPLICATED_ACTIONS", "SCHEDULE_ORDER_VIOLATION")
 
@@ -44,9 +46,9 @@ class Truth:
     ranks: tuple[int, ...]
     #: the pipeline positions read (None: every one)
     positions: tuple[int, ...] | None = None
-    #: every action must hold exactly the twin's ops (the readings whose boundaries are
-    #: known to match the definition op for op: torch's)
-    exact_ops: bool = False
+    #: which actions may hold other ops than the twin's: :data:`NOWHERE`, :data:`LAST_STAGE`,
+    #: :data:`FORWARDS` (the known differences of a framework's reading), None: not checked
+    other_ops_allowed: str | None = None
 
 
 @dataclass
@@ -94,20 +96,36 @@ def compare(truth: Truth, twin: AuditResult, twin_actions: pl.DataFrame,
     v.max_bubble_diff = max(diffs) if diffs else None
     rel = _compute_diffs(twin_actions, bare_actions, v.problems)
     v.max_compute_diff = max(rel) if rel else None
-    v.other_ops = other_ops(twin_actions, bare_actions)
-    if truth.exact_ops and v.other_ops[0]:
-        v.problems.append("{} of {} actions hold other ops than the twin's".format(*v.other_ops))
+    differ, total = other_ops(twin_actions, bare_actions)
+    v.other_ops = (differ.height, total)
+    if truth.other_ops_allowed is not None:
+        stray = _not_allowed(differ, truth.other_ops_allowed, truth.P * truth.v - 1)
+        if stray.height:
+            first = stray.sort("rank", "step", "stage", "microbatch").row(0, named=True)
+            where = "" if truth.other_ops_allowed == NOWHERE else f" outside {truth.other_ops_allowed}"
+            v.problems.append(
+                f"{stray.height} of {total} actions{where} hold other ops than the twin's "
+                f"(first: rank {first['rank']} step {first['step']} stage {first['stage']} "
+                f"{first['kind']}{first['microbatch']})")
     return v
 
 
-def other_ops(twin: pl.DataFrame, bare: pl.DataFrame) -> tuple[int, int]:
-    """(actions of both readings whose compute differs by more than :data:`SAME_OPS_US`,
-    actions of both readings), matched by rank, step, stage, kind and microbatch."""
+def other_ops(twin: pl.DataFrame, bare: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """(the actions of both readings whose compute differs by more than :data:`SAME_OPS_US`,
+    how many actions both readings have), matched by rank, step, stage, kind and microbatch."""
     key = ["rank", "step", "stage", "kind", "microbatch"]
     both = twin.select(*key, "compute_us").join(bare.select(*key, "compute_us"), on=key,
                                                 suffix="_bare")
     differ = both.filter((pl.col("compute_us_bare") - pl.col("compute_us")).abs() > SAME_OPS_US)
-    return differ.height, both.height
+    return differ, both.height
+
+
+def _not_allowed(differ: pl.DataFrame, allowed: str, last_stage: int) -> pl.DataFrame:
+    if allowed == LAST_STAGE:
+        return differ.filter(pl.col("stage") != last_stage)
+    if allowed == FORWARDS:
+        return differ.filter(pl.col("kind") != "F")
+    return differ
 
 
 def _check_shape(truth: Truth, bare: AuditResult, problems: list[str]) -> None:

@@ -17,14 +17,16 @@ from typing import Any, Callable, Iterable
 
 import pipeaudit
 from pipeaudit.conformance.cells import Cell
-from pipeaudit.conformance.compare import Truth, Verdict, compare
+from pipeaudit.conformance.compare import FORWARDS, LAST_STAGE, NOWHERE, Truth, Verdict, compare
 from pipeaudit.conformance.strip import ACTION_SPAN, PP_SPAN, rank_files, strip_run
 from pipeaudit.errors import PipeauditError
 
 
-#: Frameworks whose actions, read without annotations, hold exactly the twin's ops (the others
-#: move a few µs an action between readings: docs/conformance.md, "Latest full run").
-EXACT_OPS = ("torch",)
+#: Which actions of each framework, read without annotations, may hold other ops than the twin's
+#: (docs/conformance.md): torch's none; DeepSpeed's last stage (the loss's division by the
+#: accumulation steps, forward's read bare, ``BackwardPass``'s annotated); Megatron-core's
+#: forwards (its schedule's ``total_num_tokens += num_tokens`` after each ``forward_step``).
+OTHER_OPS_ALLOWED = {"torch": NOWHERE, "deepspeed": LAST_STAGE, "megatron": FORWARDS}
 #: Matches no span name: a copy of the traces as they are (their own annotations kept).
 NOTHING = re.compile(r"(?!)")
 
@@ -85,7 +87,7 @@ def read_cell(cell: Cell, run: Path, scratch: Path) -> Row:
     config = cell.config("x")
     positions = (config.layout.coords(cell.one_rank)["pp"],) if one else None
     truth = Truth(cell.schedule, cell.P, config.num_chunks, cell.M, 2, cell.dp, tuple(ranks),
-                  positions, exact_ops=stripped and cell.framework in EXACT_OPS)
+                  positions, other_ops_allowed=OTHER_OPS_ALLOWED[cell.framework] if stripped else None)
     verdict = compare(truth, twin, twin_run.actions(), bare, bare_run.actions())
     read_as = (f"{bare.schedule} P={bare.num_ranks} v={bare.num_chunks} "
                f"M={bare.num_microbatches} steps={bare.num_steps}")

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 import pipeaudit
-from pipeaudit.conformance.compare import BUBBLE_TOL, Truth, compare, same_order
+from pipeaudit.conformance.compare import (BUBBLE_TOL, FORWARDS, LAST_STAGE, NOWHERE, Truth,
+                                           compare, same_order)
 from tests.support.paths import SAMPLES
 
 RUN = SAMPLES / "1f1b_p2_m4"
@@ -29,7 +30,7 @@ def test_a_reading_equal_to_its_twin_passes(reading):
 
 
 def test_an_action_given_other_ops_is_counted_however_little_they_weigh(reading):
-    """One action of 16 with 2 µs more compute (a detach read as its own): within every
+    """One action with 2 µs more compute (a detach read as its own): within every
     tolerance, yet counted, as it would be on every run."""
     result, actions = reading
     truth = Truth("1f1b", 2, 1, 4, result.num_steps, 1, (0, 1))
@@ -39,8 +40,15 @@ def test_an_action_given_other_ops_is_counted_however_little_they_weigh(reading)
     verdict = compare(truth, result, actions, result, bare)
     assert verdict.ok, verdict.problems
     assert verdict.other_ops == (1, actions.height)
-    exact = compare(dataclasses.replace(truth, exact_ops=True), result, actions, result, bare)
-    assert exact.problems == [f"1 of {actions.height} actions hold other ops than the twin's"]
+    exact = compare(dataclasses.replace(truth, other_ops_allowed=NOWHERE), result, actions,
+                    result, bare)
+    assert exact.problems == [f"1 of {actions.height} actions hold other ops than the twin's "
+                              "(first: rank 0 step 0 stage 0 F0)"]
+    forwards = dataclasses.replace(truth, other_ops_allowed=FORWARDS)
+    assert compare(forwards, result, actions, result, bare).ok
+    last = dataclasses.replace(truth, other_ops_allowed=LAST_STAGE)
+    assert compare(last, result, actions, result, bare).problems[0].startswith(
+        f"1 of {actions.height} actions outside the last stage hold other ops")
 
 
 def test_each_kind_of_difference_is_named(reading):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pipeaudit.cli.output import check_writable, write_output
+from pipeaudit.cli.output import check_outputs, write_output
 from pipeaudit.cli.runopts import (
     WHATIF_FLAGS,
     load_options,
@@ -93,7 +93,7 @@ def command(paths, memory_cap, schedules, microbatches_list, global_batch, stage
     from pipeaudit.trace.options import parse_size
 
     options = load_options(run, flags=WHATIF_FLAGS)
-    check_writable(output, force=force)
+    check_outputs({"-o": output}, paths)
     cap = parse_size(memory_cap) if memory_cap is not None else None
     if verify_top and not out_dir:
         raise click.UsageError("--verify needs --out DIR for the reruns")
@@ -134,4 +134,4 @@ def command(paths, memory_cap, schedules, microbatches_list, global_batch, stage
                None if verify_top == "auto" else verify_top,
                on_start=lambda name: click.echo(f"rerunning {name} ...", err=True),
                repeats=repeats)
-    write_output(render("advise", advice, fmt, top=top), output, force=force)
+    write_output(render("advise", advice, fmt, top=top), output)

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from pipeaudit.cli.output import write_output
+from pipeaudit.cli.output import FORCE_HELP, write_output
 from pipeaudit.cli.runopts import load_options, load_run, run_options
 
 
@@ -24,7 +24,7 @@ from pipeaudit.cli.runopts import load_options, load_run, run_options
               help="Write the report to this file instead of stdout.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML report (charts, no network needed) to this file.")
-@click.option("--force", is_flag=True, help="Overwrite --output / --html if they exist.")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.option("-v", "--verbose", is_flag=True,
               help="Text report: add the theory and published-formula notes, the per-stage and "
                    "per-rank tables, every finding and the notes (the default fits a screen).")
@@ -36,15 +36,14 @@ def command(paths, fmt, output, html_path, force, verbose, with_hta, **run) -> N
     from pipeaudit import timings
     from pipeaudit.prestart import start_early
 
-    from pipeaudit.cli.output import check_writable
+    from pipeaudit.cli.output import check_outputs
 
     options = load_options(run)
     if with_hta:
         from pipeaudit.extras import require
 
         require("hta", "analyze --with-hta")
-    check_writable(output, force=force)  # before the (possibly long) analysis
-    check_writable(html_path, force=force)
+    check_outputs({"-o": output, "--html": html_path}, paths)  # before the (long) analysis
     # the worker pool's imports and the read of the first rank overlap ours
     start_early(paths, options.jobs, options.executor, options.max_memory, options.salvage)
     run = load_run(paths, options, needs_pipeline=False)  # per-rank figures stand without one
@@ -55,7 +54,7 @@ def command(paths, fmt, output, html_path, force, verbose, with_hta, **run) -> N
     if html_path:
         from pipeaudit.report.html import write_html
 
-        write_html(run.timeline, result, html_path, force=force, advice=_advice(run, result))
+        write_html(run.timeline, result, html_path, advice=_advice(run, result))
         click.echo(f"wrote {html_path}", err=True)
     hta = None
     if with_hta:
@@ -79,7 +78,7 @@ def command(paths, fmt, output, html_path, force, verbose, with_hta, **run) -> N
             table = render("hta", hta, "text")
             text += ("\n## HTA alongside\n\n" + "\n".join(md_fence(table.rstrip("\n"))) + "\n"
                      if fmt == "markdown" else "\n" + table)
-    write_output(text, output, force=force)
+    write_output(text, output)
     timings.mark("report")
     timings.report()
 

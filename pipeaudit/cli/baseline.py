@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pipeaudit.cli.output import check_writable, write_output
+from pipeaudit.cli.output import FORCE_HELP, check_outputs, write_output
 from pipeaudit.cli.runopts import load_options, load_run, run_options
 
 
@@ -12,7 +12,7 @@ from pipeaudit.cli.runopts import load_options, load_run, run_options
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the baseline to this file (default: stdout).")
-@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @run_options
 def command(paths, output, force, **run) -> None:
     """Store the audit of the run in PATHS (trace files, directories or globs) as a baseline.
@@ -23,9 +23,9 @@ def command(paths, output, force, **run) -> None:
     """
     from pipeaudit.gate.snapshot import baseline_json, load_snapshot
 
-    check_writable(output, force=force)
+    check_outputs({"-o": output}, paths)
     snap = load_snapshot(paths, options=load_options(run), load=load_run)
-    write_output(baseline_json(snap), output, force=force)
+    write_output(baseline_json(snap), output)
     s = snap.series
     n = len(s.steps) if s else 0
     if output:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pipeaudit.cli.output import check_writable, write_output
+from pipeaudit.cli.output import check_outputs, write_output
 from pipeaudit.report import render
 from pipeaudit.cli.runopts import (
     load_options,
@@ -30,14 +30,14 @@ def command(paths, fmt, step, top, width, pipeline, output, force, **run) -> Non
     from pipeaudit.explain import explain
 
     options = load_options(run)
-    check_writable(output, force=force)
+    check_outputs({"-o": output}, paths)
     run, note = one_pipeline(load_run(paths, options), pipeline)
     require_every_rank(run, "explain", "the critical path crosses them")
     result = explain(run.timeline)
     if note:
         result.notes.insert(0, note)
     if fmt == "json":
-        write_output(render("explain", result, "json"), output, force=force)
+        write_output(render("explain", result, "json"), output)
         return
     shown = result.median_step
     if step is not None:
@@ -51,4 +51,4 @@ def command(paths, fmt, step, top, width, pipeline, output, force, **run) -> Non
     tl_text = "\n".join([legend(run.timeline), critical_timeline(run.timeline, shown, width=width),
                          LEGEND]) if shown else ""
     write_output(render("explain", result, fmt, step=shown, timeline_text=tl_text, top=top),
-                 output, force=force)
+                 output)

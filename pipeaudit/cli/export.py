@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from pipeaudit.cli.output import FORCE_HELP
 from pipeaudit.cli.runopts import load_options, load_run, note_missing_ranks, run_options
 
 
@@ -17,21 +18,20 @@ from pipeaudit.cli.runopts import load_options, load_run, note_missing_ranks, ru
                    "under each stage, aligned at each step's start.")
 @click.option("--merge-original", is_flag=True,
               help="Also merge every rank's original trace events into the file (pids remapped per rank).")
-@click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 def command(paths, out, with_ideal, merge_original, force, **run) -> None:
     """Export PATHS (trace files, directories or globs of one run) as a Chrome trace for
     ui.perfetto.dev: one process per rank, one track per stage, bubble and replay-ideal
     tracks, send->recv flow arrows, memory and in-flight counters."""
-    from pipeaudit.cli.output import check_writable
+    from pipeaudit.cli.output import check_outputs
     from pipeaudit.report.perfetto import write_perfetto
 
     options = load_options(run)
-    check_writable(out, force=force)
+    check_outputs({"--perfetto": out}, paths)
     run = load_run(paths, options)
     note_missing_ranks(run, "export", "writes the ranks present; their bubble tracks lie in the "
                                       "window of the ranks present")
-    s = write_perfetto(run.timeline, out, with_ideal=with_ideal, merge_original=merge_original,
-                       force=force)
+    s = write_perfetto(run.timeline, out, with_ideal=with_ideal, merge_original=merge_original)
     parts = [f"{s.ranks} ranks", f"{s.slices} actions", f"{s.wait_slices} waits inside them",
              f"{s.flows} flows",
              f"{s.bubble_slices} bubble intervals", f"{s.counter_events} counter samples"]

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from pipeaudit.cli.output import check_writable, write_output
+from pipeaudit.cli.output import FORCE_HELP, check_outputs, write_output
 from pipeaudit.cli.runopts import load_options, load_run, run_options
 from pipeaudit.report import render
 from pipeaudit.report.run_facts import ranks_text
@@ -66,7 +66,7 @@ def _limit_options(f):
               default="text", show_default=True, help="Report format.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
-@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.option("--exit-zero", is_flag=True, help="Report only: exit 0 even on a regression.")
 @run_options
 @click.pass_context
@@ -86,7 +86,7 @@ def command(ctx, paths, baseline_path, allow_config_change, config_path, no_conf
     options = load_options(limits)  # what remains are the thresholds
     if no_config and config_path:
         raise ConfigError("--config and --no-config exclude each other")
-    check_writable(output, force=force)
+    check_outputs({"-o": output}, [*paths, baseline_path, config_path])
     th, th_file = load_thresholds(limits, config=config_path, search=not no_config)
     base = read_document(baseline_path, baseline_only=True) if baseline_path else None
     if base is None and not th.budgets():
@@ -99,7 +99,7 @@ def command(ctx, paths, baseline_path, allow_config_change, config_path, no_conf
     result = gate(run, base, th, allow_config_change=allow_config_change,
                   thresholds_file=th_file)
     write_output(render("gate", result, fmt, color=sys.stdout.isatty() and output is None),
-                 output, force=force)
+                 output)
     if fmt == "github":
         from pipeaudit.report.gate_github import append_step_summary
 

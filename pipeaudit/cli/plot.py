@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from pipeaudit.cli.output import FORCE_HELP
 from pipeaudit.cli.runopts import load_options, load_run, note_missing_ranks, run_options
 
 
@@ -19,13 +20,13 @@ from pipeaudit.cli.runopts import load_options, load_run, note_missing_ranks, ru
 @click.option("--step", type=int, default=None, help="Step for --kind timeline (default: the median step).")
 @click.option("--no-ideal", is_flag=True, help="Leave the replay ideal out of --kind timeline.")
 @click.option("--dpi", type=click.IntRange(50, 600), default=150, show_default=True, help="PNG resolution.")
-@click.option("--force", is_flag=True, help="Overwrite the output if it exists.")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 def command(paths, output, kind, step, no_ideal, dpi, force, **run) -> None:
     """Plot PATHS (trace files, directories or globs of one run) as a static image for papers
     and tickets."""
     import os
 
-    from pipeaudit.cli.output import check_writable
+    from pipeaudit.cli.output import check_outputs
     from pipeaudit.errors import ConfigError
     from pipeaudit.report.plots import FORMATS, save_plot
 
@@ -35,9 +36,9 @@ def command(paths, output, kind, step, no_ideal, dpi, force, **run) -> None:
 
     require("plot", "plot")
     options = load_options(run)
-    check_writable(output, force=force)
+    check_outputs({"-o": output}, paths)
     run = load_run(paths, options, needs_pipeline=kind != "memory")
     note_missing_ranks(run, "plot", "draws the ranks present, each bubble in its own window")
     opts = {"step": step, "ideal": not no_ideal} if kind == "timeline" else {}
-    save_plot(kind, run.timeline, run.audit(), output, force=force, dpi=dpi, **opts)
+    save_plot(kind, run.timeline, run.audit(), output, dpi=dpi, **opts)
     click.echo(f"wrote {output}", err=True)

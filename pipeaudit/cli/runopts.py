@@ -77,7 +77,9 @@ def replica_report_options(verb: str, *, flags: dict[str, str] | None = None):
     ``--pipeline`` (the replica to ``verb``), the run's flags (:func:`run_options`),
     ``-o/--output`` and ``--force``, in that order in ``--help``."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn = click.option("--force", is_flag=True, help="Overwrite --output if it exists.")(fn)
+        from pipeaudit.cli.output import force_option
+
+        fn = force_option(fn)
         fn = click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
                           help="Write the report to this file instead of stdout.")(fn)
         fn = run_options(fn, flags=flags)

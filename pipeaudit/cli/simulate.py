@@ -8,7 +8,7 @@ import click
 
 from pipeaudit.errors import ConfigError, ScheduleError
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, load_schedule_file, save_schedule_file
-from pipeaudit.cli.output import check_writable
+from pipeaudit.cli.output import FORCE_HELP, check_outputs
 from pipeaudit.outfiles import write_text_atomic
 from pipeaudit.report.replay_chrome import chrome_trace_events, write_chrome_trace
 from pipeaudit.schedules.simulation import (
@@ -86,8 +86,7 @@ def _names(text: str) -> list[str]:
               help="Write the schedule's per-rank orders (CSV, or JSON for *.json).")
 @click.option("--max-cells", type=click.IntRange(10, 100000), default=160, show_default=True,
               help="Widest timeline, in time cells.")
-@click.option("--force", is_flag=True,
-              help="Overwrite the --chrome-trace / --save-schedule files if they exist.")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 def command(schedule_name: str, num_ranks: int | None, num_microbatches: int | None,
             chunks: int | None, tf: float, tb: float, tw: float | None, comm: float,
             compare: str | None, sweep_mb: str | None, schedule_file: str | None,
@@ -100,9 +99,8 @@ def command(schedule_name: str, num_ranks: int | None, num_microbatches: int | N
 
     Durations are per rank and per microbatch; a rank with v chunks runs each for 1/v of them.
     """
-    check_writable(chrome_trace, force=force)
-    check_writable(save_schedule, force=force)
-    check_writable(save_block, force=force)
+    check_outputs({"--chrome-trace": chrome_trace, "--save-schedule": save_schedule,
+                   "--save-block": save_block}, [schedule_file, building_block])
     durations = Durations(tf, tb, tw, comm)
     if building_block is not None:
         if compare or sweep_mb or schedule_file:

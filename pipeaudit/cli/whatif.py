@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from pipeaudit.cli.output import check_writable, write_output
+from pipeaudit.cli.output import check_outputs, write_output
 from pipeaudit.report import render
 from pipeaudit.cli.runopts import (
     WHATIF_FLAGS,
@@ -37,7 +37,7 @@ def command(paths, scales, comm_latency, microbatches, schedule, chunks, fmt, pi
     from pipeaudit.explain import Changes, parse_scale, whatif
 
     options = load_options(run, flags=WHATIF_FLAGS)
-    check_writable(output, force=force)
+    check_outputs({"-o": output}, paths)
     changes = Changes(scale=tuple(parse_scale(s) for s in scales), comm_latency_us=comm_latency,
                       microbatches=microbatches, schedule=schedule, chunks=chunks)
     run, note = one_pipeline(load_run(paths, options), pipeline)
@@ -45,4 +45,4 @@ def command(paths, scales, comm_latency, microbatches, schedule, chunks, fmt, pi
     pred = whatif(run.timeline, changes, run.audit())
     if note:
         pred.notes.insert(0, note)
-    write_output(render("whatif", pred, fmt), output, force=force)
+    write_output(render("whatif", pred, fmt), output)

@@ -264,11 +264,10 @@ def render_html(tl: Timeline, result: AuditResult, *, title: str | None = None,
     return Template(_asset("report.html")).substitute(body)
 
 
-def write_html(tl: Timeline, result: AuditResult, path: str, *, force: bool = False,
-               title: str | None = None, advice=None) -> None:
-    """Render the report and write it to ``path`` (atomically; refuses to overwrite unless forced)."""
-    from pipeaudit.outfiles import refuse_overwrite, write_text_atomic
+def write_html(tl: Timeline, result: AuditResult, path: str, *, title: str | None = None,
+               advice=None) -> None:
+    """Render the report and write it to ``path`` (atomically, over an existing file)."""
+    from pipeaudit.outfiles import write_text_atomic
 
-    refuse_overwrite(path, force=force)
     write_text_atomic(path, render_html(tl, result, title=title, advice=advice),
                       what="the HTML report")

@@ -37,7 +37,7 @@ import msgspec
 import polars as pl
 
 from pipeaudit import __version__
-from pipeaudit.outfiles import atomic_path, refuse_overwrite
+from pipeaudit.outfiles import atomic_path
 from pipeaudit.report.action_parts import coarse, compute_parts, waiting_parts
 from pipeaudit.report.series import (
     bubble_intervals,
@@ -307,13 +307,12 @@ def _replica_events(tl: Timeline, *, origin_ns: int, with_ideal: bool, summary: 
 
 
 def write_perfetto(tl: Timeline, path: str, *, with_ideal: bool = False,
-                   merge_original: bool = False, force: bool = False) -> ExportSummary:
+                   merge_original: bool = False) -> ExportSummary:
     """Write the run's Chrome trace to ``path`` (gzip when it ends in ``.gz``), atomically.
 
     ``merge_original`` also streams every rank's original trace events into the file, one
     rank at a time (pids remapped so ranks do not collide; see :mod:`pipeaudit.report.merge`).
     """
-    refuse_overwrite(path, force=force)
     summary = ExportSummary(path=path)
     origin = run_origin(tl)
     if merge_original:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.errors import ConfigError
-from pipeaudit.outfiles import atomic_path, refuse_overwrite
+from pipeaudit.outfiles import atomic_path
 from pipeaudit.report import palette
 from pipeaudit.report.series import (
     device_label,
@@ -229,13 +229,12 @@ def make_figure(kind: str, tl: Timeline, result: AuditResult, **opts: Any) -> "F
     raise ConfigError(f"unknown plot kind {kind!r}; choose from {', '.join(KINDS)}")
 
 
-def save_plot(kind: str, tl: Timeline, result: AuditResult, path: str, *, force: bool = False,
+def save_plot(kind: str, tl: Timeline, result: AuditResult, path: str, *,
               dpi: int = 150, **opts: Any) -> None:
     """Write one plot to ``path``: PNG (Agg) or SVG, chosen by the file's extension."""
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
         raise ConfigError(f"{path}: the plot format comes from the extension; use .png or .svg")
-    refuse_overwrite(path, force=force)
     if not result.pipeline_found and kind != "memory":
         raise ConfigError("no pipeline actions were found in these traces: only --kind memory can be plotted")
     fig = make_figure(kind, tl, result, **opts)

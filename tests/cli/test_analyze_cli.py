@@ -67,11 +67,12 @@ def test_markdown_report():
     assert "| stage | rank |" in res.output and "```" in res.output
 
 
-def test_output_file_not_overwritten_without_force(tmp_path):
+def test_output_file_overwritten_as_cp_does(tmp_path):
     out = tmp_path / "r.json"
     assert run("analyze", SAMPLE, "--format", "json", "-o", out).exit_code == 0
-    again = run("analyze", SAMPLE, "--format", "json", "-o", out)
-    assert again.exit_code == 2 and "--force" in again.output
+    out.write_text("old")
+    assert run("analyze", SAMPLE, "--format", "json", "-o", out).exit_code == 0
+    assert out.read_text().startswith("{")
     assert run("analyze", SAMPLE, "--format", "json", "-o", out, "--force").exit_code == 0
 
 

@@ -115,11 +115,11 @@ def test_trace_without_pipeline_is_named(tmp_path):
         assert len(res.output.strip().splitlines()) == 1
 
 
-def test_output_file_not_overwritten(tmp_path):
+def test_output_file_overwritten(tmp_path):
     out = tmp_path / "r.json"
-    out.write_text("keep")
+    out.write_text("old")
     res = invoke("whatif", str(P2), "-o", str(out), "--format", "json")
-    assert res.exit_code == 2 and out.read_text() == "keep"
+    assert res.exit_code == 0 and out.read_text().startswith("{")
     res = invoke("explain", str(P2), "-o", str(out), "--force")
     assert res.exit_code == 0 and "Critical path" in out.read_text()
 

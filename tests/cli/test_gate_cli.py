@@ -63,12 +63,12 @@ def test_baseline_document(baseline):
     assert set(doc["series"]["stage_compute_us"]) == {"0", "1", "2", "3"}
 
 
-def test_baseline_refuses_to_overwrite(baseline):
-    before = baseline.read_bytes()
-    r = invoke("baseline", BASE_RUN, "-o", baseline)
-    assert r.exit_code == 2
-    assert r.stderr.strip().count("\n") == 0 and "--force" in r.stderr
-    assert baseline.read_bytes() == before
+def test_baseline_overwrites_its_output(baseline, workdir):
+    copy = workdir / "again.json"
+    copy.write_bytes(baseline.read_bytes())
+    r = invoke("baseline", BASE_RUN, "-o", copy)  # as cp does: a second run exits 0
+    assert r.exit_code == 0, r.output
+    assert json.loads(copy.read_text())["config"] == json.loads(baseline.read_text())["config"]
 
 
 def test_run_gated_against_itself_passes(baseline):
@@ -270,14 +270,15 @@ def test_mismatched_baseline_refused_unless_allowed(other_baseline, heavy_snapsh
     assert len(inflight) == 4 and all(c["verdict"] == "pass" for c in inflight)
 
 
-def test_output_file_not_overwritten_without_force(baseline, heavy_snapshot, workdir):
+def test_output_file_overwritten_but_never_an_input(baseline, heavy_snapshot, workdir):
     out = workdir / "report.txt"
-    out.write_text("keep me")
-    _one_line_error(invoke("gate", heavy_snapshot, "--baseline", baseline, "-o", out), "--force")
-    assert out.read_text() == "keep me"
-    assert invoke("gate", heavy_snapshot, "--baseline", baseline, "-o", out,
-                  "--force").exit_code == 1
+    out.write_text("old")
+    assert invoke("gate", heavy_snapshot, "--baseline", baseline, "-o", out).exit_code == 1
     assert "stage 1 got heavier" in out.read_text()
+    before = baseline.read_bytes()
+    _one_line_error(invoke("gate", heavy_snapshot, "--baseline", baseline, "-o", baseline),
+                    "is an input of this command")
+    assert baseline.read_bytes() == before
 
 
 def test_input_traces_untouched(baseline, tmp_path):

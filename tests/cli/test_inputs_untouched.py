@@ -120,33 +120,34 @@ def test_inputs_untouched_outputs_only_where_asked(workspace, cid, argv, outputs
         assert Path(a).exists(), a
 
 
-def test_existing_output_needs_force(workspace):
+def test_existing_output_is_overwritten_an_input_never(workspace):
     out = workspace["out"]
-    out.write_text("precious\n")
-    before = fingerprint(out)
+    out.write_text("old\n")
     res = invoke("analyze", str(workspace["run"]), "--format", "json", "-o", str(out))
-    assert res.exit_code == 2
-    assert res.stderr == f"pipeaudit: error: {out}: exists; pass --force to overwrite it\n"
-    assert fingerprint(out) == before  # not even touched
+    assert res.exit_code == 0 and out.read_text().startswith("{")  # as cp does
     assert sorted(p.name for p in out.parent.iterdir()) == ["report.out"]  # no temp file left
-    res = invoke("analyze", str(workspace["run"]), "--format", "json", "-o", str(out),
-                 "--force")
-    assert res.exit_code == 0 and out.read_text().startswith("{")
+    trace = workspace["run"] / "rank1.json.gz"  # found by scanning the directory
+    before = fingerprint(workspace["ins"])
+    res = invoke("analyze", str(workspace["run"]), "--format", "json", "-o", str(trace))
+    assert (res.exit_code, res.stdout) == (2, "")
+    assert res.stderr == (f"pipeaudit: error: {trace}: is an input of this command: name another "
+                          "file for -o (an input is never overwritten)\n")
+    assert fingerprint(workspace["ins"]) == before  # not even touched
 
 
-def test_existing_output_is_checked_before_the_analysis(workspace, monkeypatch):
-    """A refused -o costs nothing: the traces are not even read."""
+def test_refused_outputs_are_checked_before_the_analysis(workspace, monkeypatch):
+    """A refused output costs nothing: the traces are not even read."""
     import pipeaudit.api
 
     out = workspace["out"]
-    out.write_text("x")
 
     def boom(*a, **k):  # pragma: no cover - must not run
         raise AssertionError("traces read although the output was refused")
 
     monkeypatch.setattr(pipeaudit.api, "load", boom)
-    res = invoke("analyze", str(workspace["run"]), "-o", str(out))
-    assert res.exit_code == 2 and "--force" in res.stderr
+    res = invoke("analyze", str(workspace["run"]), "-o", str(out), "--html", str(out))
+    assert res.exit_code == 2 and "named for both -o and --html" in res.stderr
+    assert not out.exists()
 
 
 def test_unwritable_output_is_one_line(workspace):

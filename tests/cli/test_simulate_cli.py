@@ -125,13 +125,15 @@ def test_chrome_trace(tmp_path):
     assert all(set(e) <= allowed for e in events)
     first = min(slices, key=lambda e: (e["pid"], e["ts"]))
     assert (first["ts"], first["dur"]) == (0, 1000)
-    # an existing file is kept unless --force, and refused before anything runs
+    # two outputs of one path are refused before anything runs
     before = path.read_bytes()
-    res = run("--compare", "gpipe,1f1b", "-P", "2", "-M", "2", "--chrome-trace", str(path))
-    assert res.exit_code == 2 and "exists; pass --force" in res.output and res.stdout == ""
+    res = run("-P", "2", "-M", "2", "--chrome-trace", str(path), "--save-schedule", str(path))
+    assert (res.exit_code, res.stdout) == (2, "")
+    assert res.stderr == (f"pipeaudit: error: {path}: named for both --chrome-trace and "
+                          "--save-schedule; give each output its own file\n")
     assert path.read_bytes() == before
-    # compare writes all schedules, one process per (schedule, rank)
-    res = run("--compare", "gpipe,1f1b", "-P", "2", "-M", "2", "--chrome-trace", str(path), "--force")
+    # compare writes all schedules, one process per (schedule, rank), over the file
+    res = run("--compare", "gpipe,1f1b", "-P", "2", "-M", "2", "--chrome-trace", str(path))
     assert res.exit_code == 0
     pids = {e["pid"] for e in json.loads(path.read_text())["traceEvents"]}
     assert pids == {0, 1, 2, 3}

@@ -292,11 +292,10 @@ def test_cli_export_and_refusals(tmp_path):
     assert res.exit_code == 0, res.output
     assert "open it in ui.perfetto.dev" in res.output
     assert read_trace(out)["traceEvents"]
-    res = invoke("export", str(IMB), "--perfetto", str(out))
-    assert res.exit_code == 2 and "exists; pass --force" in res.output
-    assert "Traceback" not in res.output
-    res = invoke("export", str(IMB), "--perfetto", str(out), "--force", "--merge-original")
+    res = invoke("export", str(IMB), "--perfetto", str(out))  # overwritten, as cp does
     assert res.exit_code == 0, res.output
+    res = invoke("export", str(IMB), "--perfetto", str(out), "--force", "--merge-original")
+    assert res.exit_code == 0, res.output  # --force is still accepted
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     res = invoke("export", str(bad), "--perfetto", str(tmp_path / "x.json"))

@@ -210,10 +210,11 @@ def test_analyze_html_cli(tmp_path):
     assert res.exit_code == 0, res.output
     assert "Pipeline bubble" in res.output  # the usual report still goes to stdout
     assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
-    res = invoke("analyze", str(IMB), "--html", str(out))
-    assert res.exit_code == 2 and "exists; pass --force" in res.output
+    out.write_text("old")
+    res = invoke("analyze", str(IMB), "--html", str(out))  # overwritten, as cp does
+    assert res.exit_code == 0 and out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     res = invoke("analyze", str(IMB), "--html", str(out), "--force", "--format", "json")
-    assert res.exit_code == 0
+    assert res.exit_code == 0  # --force is still accepted
     json.loads(res.stdout)
 
 

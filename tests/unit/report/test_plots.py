@@ -99,8 +99,10 @@ def test_plot_cli(tmp_path):
     res = invoke("plot", str(IMB), "-o", str(out))
     assert res.exit_code == 0, res.output
     png_size(out)
-    res = invoke("plot", str(IMB), "-o", str(out))
-    assert res.exit_code == 2 and "exists; pass --force" in res.output
+    out.write_bytes(b"old")
+    res = invoke("plot", str(IMB), "-o", str(out))  # overwritten, as cp does
+    assert res.exit_code == 0, res.output
+    png_size(out)
     res = invoke("plot", str(IMB), "-o", str(tmp_path / "t.jpg"))
     assert res.exit_code == 2 and "use .png or .svg" in res.output
     res = invoke("plot", str(IMB), "-o", str(tmp_path / "m.png"), "--kind", "memory")

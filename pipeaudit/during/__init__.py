@@ -4,8 +4,8 @@ users already look (TensorBoard, W&B, MLflow).
 * :func:`pipeaudit.profiler.trace_handler` (:mod:`.handler`): a drop-in for
   ``torch.profiler.tensorboard_trace_handler`` that also audits each window in a low-priority
   subprocess (:mod:`.worker`) and writes ``audit.json`` (:mod:`.audit_window`);
-* :mod:`.windows`: finds the windows in a folder of traces as they land (``pipeaudit watch``,
-  :mod:`.watch`);
+* :mod:`pipeaudit.trace.windows`: finds the windows in a folder of traces as they land
+  (``pipeaudit watch``, :mod:`.watch`; every command reads them too);
 * :mod:`.scalars`: the numbers logged per window; :mod:`.sinks`: one module per backend.
 
 Nothing here imports torch at import time.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from pipeaudit.during.audit_window import WindowAudit, audit_window
-from pipeaudit.during.windows import Window, WindowFinder
+from pipeaudit.trace.windows import Window, WindowFinder
 
 
 @dataclass

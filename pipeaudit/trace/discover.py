@@ -103,10 +103,18 @@ def _traces_in(d: Path) -> tuple[list[Path], list[Path], bool]:
     return files, subdirs, bool(entries)
 
 
-def _scan_dir(d: Path) -> list[Path]:
+def is_iteration_dir(path: Path) -> bool:
+    """A directory named like one profiling cycle: ``iteration_10``, ``step_20``, ``epoch-3``."""
+    return _ITERATION_DIR.match(path.name) is not None
+
+
+def trace_dirs(d: Path) -> dict[Path, list[Path]]:
+    """The trace files under directory ``d``, by the directory that holds them: ``d`` alone when
+    it holds traces itself, else its subdirectories that do (see the module docstring).
+    Raises :class:`TraceError` for an empty directory and one with no trace below it."""
     files, subdirs, any_entry = _traces_in(d)
     if files:
-        return files
+        return {d: files}
     if not any_entry:
         raise TraceError(d, "empty directory", Kind.PATH)
     found: dict[Path, list[Path]] = {}
@@ -123,7 +131,12 @@ def _scan_dir(d: Path) -> list[Path]:
             d, "no trace files in this directory or below (looked for *.json and *.json.gz "
                "files holding a Chrome/Kineto trace)", Kind.PATH
         )
-    iteration_dirs = [p for p in found if _ITERATION_DIR.match(p.name)]
+    return found
+
+
+def _scan_dir(d: Path) -> list[Path]:
+    found = trace_dirs(d)
+    iteration_dirs = [p for p in found if is_iteration_dir(p)]
     if len(iteration_dirs) > 1:
         names = ", ".join(p.name for p in iteration_dirs[:6])
         more = f" and {len(iteration_dirs) - 6} more" if len(iteration_dirs) > 6 else ""

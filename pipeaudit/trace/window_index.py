@@ -1,4 +1,6 @@
-"""The handler's window index: which trace file each rank wrote for a profiled window.
+"""The window index of :func:`pipeaudit.profiler.trace_handler`: which trace file each rank
+wrote for a profiled window (written by the handler, read by window discovery,
+:mod:`pipeaudit.trace.windows`).
 
 The traces keep torch's own names (``{worker}.{ns}.pt.trace.json[.gz]`` in the handler's
 folder), so TensorBoard's profiler view reads them unchanged. Beside them, every rank writes

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from pipeaudit.during.index import read_entries, window_folder, write_entry
-from pipeaudit.during.traceinfo import read_info
-from pipeaudit.during.windows import WindowFinder
+from pipeaudit.trace.window_index import read_entries, window_folder, write_entry
+from pipeaudit.trace.traceinfo import read_info
+from pipeaudit.trace.windows import WindowFinder
 from tests.support.paths import SAMPLES
 
 RUN = SAMPLES / "1f1b_p4_m8"

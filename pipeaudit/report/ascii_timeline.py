@@ -9,7 +9,9 @@ Notation (docs/reading-the-report.md, docs/schedules.md):
   actions: ``2F3`` is stage 2's forward of microbatch 3;
 * ``=`` continues the action on its left, computing; ``-`` continues it waiting (a cell of
   its span with no compute in it: the recv or the send it waits on); ``.`` is a cell outside
-  every action.
+  every action;
+* an action too narrow for its label shows its kind, and its whole label stands on a line
+  under the rank's, in order (``render``); every microbatch number is on the page.
 
 Two layouts share the notation. :func:`render_cells` (``simulate``) gives each time unit a
 cell as wide as the longest label, so integer-time replays read exactly; :func:`render`
@@ -46,10 +48,13 @@ def action_label(kind: str, microbatch: int, stage: int | None = None) -> str:
 
 
 def legend(multi_stage: bool, waits: bool = False) -> str:
-    """How to read the labels and the cells (``waits``: the cells of :data:`WAIT` too)."""
+    """How to read the labels and the cells (``waits``: a timeline of measured times, whose
+    cells may wait (:data:`WAIT`) and whose short actions have their labels underneath)."""
     if waits:
         text = (f"F3 = forward of microbatch 3 (B backward, I input, W weight gradient); "
-                f"'{CONTINUE}' it computes, '{WAIT}' it waits, '{IDLE}' no action")
+                f"'{CONTINUE}' it computes, '{WAIT}' it waits, '{IDLE}' no action\n"
+                "an action too short for its label shows its kind; the whole label stands on the "
+                "line under the rank's")
     else:
         text = (f"F3 = forward of microbatch 3 (B backward, I input gradient, W weight gradient), "
                 f"'{CONTINUE}' continues it, '{IDLE}' no compute")
@@ -63,11 +68,15 @@ def legend(multi_stage: bool, waits: bool = False) -> str:
 
 def render(items: Sequence[Item], rows: Sequence[int], *, width: int = 96,
            t0: float | None = None, t1: float | None = None, unit: str = "ms",
-           scale: float = 1.0, row_name: str = "rank") -> str:
+           scale: float = 1.0, row_name: str = "rank", marks=None) -> str:
     """The timeline as text: one line per row plus a time axis, ``width`` one-character
     cells between ``t0`` and ``t1``. An item takes the cells its interval covers, the first
     ones showing its label, the rest ``=``, or ``-`` where the item says what computes and the
-    cell is mostly waiting; a cell shared by two items goes to the one covering more of it. ``scale`` converts item times to ``unit`` for the axis labels.
+    cell is mostly waiting; a cell shared by two items goes to the one covering more of it.
+    An item too narrow for its label shows its first letters, and the whole label stands on a
+    line under the row (:func:`label_lines`), as near its start as the labels before it allow.
+    ``marks(row, name_width)`` may add lines right under each row (``explain``'s critical path). ``scale``
+    converts item times to ``unit`` for the axis labels.
     """
     if not items:
         return "(no actions)"
@@ -80,10 +89,10 @@ def render(items: Sequence[Item], rows: Sequence[int], *, width: int = 96,
     for r in rows:
         cover = [0.0] * width
         chars = [IDLE] * width
+        cut: list[tuple[int, str]] = []
         for it in sorted((i for i in items if i.row == r), key=lambda i: i.start):
             c0 = max(0, int((it.start - lo) / cell))
             c1 = min(width, max(c0 + 1, int(round((it.end - lo) / cell))))
-            text = it.label if c1 - c0 >= len(it.label) else it.label[: c1 - c0]
             owned = []
             for c in range(c0, c1):
                 a, b = lo + c * cell, lo + (c + 1) * cell
@@ -91,14 +100,45 @@ def render(items: Sequence[Item], rows: Sequence[int], *, width: int = 96,
                 if share >= cover[c] or c1 - c0 == 1:
                     cover[c] = share
                     owned.append(c)
+            text = it.label if len(owned) >= len(it.label) else _kind_part(it.label)[: max(1, len(owned))]
+            if text != it.label:
+                cut.append((owned[0] if owned else c0, it.label))
             for j, c in enumerate(owned):
                 chars[c] = text[j] if j < len(text) else _fill(it, lo + c * cell, lo + (c + 1) * cell)
         lines.append(f"{row_name} {r}".ljust(name_w) + "|" + "".join(chars) + "|")
+        if marks is not None:
+            lines += marks(r, name_w)
+        lines += [" " * name_w + "|" + line.ljust(width) + "|" for line in label_lines(cut, width)]
     left = f"{0:.2f} {unit}"
     right = f"{span * scale:.2f} {unit}"
     axis = " " * name_w + "|" + left + " " * max(1, width - len(left) - len(right)) + right + "|"
     lines.append(axis)
     return "\n".join(lines)
+
+
+def _kind_part(label: str) -> str:
+    """``F`` of ``F12``, ``2F`` of ``2F3``: what a cell too narrow for the label shows."""
+    return label.rstrip("0123456789") or label
+
+
+def label_lines(labels: Sequence[tuple[int, str]], width: int) -> list[str]:
+    """Lines of ``(column, label)`` labels, in order: each label at its column or, where the
+    label before it is in the way, one space after that label; a label that would pass
+    ``width`` starts the next line."""
+    lines: list[str] = []
+    ends: list[int] = []
+    for col, label in labels:
+        for i, end in enumerate(ends):
+            at = max(col, end + 1)
+            if at + len(label) <= width:
+                break
+        else:
+            lines.append("")
+            ends.append(-1)
+            i, at = len(lines) - 1, max(0, min(col, width - len(label)))
+        lines[i] = lines[i].ljust(at) + label
+        ends[i] = at + len(label)
+    return lines
 
 
 def _fill(it: Item, a: float, b: float) -> str:

@@ -24,12 +24,10 @@ def critical_timeline(tl: Timeline, path: CriticalPath, width: int = 96) -> str:
         return "(no actions)"
     t0 = float(path.window_start_ns)
     t1 = t0 + path.step_time_us * 1000.0
-    text = render(items, rows, width=width, t0=t0, t1=t1, unit="ms", scale=1e-6).split("\n")
-    name_w = max(len(f"rank {r}") for r in rows) + 1
     cell = max(t1 - t0, 1e-12) / width
-    out = []
-    for line, r in zip(text, rows):
-        marks = [" "] * width
+
+    def marks(r: int, name_w: int) -> list[str]:
+        row = [" "] * width
         for it in path.items:
             if it.rank != r or it.end_us <= it.start_us:
                 continue
@@ -38,7 +36,7 @@ def critical_timeline(tl: Timeline, path: CriticalPath, width: int = 96) -> str:
             c0 = max(0, min(width - 1, int(a)))
             c1 = min(width, max(c0 + 1, int(round(b))))
             for c in range(c0, c1):
-                marks[c] = MARKS.get(it.what, ":")
-        out += [line, " " * name_w + "|" + "".join(marks) + "|"]
-    out += text[len(rows):]
-    return "\n".join(out)
+                row[c] = MARKS.get(it.what, ":")
+        return [" " * name_w + "|" + "".join(row) + "|"]
+
+    return render(items, rows, width=width, t0=t0, t1=t1, unit="ms", scale=1e-6, marks=marks)

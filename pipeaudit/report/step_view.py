@@ -66,7 +66,7 @@ def legend(tl: Timeline, waits: bool = False) -> str:
     return notation(_multi_stage(tl), waits=waits)
 
 
-def step_timeline_text(tl: Timeline, result: AuditResult, width: int = 96) -> tuple[int | None, str]:
+def step_timeline_text(tl: Timeline, result: AuditResult, width: int = 108) -> tuple[int | None, str]:
     """(step, ASCII timeline) of the median step."""
     k = median_step(result)
     if k is None:

@@ -8,12 +8,13 @@ from typing import TextIO
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from pipeaudit.audit.result import AuditResult
+from pipeaudit.report.fit import HANG, hanging, print_table, table
 from pipeaudit.report.formatting import finding_values, finding_where, inputs_line, mib, ms, pct
 from pipeaudit.report.published_text import NO_PUBLISHED, published_lines
-from pipeaudit.report.run_facts import (
+from pipeaudit.report.run_facts import (  # noqa: I001
+    m_text,
     PIPELINE_COLUMNS,
     bubble_title,
     fact_lines,
@@ -66,7 +67,7 @@ def render_terminal(result: AuditResult, out: TextIO, *, timeline_text: str = ""
     _findings(con, result, None if verbose else TOP_FINDINGS)
     if verbose:
         for n in result.notes:
-            con.print(f"note: {n}", markup=False, style="dim")
+            _say(con, f"note: {n}", style="dim")
     else:
         _more(con, result)
 
@@ -90,53 +91,53 @@ def _header(con: Console, r: AuditResult) -> None:
         return
     sched = r.schedule or "unknown"
     how = {"declared": "declared", "manifest": "from manifest", "detected": "detected from order",
-           "unknown": "not recognised"}[r.schedule_source]
-    con.print(f"schedule [bold]{sched}[/] ({how}); {escape(shape_text(r))}, M={r.num_microbatches} "
+           "unknown": "not recognised", "uncertain": "not read: see READING_UNCERTAIN"}[r.schedule_source]
+    con.print(f"schedule [bold]{sched}[/] ({how}); {escape(shape_text(r))}, M={m_text(r)} "
               f"microbatches, {r.num_steps} step(s), device {r.device_type}")
     for line in fact_lines(r):
-        con.print(line, markup=False, style="yellow" if line.startswith(("actions", "ranks")) else None)
+        con.print(hanging(line, width=con.width), markup=False,
+                  style="yellow" if line.startswith(("actions", "ranks", "UNCERTAIN")) else None)
 
 
 def _summary(con: Console, r: AuditResult, verbose: bool) -> None:
     b = r.bubble
-    t = Table(title=bubble_title(r), title_justify="left", show_header=True)
+    t = table(title=bubble_title(r))
     for c in ("measured", "theory", "formula", "replay ideal", "imbalance part", "overhead part",
               "median step"):
         t.add_column(c, justify="right")
     t.add_row(pct(b.measured), pct(b.theory), b.theory_formula or "-", pct(b.replay_ideal),
               pct(b.imbalance_part), pct(b.overhead_part), f"{ms(r.step_time_us)} ms")
-    con.print(t)
+    print_table(con, t)
     if not verbose:
         con.print("imbalance part = replay ideal - theory (uneven stages, F/B/W durations); "
                   "overhead part = measured - replay ideal", style="dim")
         return
-    con.print("imbalance part = replay ideal - theory (uneven stages, F/B/W durations); "
-              "overhead part = measured - replay ideal (communication, waits, host overhead)",
-              style="dim")
+    _say(con, "imbalance part = replay ideal - theory (uneven stages, F/B/W durations); "
+         "overhead part = measured - replay ideal (communication, waits, host overhead)", style="dim")
     if b.theory is not None:
-        con.print("theory = the per-step figure at the measured mean T_F, T_B, T_W (closed form, "
-                  "or a replay of the schedule's order where none holds)", style="dim")
+        _say(con, "theory = the per-step figure at the measured mean T_F, T_B, T_W (closed form, "
+             "or a replay of the schedule's order where none holds)", style="dim")
         for line in published_lines(b.published) or [NO_PUBLISHED]:
-            con.print(line, markup=False, highlight=False)
+            _say(con, line)
 
 
 def _pipelines(con: Console, r: AuditResult) -> None:
     if len(r.pipelines) < 2:
         return
-    t = Table(title="Pipeline replicas (the job's step is its slowest replica's)", title_justify="left")
+    t = table(title="Pipeline replicas (the job's step is its slowest replica's)")
     for c in PIPELINE_COLUMNS:
         t.add_column(c, justify="right")
     for row in pipeline_rows(r):
         t.add_row(*row)
-    con.print(t)
+    print_table(con, t)
     for line in job_lines(r):
-        con.print(line, markup=False)
+        _say(con, line)
 
 
 def _stages(con: Console, r: AuditResult) -> None:
-    t = Table(title="Stages (mean compute per action, ms; in-flight = peak microbatches held"
+    t = table(title="Stages (mean compute per action, ms; in-flight = peak microbatches held"
                     + ("; recvs over the whole trace: waiting for the sender vs transfer, ms"
-                       if _has_recvs(r) else "") + ")", title_justify="left")
+                       if _has_recvs(r) else "") + ")")
     replicas = len(r.pipelines) > 1
     recvs = _has_recvs(r)
     for c in (("pipe",) if replicas else ()) + ("stage", "rank", "F", "B", "I", "W", "F ms", "B ms",
@@ -150,7 +151,7 @@ def _stages(con: Console, r: AuditResult) -> None:
                   str(s.peak_inflight),
                   "-" if s.expected_peak_inflight is None else str(s.expected_peak_inflight),
                   *((ms(s.recv_wait_us), ms(s.recv_transfer_us)) if recvs else ()))
-    con.print(t)
+    print_table(con, t)
 
 
 def _has_recvs(r: AuditResult) -> bool:
@@ -159,8 +160,7 @@ def _has_recvs(r: AuditResult) -> bool:
 
 def _ranks(con: Console, r: AuditResult) -> None:
     if not r.pipeline_found:
-        t = Table(title="Ranks (whole trace; times in ms; busy = compute or communication running)",
-                  title_justify="left")
+        t = table(title="Ranks (whole trace; times in ms; busy = compute or communication running)")
         for c in ("rank", "device", "span", "busy", "idle", "comm", "exposed comm", "overlap",
                   "peak MiB"):
             t.add_column(c, justify="right")
@@ -168,10 +168,10 @@ def _ranks(con: Console, r: AuditResult) -> None:
             t.add_row(str(x.rank), x.device_type, ms(x.span_us), ms(x.busy_us), pct(x.idle_fraction),
                       ms(x.comm_us), ms(x.exposed_comm_us), pct(x.overlap),
                       mib(x.peak_allocated_bytes))
-        con.print(t)
+        print_table(con, t)
         return
-    t = Table(title="Ranks (times in ms; compute/window over audited steps, comm/idle over the "
-                    "whole trace)", title_justify="left")
+    t = table(title="Ranks (times in ms; compute/window over audited steps, comm/idle over the "
+                    "whole trace)")
     replicas = len(r.pipelines) > 1
     for c in ("rank",) + (("pipe",) if replicas else ()) + (
             "stages", "bubble", "replay", "idle", "compute", "window", "comm", "exposed",
@@ -183,7 +183,7 @@ def _ranks(con: Console, r: AuditResult) -> None:
                   pct(x.replay_bubble), pct(x.idle_fraction), ms(x.compute_us), ms(x.window_us),
                   ms(x.comm_us), ms(x.exposed_comm_us), pct(x.overlap),
                   mib(x.peak_allocated_bytes))
-    con.print(t)
+    print_table(con, t)
 
 
 def _top(findings: list, top: int) -> list:
@@ -205,4 +205,11 @@ def _findings(con: Console, r: AuditResult, top: int | None) -> None:
         vals = finding_values(f)
         con.print(f"[{_SEV_STYLE.get(f.severity, '')}]{f.severity.upper():7}[/] {f.code}"
                   f"{' ' + where if where else ''}{vals}")
-        con.print(f"        {f.message}", markup=False)
+        con.print(hanging(f.message, indent=8, hang=0, width=con.width), markup=False)
+
+
+def _say(con: Console, text: str, **kwargs) -> None:
+    """One line of prose, wrapped with a hanging indent at the console's width."""
+    lead = len(text) - len(text.lstrip(" "))
+    con.print(hanging(text.strip(), indent=lead, hang=HANG, width=con.width), markup=False,
+              highlight=False, **kwargs)

@@ -62,3 +62,50 @@ def test_an_unannotated_run_shows_its_waits():
     rows = _rows(out)
     assert len(rows) == 4 and all(WAIT in r for r in rows)
     assert sum(r.count(WAIT) for r in rows) > 20
+
+
+def _labels_per_rank(text: str) -> dict[int, list[str]]:
+    """Per rank, the labels on its row and on the label lines under it."""
+    out: dict[int, list[str]] = {}
+    rank = None
+    for line in text.splitlines():
+        m = re.match(r"^rank (\d+) +\|(.*)\|$", line)
+        if m:
+            rank = int(m.group(1))
+            out[rank] = re.findall(r"\d*[FBIW]\d+", m.group(2))
+        elif rank is not None and re.match(r"^ +\|[^0-9]*[FBIW]\d", line):
+            out[rank] += re.findall(r"\d*[FBIW]\d+", line)
+        elif not line.startswith(" "):
+            rank = None
+    return out
+
+
+def test_every_microbatch_number_is_on_the_page():
+    """The bundled imbalanced run: stage 1's actions leave short ones on the other ranks
+    (F0 F1 F2 one cell each on rank 0). Each rank shows each of its 16 actions' labels once:
+    on its row, or on the line under it."""
+    out = invoke("analyze", str(SAMPLES / "1f1b_p4_m8_imb_s1x3")).output
+    labels = _labels_per_rank(out)
+    expected = sorted(f"{k}{m}" for k in "FB" for m in range(8))
+    assert sorted(labels) == [0, 1, 2, 3]
+    for rank, found in labels.items():
+        assert sorted(found) == expected, (rank, found)
+    assert re.search(r"^rank 0 +\|FFF", out, re.M)  # the short ones do show their kind
+
+
+def test_label_lines_keep_order_and_room():
+    """Labels go at their column, else one space after the label before; a label that
+    would pass the width starts a new line."""
+    from pipeaudit.report.ascii_timeline import label_lines
+
+    assert label_lines([(0, "F0"), (1, "F1"), (2, "F2"), (20, "B3")], 30) == [
+        "F0 F1 F2            B3"]
+    assert label_lines([(6, "F10"), (7, "F11")], 10) == ["      F10", "       F11"]
+    assert label_lines([], 10) == []
+
+
+def test_explain_legend_names_every_cell():
+    """explain's timeline draws waits ('-') and labels under the rank: its legend says so."""
+    out = invoke("explain", str(SAMPLES / "1f1b_p4_m8_imb_s1x3")).output
+    assert legend(False, waits=True) in out
+    assert WAIT in "".join(_rows(out))

@@ -72,6 +72,20 @@ class Run:
         """Per-step window, step time, bubble and replay ideal."""
         return pl.DataFrame([asdict(s) for s in self._audit.steps])
 
+    def per_step(self) -> pl.DataFrame:
+        """One row per audited step: step time, pipeline bubble, exposed communication and
+        stage imbalance, then each rank's bubble (``rank{r}_bubble``) and each stage's compute
+        (``stage{s}_compute_us``): the audit's ``per_step`` series, what the gate compares."""
+        s = self._audit.per_step
+        if s is None:
+            return pl.DataFrame()
+        cols: dict[str, list] = {"step": s.steps, "step_time_us": s.step_time_us,
+                                 "bubble": s.bubble, "exposed_comm": s.exposed_comm,
+                                 "imbalance": s.imbalance}
+        cols.update({f"rank{r}_bubble": v for r, v in sorted(s.rank_bubble.items())})
+        cols.update({f"stage{st}_compute_us": s.stage_total_us(st) for st in sorted(s.stage_compute_us)})
+        return pl.DataFrame(cols)
+
     def pipelines(self) -> pl.DataFrame:
         """One row per pipeline replica: ranks, bubble, replay ideal, median step time, slowest
         stage (one row for a single pipeline)."""

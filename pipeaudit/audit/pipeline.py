@@ -13,7 +13,6 @@ rank and is not run, and the schedule is checked on the positions present.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +21,10 @@ import numpy as np
 from pipeaudit.actions import Action
 from pipeaudit.audit.breakdown import RankComm, StepShare
 from pipeaudit.audit.replay_ideal import ReplayGroup, replay_ideals
-from pipeaudit.audit.result import BubbleSummary, RankMetrics, StageMetrics, StepMetrics
+from pipeaudit.audit.per_step import replica_series
+from pipeaudit.audit.result import (
+    BubbleSummary, RankMetrics, StageMetrics, StepMetrics, StepSeries,
+)
 from pipeaudit.audit.schedule_fit import choose_schedule, closed_form_theory, published_of
 from pipeaudit.audit.shared_device import serial_replay, shared_device_theory
 from pipeaudit.audit.windows import computes_by_rank, mean, windows_and_bubbles
@@ -66,6 +68,7 @@ class PipelineAudit:
     complete: bool
     sparse: bool
     notes: list[str] = field(default_factory=list)
+    per_step: StepSeries | None = None  #: the replica's per-step series
 
     @property
     def missing_positions(self) -> list[int]:
@@ -163,16 +166,21 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
     scope = STEP_WINDOW if complete else OWN_WINDOW
     tp = tl.layout is not None and tl.layout.tp > 1
     facts = tl.recv_facts()
+    shares = {rt.rank: step_shares(rt, audited_steps, computes, windows, tp=tp,
+                                   waiting=facts[rt.rank].waiting) for rt in tl.ranks}
     ranks = [_rank_metrics(rt, audited_steps, bubbles, computes, windows, replays, index, scope,
-                           replica, tp=tp, stages=arr.rank_stages(i), recv=facts[rt.rank])
+                           replica, tp=tp, stages=arr.rank_stages(i), recv=facts[rt.rank],
+                           shares=shares[rt.rank])
              for i, rt in enumerate(tl.ranks)]
     measured = mean(r.bubble for r in ranks if r.bubble is not None)
     ideal = mean(rp.bubble for rp in replays.values()) if replays else None
     expected_inflight = peak_inflight_of_orders(sched.orders, sched.placement) if sched else None
-    stages = _stage_metrics(rep_tl, placement, audited_steps, expected_inflight, th, replica)
+    peaks = stage_peaks_by_step(rep_tl, audited_steps)
+    stages = _stage_metrics(rep_tl, placement, peaks, expected_inflight, th, replica)
     profiler_steps = _profiler_steps(tl)
     step_rows = [_step_row(k, profiler_steps.get(k), windows.get(k), bubbles[k], computes[k],
                            replays.get(k)) for k in audited_steps]
+    series = replica_series(tl, rep_tl, step_rows, bubbles, shares, peaks)
     th_bubble = th.bubble if th else None
     summary = BubbleSummary(
         measured=measured, theory=th_bubble, theory_formula=th.formula if th else None,
@@ -184,7 +192,7 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
     )
     return PipelineAudit(replica, tl, positions, representatives, P, S, M, v, ranks, stages,
                          step_rows, windows, summary, name, source, detected, sched, th, replays,
-                         kind_means, complete, sparse, notes)
+                         kind_means, complete, sparse, notes, series)
 
 
 def _subset(tl: Timeline, ranks: list[int]) -> Timeline:
@@ -266,11 +274,11 @@ def _replay_step(tl: Timeline, k: int, representatives: list[int], place: list[i
     return replay(orders, place, lambda rank, act: durations[(rank, act)], 0.0, pairs=pairs)
 
 
-def _breakdown(rt: RankTimeline, steps: list[int], computes, windows, *, tp: bool,
-               waiting: iv.Intervals | None = None) -> dict | None:
-    """Mean per step of the rank's step split (:mod:`pipeaudit.audit.breakdown`);
-    ``waiting``: the rank's recv waiting (:func:`waiting_intervals`)."""
-    total, n = StepShare(), 0
+def step_shares(rt: RankTimeline, steps: list[int], computes, windows, *, tp: bool,
+                waiting: iv.Intervals | None = None) -> dict[int, StepShare]:
+    """Step -> the rank's split of that step (:mod:`pipeaudit.audit.breakdown`), for the steps
+    in which it computes; ``waiting``: the rank's recv waiting (:func:`waiting_intervals`)."""
+    out: dict[int, StepShare] = {}
     comm = RankComm(rt, tp=tp, waiting=waiting)
     for i, k in enumerate(steps):
         c = computes.get(k, {}).get(rt.rank)
@@ -283,9 +291,16 @@ def _breakdown(rt: RankTimeline, steps: list[int], computes, windows, *, tp: boo
             nw = windows.get(nxt)
             nc = computes.get(nxt, {}).get(rt.rank)
             nxt_start = nw[0] if nw else (int(nc[0][0]) if nc is not None and nc[0].size else None)
-        total.add(comm.share(c, w, nxt_start))
-        n += 1
-    return total.per_step(n) if n else None
+        out[k] = comm.share(c, w, nxt_start)
+    return out
+
+
+def _breakdown(shares: dict[int, StepShare]) -> dict | None:
+    """Mean per step of the rank's step split."""
+    total = StepShare()
+    for share in shares.values():
+        total.add(share)
+    return total.per_step(len(shares)) if shares else None
 
 
 def waiting_intervals(rt: RankTimeline) -> iv.Intervals | None:
@@ -296,7 +311,9 @@ def waiting_intervals(rt: RankTimeline) -> iv.Intervals | None:
 def _rank_metrics(rt: RankTimeline, steps: list[int], bubbles, computes, windows, replays,
                   index: dict[int, int | None], scope: str, replica: int | None,
                   tp: bool = False, stages: list[int] | None = None,
-                  recv: RecvFacts | None = None) -> RankMetrics:
+                  recv: RecvFacts | None = None,
+                  shares: dict[int, StepShare] | None = None) -> RankMetrics:
+    """The rank's figures; ``shares``: its :func:`step_shares` (computed when not given)."""
     by_step = [bubbles[k][rt.rank] for k in steps if rt.rank in bubbles.get(k, {})]
     totals = rt.totals
     comm, exposed, span, busy = totals.comm_ns, totals.exposed_comm_ns, totals.span_ns, totals.busy_ns
@@ -322,33 +339,21 @@ def _rank_metrics(rt: RankTimeline, steps: list[int], bubbles, computes, windows
         peak_allocated_bytes=max(rt.memory_peak.values()) if rt.memory_peak else None,
         device_type=rt.device_type, path=rt.path, pipeline=replica, position=pos,
         bubble_scope=scope if by_step else None,
-        breakdown=_breakdown(rt, steps, computes, windows, tp=tp, waiting=recv.waiting)
-        if by_step else None,
+        breakdown=_breakdown(shares if shares is not None else step_shares(
+            rt, steps, computes, windows, tp=tp, waiting=recv.waiting)) if by_step else None,
         recv_wait_us=recv.wait_us, recv_transfer_us=recv.transfer_us, recvs_matched=recv.matched,
         recvs=recv.count,
     )
 
 
-def inflight_peaks(order: list[Action]) -> dict[int, int]:
-    """Peak microbatches in flight per stage (F done, its B or I not yet) along one order."""
-    live: Counter = Counter()
-    peak: dict[int, int] = defaultdict(int)
-    for a in order:
-        if a.kind == "F":
-            live[a.stage] += 1
-            peak[a.stage] = max(peak[a.stage], live[a.stage])
-        elif a.frees_activations:
-            live[a.stage] -= 1
-    return peak
-
-
-def stage_peaks(tl: Timeline, steps: list[int]) -> dict[int, int]:
-    """Per stage, the most microbatches in flight along any rank's order of any step in
-    ``steps`` (:func:`inflight_peaks` of every order, at once)."""
+def stage_peaks_by_step(tl: Timeline, steps: list[int]) -> dict[int, dict[int, int]]:
+    """Step -> stage -> the most microbatches in flight (F done, its B or I not yet) along
+    any rank's order of that step: every order counted at once."""
     a = tl.action_arrays()
     sel = np.flatnonzero(np.isin(a.step, np.asarray(steps, dtype=np.int64)))
+    out: dict[int, dict[int, int]] = {int(k): {} for k in steps}
     if sel.size == 0:
-        return {}
+        return out
     ri, k, st, kind = a.rank_index[sel], a.step[sel], a.stage[sel], a.kind[sel]
     order = np.lexsort((np.arange(sel.size), st, k, ri))  # each (rank, step, stage) in order
     ri, k, st, kind = ri[order], k[order], st[order], kind[order]
@@ -358,17 +363,26 @@ def stage_peaks(tl: Timeline, steps: list[int]) -> dict[int, int]:
     new[1:] = (ri[1:] != ri[:-1]) | (k[1:] != k[:-1]) | (st[1:] != st[:-1])
     base = (run - delta)[new]  # the running count before each group
     live = run - np.repeat(base, np.diff(np.append(np.flatnonzero(new), sel.size)))
-    peaks: dict[int, int] = {}
     is_f = kind == F_CODE
-    for s in np.unique(st[is_f]).tolist():
-        peaks[int(s)] = max(0, int(live[is_f & (st == s)].max()))
-    return peaks
+    fk, fs, fl = k[is_f], st[is_f], live[is_f]
+    if fk.size == 0:
+        return out
+    o = np.lexsort((fs, fk))
+    fk, fs, fl = fk[o], fs[o], fl[o]
+    first = np.concatenate([[0], np.flatnonzero((fk[1:] != fk[:-1]) | (fs[1:] != fs[:-1])) + 1])
+    for i, peak in zip(first.tolist(), np.maximum.reduceat(fl, first).tolist()):
+        out[int(fk[i])][int(fs[i])] = max(0, int(peak))
+    return out
 
 
-def _stage_metrics(tl: Timeline, placement, steps, expected_inflight, th, replica) -> list[StageMetrics]:
+def _stage_metrics(tl: Timeline, placement, peaks_by_step: dict[int, dict[int, int]],
+                   expected_inflight, th, replica) -> list[StageMetrics]:
     arr = tl.action_arrays()
     facts = tl.recv_facts()
-    peaks = stage_peaks(tl, steps)
+    peaks: dict[int, int] = {}
+    for by_stage in peaks_by_step.values():
+        for s, n in by_stage.items():
+            peaks[s] = max(peaks.get(s, 0), n)
     out = []
     for s, r in placement.items():
         on = arr.stage == s

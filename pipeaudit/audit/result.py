@@ -2,7 +2,9 @@
 
 Times are microseconds (floats) in the result; fractions are in [0, 1].
 ``to_dict()`` gives the JSON document (``schema_version`` 1) that the CLI
-prints with ``--format json`` and that baselines store.
+prints with ``--format json`` and that baselines store. ``per_step`` holds the
+per-step values of the gated metrics (:class:`StepSeries`), measured once by the
+audit and read by the gate, ``diff``, ``watch``, the training handler and the API.
 """
 
 from __future__ import annotations
@@ -102,6 +104,41 @@ class StepMetrics:
 
 
 @dataclass
+class StepSeries:
+    """Per-step values of the audited metrics, one entry per audited step, in step order
+    (the gate compares their medians and judges noise from their spread).
+
+    - ``step_time_us``: |W_k|; ``bubble``: the pipeline bubble of step k (mean over ranks),
+      ``rank_bubble`` per rank (as ``RankMetrics.bubble_by_step``);
+    - ``exposed_comm``: per rank, the step's exposed communication (point-to-point transfer
+      and data-parallel collectives that no compute hides, recv waiting left out: that is
+      bubble) as a share of the step's span (``RankMetrics.breakdown``); the pipeline value is
+      the mean over ranks;
+    - ``stage_compute_us``: per stage and kind, the compute of its actions in step k;
+    - ``imbalance``: max stage compute / median stage compute in step k;
+    - ``stage_peak_inflight``: per stage, peak (F done - B or I done) in step k's order;
+    - ``rank_peak_memory``: per rank with ``[memory]`` samples, the max ``Total Allocated``
+      between the start of W_k and the start of W_{k+1} (samples before W_0 count for step 0).
+    """
+
+    steps: list[int]
+    step_time_us: list[float]
+    bubble: list[float]
+    exposed_comm: list[float]
+    imbalance: list[float]
+    rank_bubble: dict[int, list[float]]
+    rank_exposed_comm: dict[int, list[float]]
+    stage_compute_us: dict[int, dict[str, list[float]]]
+    stage_peak_inflight: dict[int, list[int]]
+    rank_peak_memory: dict[int, list[int | None]] = field(default_factory=dict)
+
+    def stage_total_us(self, stage: int) -> list[float]:
+        """Per step, a stage's compute over all kinds."""
+        by_kind = self.stage_compute_us[stage]
+        return [sum(v) for v in zip(*by_kind.values())] if by_kind else []
+
+
+@dataclass
 class BubbleSummary:
     """Pipeline bubble: measured vs closed-form theory vs replay of the observed order."""
 
@@ -178,6 +215,8 @@ class AuditResult:
     job: dict[str, Any] | None = None
     #: host clock offsets applied from matched send/recv pairs (timeline.p2p.ClockCorrection)
     clock: dict[str, Any] | None = None
+    #: per-step values of the audited metrics (None: no pipeline step)
+    per_step: StepSeries | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document of this result."""

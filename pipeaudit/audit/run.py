@@ -14,6 +14,7 @@ from statistics import median
 from pipeaudit.audit import findings as F
 from pipeaudit.audit.completeness import completeness_findings
 from pipeaudit.audit.job import combine_replicas, replica_findings
+from pipeaudit.audit.per_step import combine_series
 from pipeaudit.audit.pipeline import PipelineAudit, audit_pipeline
 from pipeaudit.audit.result import AuditResult, BubbleSummary, Finding
 from pipeaudit.audit.summary import device_of, inference_coverage, summary_of
@@ -56,9 +57,12 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
 
     if len(pipes) == 1:
         result = _single(pipes[0], tl, layout, notes)
+        result.per_step = pipes[0].per_step
     else:
         result = combine_replicas(pipes, tl, layout, notes)
         findings += replica_findings(pipes, result)
+        parts = [pa.per_step for pa in pipes if pa.per_step is not None]
+        result.per_step = combine_series(parts) if parts else None
     findings += _job_findings(result, pipes)
     findings += [F.truncated_trace(rep) for rep in tl.salvage]
     findings += _missing_ranks(layout, present)

@@ -57,7 +57,6 @@ def audit_window(files: Sequence[str | os.PathLike], *, label: str, step: int | 
     run = load([str(f) for f in files], allow_missing=bool(missing))
     result = run.audit()
     doc: dict[str, Any]
-    series = None
     try:
         snap = snapshot_from_run(run, source=label)
     except Exception as exc:  # no pipeline actions: still an audit, no series or gate
@@ -67,9 +66,7 @@ def audit_window(files: Sequence[str | os.PathLike], *, label: str, step: int | 
                "audit": result.to_dict()}
     else:
         doc = msgspec.json.decode(baseline_json(snap))
-        series = doc.get("series")
-    audit = doc["audit"]
-    scalars = scalars_of(audit, series)
+    scalars = scalars_of(doc["audit"])
     doc["window"] = {"label": label, "step": step, "files": [str(f) for f in files],
                      "world_size": world_size, "ranks_present": result.ranks_present,
                      "ranks_missing": list(missing), "waited_s": waited_s}

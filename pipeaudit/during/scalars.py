@@ -1,11 +1,12 @@
 """The numbers logged for each window, named as they appear in TensorBoard, W&B and MLflow.
 
-From the audit (what ``pipeaudit analyze`` reports): ``bubble`` (measured), ``theory``,
-``replay_ideal`` (fractions of the step) and ``step_time_ms`` (median over the window's
-steps). From the gate's per-step series (what ``pipeaudit baseline`` stores and ``gate`` holds
-to a baseline), each the median over the window's steps: ``exposed_comm`` (fraction of the
-step), ``stage_imbalance`` (max/median stage compute) and ``stage{s}/compute_ms`` (compute per
-step of stage s). A value the run cannot give (no theory for an unknown schedule) is left out.
+All come from the window's audit (what ``pipeaudit analyze --format json`` reports):
+``bubble`` (measured), ``theory``, ``replay_ideal`` (fractions of the step) and
+``step_time_ms`` (median over the window's steps); from its per-step series (``per_step``,
+what ``gate`` holds to a baseline), each the median over the window's steps:
+``exposed_comm`` (fraction of the step), ``stage_imbalance`` (max/median stage compute) and
+``stage{s}/compute_ms`` (compute per step of stage s). A value the run cannot give (no theory
+for an unknown schedule) is left out.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from statistics import median
 PREFIX = "pipeaudit/"
 
 
-def scalars_of(audit: dict, series: dict | None) -> dict[str, float]:
-    """The window's scalars from its analyze document and its step series (plain dicts)."""
+def scalars_of(audit: dict) -> dict[str, float]:
+    """The window's scalars from its analyze document (a plain dict)."""
+    series = audit.get("per_step")
     out: dict[str, float] = {}
     bubble = audit.get("bubble") or {}
     for name, key in (("bubble", "measured"), ("theory", "theory"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pipeaudit.gate.compare import gate
 from pipeaudit.gate.model import Check, GateResult
 from pipeaudit.gate.diff import RunDiff, diff_runs
-from pipeaudit.gate.series import StepSeries, step_series
+from pipeaudit.audit.result import StepSeries
 from pipeaudit.gate.snapshot import (
     RunConfig, Snapshot, baseline_json, load_snapshot, read_document, snapshot_from_run,
 )
@@ -20,5 +20,5 @@ from pipeaudit.gate.thresholds import Thresholds, load_thresholds
 __all__ = [
     "Check", "GateResult", "RunConfig", "RunDiff", "Snapshot", "StepSeries", "Thresholds",
     "baseline_json", "diff_runs", "gate", "load_snapshot", "load_thresholds", "read_document",
-    "snapshot_from_run", "step_series",
+    "snapshot_from_run",
 ]

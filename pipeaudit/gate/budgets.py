@@ -5,7 +5,7 @@ from __future__ import annotations
 from pipeaudit.gate import stats
 from pipeaudit.values import fmt_value
 from pipeaudit.gate.model import Check
-from pipeaudit.gate.series import StepSeries
+from pipeaudit.audit.result import StepSeries
 from pipeaudit.gate.snapshot import Snapshot
 from pipeaudit.gate.thresholds import Thresholds
 

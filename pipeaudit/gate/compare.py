@@ -20,7 +20,7 @@ from pipeaudit.gate import stats
 from pipeaudit.gate.budgets import budget_checks
 from pipeaudit.values import fmt_change, fmt_value
 from pipeaudit.gate.model import VERDICTS, Check, GateResult
-from pipeaudit.gate.series import StepSeries
+from pipeaudit.audit.result import StepSeries
 from pipeaudit.gate.snapshot import Snapshot
 from pipeaudit.gate.thresholds import Thresholds
 

@@ -3,8 +3,8 @@
 Either side may be traces, a saved ``analyze --format json`` document or a baseline. It
 reads the statistic ``gate`` reads: the median over steps of each per-step value (a stage's
 compute per step, by kind and in all, its rank's bubble, the pipeline bubble and imbalance)
-from the per-step series traces and baselines carry. An ``analyze`` document carries none:
-with one on either side both sides fall back to the mean per step (the stage's total over the
+from the audit's per-step series (``per_step``). An ``analyze`` document written before the
+audit held them carries none: with one on either side both sides fall back to the mean per step (the stage's total over the
 audited steps / number of steps), and the diff says so. Overlap and peak memory are those of
 the rank that holds the stage.
 """
@@ -17,9 +17,8 @@ from typing import Any
 
 from pipeaudit import SCHEMA_VERSION
 from pipeaudit.actions import KINDS
-from pipeaudit.audit.result import AuditResult, RankMetrics, StageMetrics
+from pipeaudit.audit.result import AuditResult, RankMetrics, StageMetrics, StepSeries
 from pipeaudit.gate import stats
-from pipeaudit.gate.series import StepSeries
 from pipeaudit.gate.snapshot import Snapshot
 from pipeaudit.gate.stats import relative_change
 
@@ -119,8 +118,8 @@ def diff_runs(a: Snapshot, b: Snapshot) -> RunDiff:
     for r in rows:
         r.compute_change = relative_change(r.a.total_us, r.b.total_us)
     notes = [] if medians else [
-        f"{a.source if a.series is None else b.source} is an analyze document (no per-step "
-        "series): compute, bubble and imbalance are means over steps on both sides; gate and "
+        f"{a.source if a.series is None else b.source} is an analyze document with no per-step "
+        "series (written before the audit held them): compute, bubble and imbalance are means over steps on both sides; gate and "
         "diff of traces or baselines read the median over steps"]
     return RunDiff(
         a_source=a.source, b_source=b.source, a_config=a.config.describe(),

@@ -1,10 +1,11 @@
 """A run reduced to what the gate and diff compare, and the baseline file that stores it.
 
 A :class:`Snapshot` holds the run's configuration (schedule, P, stages, M, v,
-world size), its audit result (the ``analyze --format json`` document) and its
-per-step series. It comes from traces (:func:`snapshot_from_run`), from a
-baseline file written by ``pipeaudit baseline``, or (for ``diff`` only, no
-series) from a saved ``analyze --format json`` document.
+world size) and its audit result (the ``analyze --format json`` document), whose
+``per_step`` series the gate compares. It comes from traces (:func:`snapshot_from_run`),
+from a baseline file written by ``pipeaudit baseline``, or from a saved
+``analyze --format json`` document (one written before the audit held ``per_step`` has no
+series: ``diff`` only).
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from typing import Any, Sequence
 import msgspec
 
 from pipeaudit import SCHEMA_VERSION, __version__
-from pipeaudit.audit.result import AuditResult
+from pipeaudit.audit.result import AuditResult, StepSeries
 from pipeaudit.options import LoadOptions
 from pipeaudit.errors import ConfigError
-from pipeaudit.gate.series import StepSeries, step_series
 
 BASELINE_KIND = "baseline"
 CONFIG_FIELDS = ("schedule", "num_ranks", "num_stages", "num_microbatches", "num_chunks",
@@ -55,7 +55,9 @@ class RunConfig(msgspec.Struct, kw_only=True):
 
 
 class BaselineDoc(msgspec.Struct, kw_only=True):
-    """The baseline file: configuration, per-step series and the full audit document."""
+    """The baseline file: configuration, per-step series and the full audit document.
+    ``series`` is the audit's ``per_step`` (kept at the top level, where baselines written
+    before the audit held it have it)."""
 
     schema_version: int
     tool: str
@@ -79,9 +81,13 @@ class Snapshot:
 
     config: RunConfig
     audit: AuditResult
-    series: StepSeries | None
     source: str  # what it was read from (a baseline path or the trace inputs)
     kind: str  # traces | baseline | analyze
+
+    @property
+    def series(self) -> StepSeries | None:
+        """The run's per-step series (the audit's ``per_step``)."""
+        return self.audit.per_step
 
     def to_baseline(self) -> BaselineDoc:
         """The baseline document of this snapshot (needs its per-step series)."""
@@ -112,7 +118,7 @@ def snapshot_from_run(run, source: str | None = None, paths: Sequence[str] = ())
     src = source or _describe_inputs(result.inputs)
     sizes = [rt.world_size for rt in run.timeline.ranks if rt.world_size]
     return Snapshot(config=config_of(result, max(sizes) if sizes else None), audit=result,
-                    series=step_series(run.timeline), source=src, kind="traces")
+                    source=src, kind="traces")
 
 
 def _describe_inputs(inputs: list[str]) -> str:
@@ -166,8 +172,8 @@ def read_document(path: str | os.PathLike, *, baseline_only: bool = False) -> Sn
         if len(doc.series.steps) == 0:
             raise ConfigError(f"{p}: damaged baseline: its series hold no step")
         _check_series(p, doc.series)
-        return Snapshot(config=doc.config, audit=doc.audit, series=doc.series, source=p,
-                        kind="baseline")
+        doc.audit.per_step = doc.series
+        return Snapshot(config=doc.config, audit=doc.audit, source=p, kind="baseline")
     if baseline_only:
         hint = ("an analyze report, not a baseline; make one with `pipeaudit baseline RUN -o FILE`"
                 if head.kind is None else f"kind {head.kind!r} is not a baseline")
@@ -178,10 +184,12 @@ def read_document(path: str | os.PathLike, *, baseline_only: bool = False) -> Sn
         raise ConfigError(f"{p}: damaged analyze document: {exc}") from None
     if not result.pipeline_found:
         raise ConfigError(f"{p}: the analyzed run has no pipeline actions; nothing to compare")
-    return Snapshot(config=config_of(result), audit=result, series=None, source=p, kind="analyze")
+    if result.per_step is not None:
+        _check_series(p, result.per_step, "analyze document", "per_step")
+    return Snapshot(config=config_of(result), audit=result, source=p, kind="analyze")
 
 
-def _check_series(p: str, s: StepSeries) -> None:
+def _check_series(p: str, s: StepSeries, what: str = "baseline", key: str = "series") -> None:
     n = len(s.steps)
     lists = [("step_time_us", s.step_time_us), ("bubble", s.bubble),
              ("exposed_comm", s.exposed_comm), ("imbalance", s.imbalance)]
@@ -193,7 +201,7 @@ def _check_series(p: str, s: StepSeries) -> None:
               for k, v in d.items()]
     for name, v in lists:
         if len(v) != n:
-            raise ConfigError(f"{p}: damaged baseline: series.{name} has {len(v)} values for "
+            raise ConfigError(f"{p}: damaged {what}: {key}.{name} has {len(v)} values for "
                               f"{n} steps")
 
 

@@ -11,7 +11,9 @@ event file in ``--out`` (and in MLflow / W&B when a run is active):
 ``--handler torch`` uses ``torch.profiler.tensorboard_trace_handler`` instead (the benchmark
 compares the two); ``--slow-stage 2=3`` makes stage 2 three times heavier; ``--skip-trace 3:2``
 makes rank 3 write no trace for the 2nd window (a lost file); ``--mlflow URI`` and
-``--wandb-offline DIR`` start a run on rank 0 that the scalars go to.
+``--wandb-offline DIR`` start a run on rank 0 that the scalars go to. The training does not
+wait for the audits (rank 0 says where they land as it exits); ``--wait-audits S`` makes
+rank 0 wait for them, to log every window to W&B's run before it ends.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mlflow", default=None, metavar="URI")
     p.add_argument("--wandb-offline", default=None, metavar="DIR")
     p.add_argument("--timing", default=None, help="rank 0 writes its step times here (JSON)")
+    p.add_argument("--wait-audits", type=float, default=0.0, metavar="S",
+                   help="rank 0 waits up to S seconds for the audits before it exits (a test's "
+                        "choice: a training need not wait, the audits finish on their own)")
     return p.parse_args(argv)
 
 
@@ -125,12 +130,14 @@ def main(argv: list[str] | None = None) -> None:
             opt.step()
             prof.step()
             times.append(time.perf_counter() - t0)
+    loop_end = time.time()
     dist.barrier()
     if rank == 0 and args.timing:
         with open(args.timing, "w") as fh:
-            json.dump({"handler": args.handler, "step_s": times, "handler_s": handler_s}, fh)
-    if rank == 0 and args.handler == "pipeaudit":
-        handler.wait(args.rank_timeout + 120)
+            json.dump({"handler": args.handler, "step_s": times, "handler_s": handler_s,
+                       "loop_end": loop_end}, fh)
+    if rank == 0 and args.handler == "pipeaudit" and args.wait_audits > 0:
+        handler.wait(args.wait_audits)
         done = [d.get("window", {}).get("label") for d in handler.audits]
         print(f"rank 0: {len(done)} window(s) audited: {', '.join(map(str, done))}", flush=True)
     if rank == 0 and args.mlflow:

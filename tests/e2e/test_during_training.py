@@ -40,7 +40,7 @@ def trained(tmp_path_factory):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
            "--master-port", str(_free_port()), str(EXAMPLE), "--out", str(base / "tb"),
            "--hidden", "16", "--microbatches", "4", "--skip-trace", "3:2",
-           "--rank-timeout", "4",
+           "--rank-timeout", "4", "--wait-audits", "240",  # every window in W&B's run
            # prompt audits on a machine other jobs load (the default, low priority, is what
            # benchmarks/handler_overhead.py measures)
            "--audit-normal-priority"]

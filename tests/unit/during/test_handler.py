@@ -88,9 +88,9 @@ def test_worker_writes_an_unreadable_window_down(tmp_path):
     (tmp_path / "h_1.1.pt.trace.json").write_text('{"traceEvents": [{"ph": "X", "ts": ')
     folder = window_folder(tmp_path, 3)
     write_entry(folder, 0, 1, "h_1.1.pt.trace.json", 3)
-    assert worker.run({"folder": str(folder), "step": 3, "world_size": 1,
-                       "rank_timeout_s": 1, "log_to": ["tensorboard"],
-                       "tensorboard_dir": str(tmp_path)}) == 0
+    assert worker.run_window(folder, {"step": 3, "world_size": 1, "rank_timeout_s": 1,
+                                      "log_to": ["tensorboard"],
+                                      "tensorboard_dir": str(tmp_path)}) == 0
     doc = json.loads((folder / "audit.json").read_text())
     assert doc["kind"] == "window-error" and "h_1.1.pt.trace.json" in doc["error"]
     assert not list(tmp_path.glob("events.out.tfevents*"))  # nothing logged for it

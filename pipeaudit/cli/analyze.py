@@ -13,6 +13,7 @@ import click
 
 from pipeaudit.cli.output import FORCE_HELP, write_output
 from pipeaudit.cli.runopts import load_options, load_run, run_options
+from pipeaudit.cli.windowopt import window_option
 
 
 @click.command("analyze")
@@ -20,6 +21,7 @@ from pipeaudit.cli.runopts import load_options, load_run, run_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text",
               show_default=True, help="Report format on stdout.")
 @run_options
+@window_option
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
@@ -31,12 +33,15 @@ from pipeaudit.cli.runopts import load_options, load_run, run_options
 @click.option("--with-hta", is_flag=True,
               help="Also run Holistic Trace Analysis (pipeaudit[hta]) on GPU traces and show its "
                    "idle and comm/comp overlap next to pipeaudit's per-rank figures.")
-def command(paths, fmt, output, html_path, force, verbose, with_hta, **run) -> None:
-    """Audit pipeline traces: PATHS are trace files, directories or globs of one run."""
+def command(paths, fmt, window, output, html_path, force, verbose, with_hta, **run) -> None:
+    """Audit pipeline traces: PATHS are trace files, directories or globs of one run (a
+    folder of several profiling cycles: --window)."""
     from pipeaudit import timings
     from pipeaudit.prestart import start_early
 
     from pipeaudit.cli.output import check_outputs
+    from pipeaudit.cli.windowopt import (audit_each, audited, choose, options_for, refuse_all,
+                                         windows_json, windows_text)
 
     options = load_options(run)
     if with_hta:
@@ -44,6 +49,17 @@ def command(paths, fmt, output, html_path, force, verbose, with_hta, **run) -> N
 
         require("hta", "analyze --with-hta")
     check_outputs({"-o": output, "--html": html_path}, paths)  # before the (long) analysis
+    if html_path or with_hta:
+        refuse_all(window, "--html and --with-hta report on one window")
+    sel = choose(paths, window)
+    if window == "all":
+        done = audited(audit_each(sel, options))
+        source = " ".join(paths)
+        write_output(windows_json(done, "analyze", source, full="audit") if fmt == "json"
+                     else windows_text(done, source), output)
+        return
+    options = options_for(sel.chosen[0], options)
+    paths = sel.paths(sel.chosen[0])
     # the worker pool's imports and the read of the first rank overlap ours
     start_early(paths, options.jobs, options.executor, options.max_memory, options.salvage)
     run = load_run(paths, options, needs_pipeline=False)  # per-rank figures stand without one

@@ -6,6 +6,7 @@ import click
 
 from pipeaudit.cli.output import FORCE_HELP, check_outputs, write_output
 from pipeaudit.cli.runopts import load_options, load_run, run_options
+from pipeaudit.cli.windowopt import window_option
 
 
 @click.command("baseline")
@@ -14,17 +15,30 @@ from pipeaudit.cli.runopts import load_options, load_run, run_options
               help="Write the baseline to this file (default: stdout).")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 @run_options
-def command(paths, output, force, **run) -> None:
+@window_option
+def command(paths, output, force, window, **run) -> None:
     """Store the audit of the run in PATHS (trace files, directories or globs) as a baseline.
 
     The baseline holds the `analyze --format json` document, the run's
     configuration (schedule, P, stages, M, v, world size) and the per-step
-    values `gate` needs to tell a regression from noise.
+    values `gate` needs to tell a regression from noise. With --window all,
+    one document holds each window's baseline under windows[i].baseline.
     """
+    from pipeaudit.cli.windowopt import (audit_each, audited, choose, options_for, windows_json,
+                                         windows_text)
     from pipeaudit.gate.snapshot import baseline_json, load_snapshot
 
     check_outputs({"-o": output}, paths)
-    snap = load_snapshot(paths, options=load_options(run), load=load_run)
+    options = load_options(run)
+    sel = choose(paths, window, documents=True)
+    if window == "all":
+        source = " ".join(paths)
+        done = audited(audit_each(sel, options))
+        write_output(windows_json(done, "baseline", source, full="baseline"), output)
+        click.echo(windows_text(done, source), err=True, nl=False)
+        return
+    snap = load_snapshot(sel.paths(sel.chosen[0]), options=options_for(sel.chosen[0], options),
+                         load=load_run)
     write_output(baseline_json(snap), output)
     s = snap.series
     n = len(s.steps) if s else 0

@@ -12,6 +12,7 @@ import click
 
 from pipeaudit.cli.output import FORCE_HELP, check_outputs, write_output
 from pipeaudit.cli.runopts import load_options, load_run, run_options
+from pipeaudit.cli.windowopt import window_option
 from pipeaudit.report import render
 from pipeaudit.report.run_facts import ranks_text
 
@@ -69,15 +70,18 @@ def _limit_options(f):
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.option("--exit-zero", is_flag=True, help="Report only: exit 0 even on a regression.")
 @run_options
+@window_option
 @click.pass_context
 def command(ctx, paths, baseline_path, allow_config_change, config_path, no_config, fmt, output,
-            force, exit_zero, **limits) -> None:
+            force, exit_zero, window, **limits) -> None:
     """Gate the run in PATHS (traces, or a baseline file of it) against --baseline and budgets.
 
     Checks the median over steps of: pipeline and per-rank bubble, step time,
     stage compute and imbalance, exposed communication, peak memory and
     in-flight microbatches. Exit 0 pass, 1 regression, 2 usage or input error.
     """
+    from pipeaudit.cli.windowopt import audit_each, audited, choose, options_for, windows_json, \
+        windows_text
     from pipeaudit.errors import ConfigError
     from pipeaudit.gate.compare import gate
     from pipeaudit.gate.snapshot import load_snapshot, read_document
@@ -92,7 +96,19 @@ def command(ctx, paths, baseline_path, allow_config_change, config_path, no_conf
     if base is None and not th.budgets():
         raise ConfigError("nothing to check: give --baseline FILE or a budget (--max-bubble, "
                           "--max-step-time-ms, ...)")
-    run = load_snapshot(paths, options=options, load=load_run)
+    if window == "all" and fmt not in ("text", "json"):
+        raise ConfigError(f"--window all: --format {fmt} reports one window; text and json "
+                          "report each (or give --window LABEL)")
+    sel = choose(paths, window, documents=True)
+    if window == "all":
+        source = " ".join(paths)
+        done = audited(audit_each(sel, options, baseline=baseline_path, thresholds=th,
+                                  allow_config_change=allow_config_change))
+        write_output(windows_json(done, "gate", source, baseline=baseline_path) if fmt == "json"
+                     else windows_text(done, source), output)
+        ctx.exit(0 if exit_zero or not any(w.regressed for w in done) else 1)
+    run = load_snapshot(sel.paths(sel.chosen[0]), options=options_for(sel.chosen[0], options),
+                        load=load_run)
     if run.audit.ranks_missing:
         click.echo(f"pipeaudit: note: ranks {ranks_text(run.audit.ranks_missing)} have no trace: "
                    "gate checks the ranks present, each bubble in its own window", err=True)

@@ -36,10 +36,13 @@ class WindowAudit:
 def audit_window(files: Sequence[str | os.PathLike], *, label: str, step: int | None = None,
                  world_size: int | None = None, missing: Sequence[int] = (),
                  waited_s: float | None = None, baseline: str | None = None,
-                 thresholds: Any = None) -> WindowAudit:
+                 thresholds: Any = None, options: Any = None,
+                 allow_config_change: bool = False) -> WindowAudit:
     """Audit ``files`` (one window, one file per rank present). ``missing``: ranks of the world
     size whose file did not arrive (``waited_s``: how long for); ``baseline``: a baseline
-    document to gate the window against, with ``thresholds`` (default: the gate's).
+    document to gate the window against, with ``thresholds`` (default: the gate's; their
+    budgets are checked without a baseline too); ``options``: the
+    :class:`~pipeaudit.options.LoadOptions` to read with (a command's flags).
 
     Raises what :func:`pipeaudit.load` raises for unreadable traces."""
     import msgspec
@@ -54,7 +57,13 @@ def audit_window(files: Sequence[str | os.PathLike], *, label: str, step: int | 
         which = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
         notes.append(f"{which} of world size {world_size} wrote no trace for this "
                      f"window{waited}: audited the ranks that arrived")
-    run = load([str(f) for f in files], allow_missing=bool(missing))
+    if options is None:
+        run = load([str(f) for f in files], allow_missing=bool(missing))
+    else:
+        from dataclasses import replace
+
+        run = load([str(f) for f in files],
+                   options=replace(options, allow_missing=options.allow_missing or bool(missing)))
     result = run.audit()
     doc: dict[str, Any]
     try:
@@ -72,22 +81,24 @@ def audit_window(files: Sequence[str | os.PathLike], *, label: str, step: int | 
                      "ranks_missing": list(missing), "waited_s": waited_s}
     doc["scalars"] = scalars
     out = WindowAudit(doc=doc, scalars=scalars, notes=notes)
-    if baseline is not None and snap is not None:
+    budgets = thresholds is not None and bool(thresholds.budgets())
+    if (baseline is not None or budgets) and snap is not None:
         from pipeaudit.errors import PipeauditError
 
         try:
-            _gate(out, snap, baseline, thresholds)
+            _gate(out, snap, baseline, thresholds, allow_config_change)
         except PipeauditError as exc:  # e.g. the baseline's M differs: the audit still stands
             notes.append(f"not gated: {exc}")
     doc["notes"] = notes
     return out
 
 
-def _gate(out: WindowAudit, snap, baseline: str, thresholds) -> None:
+def _gate(out: WindowAudit, snap, baseline: str | None, thresholds,
+          allow_config_change: bool) -> None:
     from pipeaudit.gate import Thresholds, gate, read_document
 
-    base = read_document(baseline, baseline_only=True)
-    result = gate(snap, base, thresholds or Thresholds(), allow_config_change=False)
+    base = read_document(baseline, baseline_only=True) if baseline is not None else None
+    result = gate(snap, base, thresholds or Thresholds(), allow_config_change=allow_config_change)
     out.gate = result
     out.failed_checks = result.by_verdict("fail")
     out.doc["gate"] = result.to_dict()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from pipeaudit.during.audit_window import WindowAudit, audit_window
 from pipeaudit.trace.windows import Window, WindowFinder
@@ -61,7 +61,7 @@ def watch(root: str | os.PathLike, *, baseline: str | None = None, thresholds: A
     try:
         while True:
             for window in finder.poll(final=once):
-                yield _audit(window, baseline, thresholds)
+                yield audit(window, baseline=baseline, thresholds=thresholds)
                 seen += 1
                 if max_windows is not None and seen >= max_windows:
                     return
@@ -72,13 +72,19 @@ def watch(root: str | os.PathLike, *, baseline: str | None = None, thresholds: A
         return
 
 
-def _audit(window: Window, baseline: str | None, thresholds: Any) -> WatchedWindow:
+def audit(window: Window, *, baseline: str | None = None, thresholds: Any = None,
+          options: Any = None, allow_config_change: bool = False,
+          files: Sequence[str] | None = None) -> WatchedWindow:
+    """One window audited as watch audits it (every command's ``--window all`` too): its
+    ``files`` (default: the window's), gated when a baseline or budgets are given; a window
+    that cannot be read is kept with the reason."""
     from pipeaudit.errors import PipeauditError
 
     try:
-        audit = audit_window(window.files, label=window.label, step=window.step,
-                             world_size=window.world_size, missing=window.missing,
-                             baseline=baseline, thresholds=thresholds)
+        result = audit_window(files or window.files, label=window.label, step=window.step,
+                              world_size=window.world_size, missing=window.missing,
+                              baseline=baseline, thresholds=thresholds, options=options,
+                              allow_config_change=allow_config_change)
     except PipeauditError as exc:
         return WatchedWindow(window, None, str(exc))
-    return WatchedWindow(window, audit)
+    return WatchedWindow(window, result)

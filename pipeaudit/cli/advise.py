@@ -106,7 +106,7 @@ def command(paths, memory_cap, schedules, microbatches_list, global_batch, stage
     if check and len(paths) != 2:
         raise click.UsageError("--check takes two runs: BEFORE AFTER")
     before_paths = [paths[0]] if check else list(paths)
-    base, note = one_pipeline(load_run(before_paths, options), pipeline)
+    base, note = one_pipeline(load_run(before_paths, options, flags=WHATIF_FLAGS), pipeline)
     require_every_rank(base, "advise", "the replay runs every rank's order")
     if base.audit().schedule is None:
         from pipeaudit.audit.found import describe_paths

@@ -117,11 +117,13 @@ NO_PIPELINE_HINT = ("if the run names its forward/backward spans its own way, gi
                     "REGEX (docs/profiling-your-own-training.md)")
 
 
-def load_run(paths, options: LoadOptions, *, needs_pipeline: bool = True):
+def load_run(paths, options: LoadOptions, *, needs_pipeline: bool = True,
+             flags: dict[str, str] | None = None):
     """``pipeaudit.load`` for a command: a trace error names the inputs when it concerns the
     set, and damage that ``--salvage`` can repair says so when it was not given. A run without
     a pipeline (:func:`pipeaudit.audit.found.no_pipeline_error`, the rule of every command) is
-    an input error (exit 2) for a command that ``needs_pipeline``, else a note on stderr."""
+    an input error (exit 2) for a command that ``needs_pipeline``, else a note on stderr; so
+    is ``--steps`` / ``--microbatches`` (named as in ``flags``) that the traces overrode."""
     import pipeaudit
     from pipeaudit.errors import TraceError
 
@@ -136,7 +138,33 @@ def load_run(paths, options: LoadOptions, *, needs_pipeline: bool = True):
         if needs_pipeline:
             raise err
         click.echo(f"pipeaudit: note: {err}", err=True)
+    elif options.num_steps or options.num_microbatches:
+        names = {f: (flags or {}).get(f, flag) for f, (flag, _) in _SPECS.items()}
+        note = stated_values_note(run.audit(), {names["num_steps"]: options.num_steps,
+                                                names["num_microbatches"]: options.num_microbatches})
+        if note:
+            click.echo(f"pipeaudit: note: {note}", err=True)
     return run
+
+
+def stated_values_note(result, stated: dict[str, int | None]) -> str | None:
+    """What the run says when the steps and M stated (flag -> value: the steps' flag first,
+    then M's) differ from the ones the traces show themselves: the traces' are used (the flags
+    are for traces that show neither)."""
+    (steps_flag, steps), (m_flag, m) = stated.items()
+    unused = []
+    if steps and steps != result.num_steps:
+        unused.append(f"{steps_flag} {steps}")
+    if m and result.num_microbatches is not None and m != result.num_microbatches:
+        unused.append(f"{m_flag} {m}")
+    if not unused:
+        return None
+    shown = f"M={result.num_microbatches}" if result.num_microbatches is not None else "M=?"
+    one = len(unused) == 1
+    return (f"the traces show {result.num_steps} step(s) of {shown} microbatches (steps from "
+            f"{result.step_evidence}), which are used: {' and '.join(unused)} "
+            f"{'was' if one else 'were'} not ({'it is' if one else 'they are'} for traces that "
+            "show neither)")
 
 
 def cli_trace_error(exc, paths: list[str], salvage: bool):

@@ -33,7 +33,8 @@ def command(ctx, directory, baseline, once, fmt, poll_s, settle_s, rank_timeout_
     """Audit every profiled window in DIRECTORY as it lands (torch's tensorboard_trace_handler,
     pipeaudit.profiler.trace_handler, torchtitan's iteration_N/ folders, any folder of traces).
 
-    Exit 0, or 1 when --gate found a regression in a window, 2 on a usage or input error.
+    Exit 0, or 1 when --gate found a regression in a window, 2 on a usage or input error or
+    when no window was found.
     """
     from pipeaudit.during.lines import series_table, window_line
     from pipeaudit.during.watch import watch
@@ -54,6 +55,9 @@ def command(ctx, directory, baseline, once, fmt, poll_s, settle_s, rank_timeout_
         done.append(w)
         if fmt == "text":
             click.echo(window_line(w))
+    if not done:  # as analyze says of a folder without traces
+        raise ConfigError(f"{directory}: no profiled window found (no trace files in this folder "
+                          "or below)")
     regressed = [w for w in done if w.regressed]
     if fmt == "json":
         from pipeaudit import SCHEMA_VERSION
@@ -63,12 +67,10 @@ def command(ctx, directory, baseline, once, fmt, poll_s, settle_s, rank_timeout_
                             "kind": "watch", "directory": directory, "baseline": baseline,
                             "regressed": [w.label for w in regressed],
                             "windows": [w.to_dict() for w in done]}))
-    elif done:
+    else:
         click.echo(f"\n{len(done)} window(s) in {directory}")
         click.echo(series_table(done))
         for w in regressed:
             click.echo(f"regression in {w.label}: " +
                        "; ".join(c.name for c in w.audit.failed_checks))
-    else:
-        click.echo(f"no window found in {directory}")
     ctx.exit(1 if regressed else 0)

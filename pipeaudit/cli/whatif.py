@@ -40,7 +40,7 @@ def command(paths, scales, comm_latency, microbatches, schedule, chunks, fmt, pi
     check_outputs({"-o": output}, paths)
     changes = Changes(scale=tuple(parse_scale(s) for s in scales), comm_latency_us=comm_latency,
                       microbatches=microbatches, schedule=schedule, chunks=chunks)
-    run, note = one_pipeline(load_run(paths, options), pipeline)
+    run, note = one_pipeline(load_run(paths, options, flags=WHATIF_FLAGS), pipeline)
     require_every_rank(run, "whatif", "the replay runs every rank's order")
     pred = whatif(run.timeline, changes, run.audit())
     if note:

@@ -9,15 +9,25 @@ from pipeaudit.report.formatting import ms, pct
 
 
 def one_process(r: AuditResult) -> bool:
-    """True when one process drove every stage (one trace, several stages)."""
-    return len(r.inputs) == 1 and r.num_ranks > 1
+    """True when one process drove every stage (one trace, several stages, no rank missing)."""
+    return len(r.inputs) == 1 and r.num_ranks > 1 and not r.ranks_missing
 
 
 def shape_text(r: AuditResult) -> str:
-    """``P=4 ranks, 4 stages (v=1)``, or ``one process, 4 stages (v=1)`` when one process
-    drove them all."""
-    who = "one process" if one_process(r) else f"P={r.num_ranks} ranks"
+    """``P=4 ranks, 4 stages (v=1)``; ``one process, 4 stages (v=1)`` when one process drove
+    them all; ``rank 0's trace of P=2 ranks, 2 stages (v=1)`` for one rank's file of a run."""
+    if one_process(r):
+        who = "one process"
+    elif len(r.inputs) == 1 and r.ranks_missing:
+        who = f"{_ranks(r.ranks_present)}'s trace of P={r.num_ranks} ranks"
+    else:
+        who = f"P={r.num_ranks} ranks"
     return f"{who}, {r.num_stages} stages (v={r.num_chunks})"
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``rank 0`` or ``ranks 0, 2-3``."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
 
 
 def fact_lines(r: AuditResult) -> list[str]:
@@ -31,8 +41,8 @@ def fact_lines(r: AuditResult) -> list[str]:
                    + (f", {lay['tp']} tensor-parallel ranks per stage" if lay.get("tp", 1) > 1 else ""))
     if r.ranks_missing:
         world = len(r.ranks_present) + len(r.ranks_missing)
-        out.append(f"ranks present: {ranks_text(r.ranks_present)} of {world} (missing "
-                   f"{ranks_text(r.ranks_missing)}): figures of the ranks present only")
+        out.append(f"ranks present: {_ranks(r.ranks_present)} of {world} (missing "
+                   f"{_ranks(r.ranks_missing)}): figures of the ranks present only")
     if r.pipeline_found and r.step_evidence:
         out.append(f"steps from {r.step_evidence}")
     if r.actions_inferred:

@@ -73,12 +73,23 @@ def encoding_problem(data: bytes) -> str | None:
             f"first: iconv -f {name} -t UTF-8")
 
 
-def not_json(data: bytes, pos: int) -> str:
-    """Why a file whose first value starts at ``pos`` is not JSON (``data``: its first bytes)."""
+def gz_name(name: str) -> str | None:
+    """The gzip suffix a file's name ends in (``.gz``, ``.gzip``), or None."""
+    low = name.lower()
+    return next((s for s in (".gz", ".gzip") if low.endswith(s)), None)
+
+
+def not_json(data: bytes, pos: int, name: str = "") -> str:
+    """Why a file whose first value starts at ``pos`` is not JSON (``data``: its first bytes;
+    ``name``: the file's name, which may promise gzip)."""
     known = compressor_problem(data) or encoding_problem(data)
     if known:
         return known
     preview = data[:24].decode("utf-8", "replace")
+    suffix = gz_name(name)
+    if suffix:
+        return (f"not gzip: the name ends in {suffix}, but the file is neither gzip nor JSON (it "
+                f"starts with {preview!r})")
     return f"not JSON (invalid character (byte {pos}); the file starts with {preview!r})"
 
 

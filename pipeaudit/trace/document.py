@@ -302,7 +302,9 @@ class Document:
                 raise self.error(diagnose.zeros_problem(zeros, 0), Kind.NOT_JSON)
         kind = diagnose.first_value_kind(data, i)
         if kind is None:
-            raise self.error(diagnose.not_json(self.text.first_bytes, self.at(i)), Kind.NOT_JSON)
+            name = "" if self.text.gzip else self.text.path.name  # a .gz name that is no gzip
+            raise self.error(diagnose.not_json(self.text.first_bytes, self.at(i), name),
+                             Kind.NOT_JSON)
         raise self.error(f"not a trace: the JSON is {kind}, expected an object with traceEvents",
                          Kind.NOT_A_TRACE)
 

@@ -10,6 +10,7 @@ import gzip
 import json
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -244,3 +245,99 @@ def test_advise_names_its_own_flag_and_the_file(tmp_path):
                           "recognised: advise predicts from a run whose schedule it knows; "
                           "declare the one that ran with --run-schedule NAME\n")
     assert "--run-schedule NAME" in invoke("advise", "--help").stdout
+
+
+# ------------------------------------------------------- outputs: overwritten, inputs never
+
+P2 = SAMPLES / "1f1b_p2_m4"
+
+
+def test_readme_commands_run_twice(tmp_path, monkeypatch):
+    """Every README command run a second time over its own outputs: the same exit code (gate:
+    1, the regression it shows), no error line."""
+    (tmp_path / "sample_traces").symlink_to(SAMPLES)
+    monkeypatch.chdir(tmp_path)
+    for cmd in readme_commands():
+        argv = shlex.split(cmd)[1:]
+        first, second = invoke(*argv), invoke(*argv)
+        expected = 1 if argv[0] == "gate" else 0
+        assert (first.exit_code, second.exit_code) == (expected, expected), (cmd, second.stderr)
+        assert "error" not in second.stderr, (cmd, second.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "baseline.json", "report.html", "run.json.gz", "sample_traces", "timeline.png"]
+
+
+def test_two_outputs_of_one_path_are_refused_before_anything_is_written(tmp_path):
+    out = tmp_path / "X"
+    res = invoke("analyze", P2, "-o", out, "--html", out)
+    assert (res.exit_code, res.stdout) == (2, "")
+    assert res.stderr == (f"pipeaudit: error: {out}: named for both -o and --html; give each "
+                          "output its own file\n")
+    assert list(tmp_path.iterdir()) == []  # not the HTML either
+
+
+def test_an_output_never_overwrites_an_input(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(P2, run)
+    trace = run / "rank0.json.gz"
+    before = trace.read_bytes()
+    res = invoke("export", run, "--perfetto", trace)
+    assert (res.exit_code, res.stdout) == (2, "")
+    assert res.stderr == (f"pipeaudit: error: {trace}: is an input of this command: name another "
+                          "file for --perfetto (an input is never overwritten)\n")
+    assert trace.read_bytes() == before
+    base = tmp_path / "base.json"
+    assert invoke("baseline", run, "-o", base).exit_code == 0
+    res = invoke("gate", run, "--baseline", base, "-o", base)
+    assert (res.exit_code, res.stderr) == (2, f"pipeaudit: error: {base}: is an input of this "
+                                              "command: name another file for -o (an input is "
+                                              "never overwritten)\n")
+
+
+def test_force_is_accepted_and_changes_nothing(tmp_path):
+    out = tmp_path / "r.json"
+    out.write_text("old")
+    for extra in ([], ["--force"]):
+        res = invoke("analyze", P2, "--format", "json", "-o", out, *extra)
+        assert (res.exit_code, res.stderr) == (0, "")
+        assert json.loads(out.read_text())["num_microbatches"] == 4
+    assert ("Accepted for old scripts; changes nothing: an output file is always overwritten"
+            in " ".join(invoke("analyze", "--help").stdout.split()))
+
+
+# ------------------------------------------------------------ messages that name the thing
+
+
+def test_a_json_gz_that_is_not_gzip_says_so(tmp_path):
+    bad = tmp_path / "rank0.json.gz"
+    bad.write_text("hello, I am not gzip")
+    res = invoke("analyze", bad)
+    assert (res.exit_code, res.stdout) == (2, "")
+    assert res.stderr == (f"pipeaudit: error: {bad}: not gzip: the name ends in .gz, but the file "
+                          "is neither gzip nor JSON (it starts with 'hello, I am not gzip')\n")
+
+
+def test_one_ranks_file_of_a_larger_run_is_called_so():
+    res = invoke("analyze", P2 / "rank0.json.gz", "--salvage")
+    assert (res.exit_code, res.stderr) == (0, "")
+    lines = res.stdout.splitlines()
+    assert lines[1] == ("schedule 1f1b (from manifest); rank 0's trace of P=2 ranks, 2 stages "
+                        "(v=1), M=4 microbatches, 2 step(s), device cpu")
+    assert lines[2] == "ranks present: rank 0 of 2 (missing rank 1): figures of the ranks present only"
+    assert "one process" not in res.stdout
+
+
+def test_steps_and_microbatches_the_traces_override_are_named():
+    res = invoke("analyze", P2, "--steps", "3", "--microbatches", "5")
+    assert res.exit_code == 0
+    assert res.stderr == ("pipeaudit: note: the traces show 2 step(s) of M=4 microbatches (steps "
+                          "from ProfilerStep spans), which are used: --steps 3 and --microbatches "
+                          "5 were not (they are for traces that show neither)\n")
+    assert invoke("analyze", P2, "--steps", "2", "--microbatches", "4").stderr == ""  # they agree
+
+
+def test_watch_on_a_folder_without_windows_is_an_input_error(tmp_path):
+    res = invoke("watch", tmp_path, "--once")
+    assert (res.exit_code, res.stdout) == (2, "")
+    assert res.stderr == (f"pipeaudit: error: {tmp_path}: no profiled window found (no trace files "
+                          "in this folder or below)\n")

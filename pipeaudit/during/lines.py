@@ -24,7 +24,7 @@ def window_line(w: WatchedWindow) -> str:
     if "stage_imbalance" in s:
         parts.append(f"imbalance {s['stage_imbalance']:.2f}x")
     parts.append(ranks)
-    line = ", ".join(parts)
+    line = _joined(parts)
     for note in w.audit.notes:
         line += f"\n  note: {note}"
     if w.audit.gate is not None:
@@ -33,6 +33,18 @@ def window_line(w: WatchedWindow) -> str:
         else:
             line += f"\n  gate: {w.audit.gate.verdict}"
     return line
+
+
+def _joined(parts: list[str], width: int = 120) -> str:
+    """``parts`` joined by ``, `` on lines of at most ``width`` columns (the next indented)."""
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 2 + len(part) > width:
+            lines[-1] += ","
+            lines.append("  " + part)
+        else:
+            lines[-1] += ", " + part
+    return "\n".join(lines)
 
 
 def series_table(windows: list[WatchedWindow]) -> str:

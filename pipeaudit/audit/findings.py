@@ -181,3 +181,13 @@ def slower_than_peers(rank: int, position: int, us: float, median_us: float, pee
                    f"{us / median_us:.2f}x the median of its {peers} peers in the other replicas "
                    f"({median_us / 1000:.2f} ms): the same work on slower hardware (a throttled "
                    "or shared device, a busy host).", unit="us")
+
+
+def reading_uncertain(doubts) -> Finding:
+    """The actions read from the ops break the structure every schedule has
+    (:mod:`pipeaudit.timeline.invariants`): one warning for the run, naming the first rank."""
+    from pipeaudit.timeline.invariants import doubt_message
+
+    return Finding("READING_UNCERTAIN", "warning", doubts[0].rank, None, float(len(doubts)), 0.0,
+                   doubt_message(doubts), unit="count")
+

@@ -118,7 +118,10 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
     if not audited_steps:
         return None  # actions, but no step in which any of them computes: no pipeline to audit
 
-    if sparse:
+    doubtful = bool(tl.doubts)  # the reading broke the structure every schedule has
+    if doubtful:
+        name, source, detected, sched = None, "uncertain", [], None
+    elif sparse:
         notes.append(f"microbatch numbers are sparse (up to {M - 1}, {n_mb} distinct in the first "
                      "step): the schedule is not checked, detected or compared with theory")
         name, source, detected, sched = (schedule, "declared", [], None) if schedule else \
@@ -154,7 +157,7 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
         notes.append(f"stages {sorted(placement)} are not 0..{S - 1}: no replay")
 
     th = (closed_form_theory(name, sched, P, M, v, kind_means, notes)
-          if name is not None and not sparse else None)
+          if name is not None and not sparse and not doubtful else None)
     if tl.shared_device is not None:  # the stages take turns on one device
         if complete and contiguous:
             place = [stage_pos[s] for s in range(S)]

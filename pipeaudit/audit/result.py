@@ -185,7 +185,7 @@ class AuditResult:
     detected_schedules: list[str]
     num_ranks: int
     num_stages: int
-    num_microbatches: int
+    num_microbatches: int | None  #: None when the reading is uncertain (see ``uncertain``)
     num_chunks: int
     num_steps: int
     actions_inferred: bool
@@ -215,6 +215,13 @@ class AuditResult:
     job: dict[str, Any] | None = None
     #: host clock offsets applied from matched send/recv pairs (timeline.p2p.ClockCorrection)
     clock: dict[str, Any] | None = None
+    #: why the actions read from the ops cannot be trusted ({rank, reason} each; empty when
+    #: the reading holds the structure every schedule has): schedule, M and theory are then
+    #: not given, and the bubbles are marked uncertain
+    uncertain: list[dict[str, Any]] = field(default_factory=list)
+    #: inferred ranks: where the schedule thread's compute went ({rank, compute_us,
+    #: in_actions_us, start_up_us, wrap_up_us, unexplained_us} each; timeline.conservation)
+    conservation: list[dict[str, Any]] = field(default_factory=list)
     #: per-step values of the audited metrics (None: no pipeline step)
     per_step: StepSeries | None = None
 

@@ -64,6 +64,12 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
         parts = [pa.per_step for pa in pipes if pa.per_step is not None]
         result.per_step = combine_series(parts) if parts else None
     findings += _job_findings(result, pipes)
+    result.conservation = [rt.account.to_dict(rt.rank) for rt in sorted(tl.ranks, key=lambda x: x.rank)
+                           if rt.source == "inferred" and rt.account is not None]
+    if tl.doubts:
+        result.uncertain = [d.to_dict() for d in tl.doubts]
+        result.num_microbatches = None
+        findings.append(F.reading_uncertain(tl.doubts))
     findings += [F.truncated_trace(rep) for rep in tl.salvage]
     findings += _missing_ranks(layout, present)
     findings.sort(key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), f.code, f.rank or 0, f.stage or 0))
@@ -80,7 +86,8 @@ def _pipeline_findings(pa: PipelineAudit) -> list[Finding]:
     if pa.sched is not None and pa.schedule_source in ("declared", "manifest", "detected"):
         findings += order_violations(pa.tl, pa.sched, pa.representatives, sorted(pa.windows)
                                      or [s.step for s in pa.steps])
-    findings += completeness_findings(pa.tl, pa.stages, [s.step for s in pa.steps])
+    if not pa.tl.doubts:  # a doubtful reading's missing actions are the reading's, not the run's
+        findings += completeness_findings(pa.tl, pa.stages, [s.step for s in pa.steps])
     findings += straggler_findings(pa.tl, pa.steps, pa.S)
     findings += _memory_findings(pa)
     findings += _silent_ranks(pa)

@@ -30,6 +30,22 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
 
 
+def m_text(r: AuditResult) -> str:
+    """M as read, or ``?`` when the reading is uncertain."""
+    return "?" if r.num_microbatches is None else str(r.num_microbatches)
+
+
+def uncertain_text(r: AuditResult) -> str | None:
+    """The warning that the figures rest on a reading that broke the structure of every
+    schedule (None when it held)."""
+    if not r.uncertain:
+        return None
+    ranks = ", ".join(str(u["rank"]) for u in r.uncertain)
+    return (f"UNCERTAIN: the actions read from the ops of rank(s) {ranks} break the structure "
+            "every schedule has; schedule, M and theory are not given and the bubble figures "
+            "may be wrong (READING_UNCERTAIN)")
+
+
 def fact_lines(r: AuditResult) -> list[str]:
     """Sentences for the report's header (none for a plain annotated single pipeline)."""
     out = []
@@ -52,11 +68,15 @@ def fact_lines(r: AuditResult) -> list[str]:
                    "autograd engine's ops, F from the forward's op sequence (repeated exactly, "
                    "or the family of like blocks with one per backward), split at send/recv; "
                    f"microbatches numbered by order{cov}")
+    if r.uncertain:
+        out.append(uncertain_text(r) or "")
     return out
 
 
 def bubble_title(r: AuditResult) -> str:
     """The title of the bubble table: what the measured figure covers."""
+    if r.uncertain:
+        return "Pipeline bubble (UNCERTAIN: the reading broke the schedule's structure)"
     if r.bubble.scope == "own window":
         return ("Bubble in each rank's own window (ranks of the pipeline missing: per-rank "
                 "figures, not the pipeline bubble)")

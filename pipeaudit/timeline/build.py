@@ -24,6 +24,8 @@ from pipeaudit.timeline.peers import pipelines_from_peers
 from pipeaudit.timeline.rank import RankTimeline, reduce_rank
 from pipeaudit.timeline.single_process import single_process, split_by_device
 from pipeaudit.timeline.stepping import settle_steps
+from pipeaudit.timeline.conservation import settle_accounts
+from pipeaudit.timeline.invariants import reading_doubts
 from pipeaudit.timeline.virtual import split_virtual_stages
 
 
@@ -111,6 +113,8 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
                             stated_microbatches=o.num_microbatches, stated_steps=o.num_steps,
                             manifest_microbatches=_manifest_microbatches(manifest))
     virtual_note = split_virtual_stages(values, positions, lay.pp)
+    settle_accounts(values)
+    doubts = reading_doubts(values, positions, replicas=lay.replicas)
     warnings = list(set_warnings)
     for rt in values:
         warnings.extend(w for w in rt.warnings if w not in warnings)
@@ -123,7 +127,7 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
     warnings.extend(clock_notes(clock))
     return Timeline(ranks=list(values), manifest=manifest, inputs=inputs, warnings=warnings,
                     salvage=salvaged, layout=lay, step_evidence=decision.evidence, clock=clock,
-                    shared_device=shared_device)
+                    shared_device=shared_device, doubts=doubts)
 
 
 def consistent_counts(values: list[RankTimeline]) -> list[RankTimeline]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -44,6 +45,9 @@ import polars as pl
 from pipeaudit.timeline.framework_work import framework_spans, inside
 from pipeaudit.timeline.ops import RankOps
 from pipeaudit.timeline.recognise import SPAN_SCHEMA
+
+if TYPE_CHECKING:
+    from pipeaudit.timeline.conservation import OpAccount
 
 #: The op torch.distributed.pipelining splits the batch into microbatches with (first and
 #: last stage, once per ``schedule.step()``).
@@ -67,6 +71,16 @@ class Inferred:
     #: a block of one backward op sequence repeated k times was read as k backwards: the other
     #: reading (one backward of a stage whose layers repeat) is ``infer_actions(split=False)``
     split: bool = False
+    #: the thread's compute ops that lie in no action (starts, ends; by start): the step's
+    #: start-up and wrap-up once steps are known (:mod:`pipeaudit.timeline.conservation`),
+    #: else work the reading missed
+    loose: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0, np.int64))
+
+    def account(self) -> "OpAccount":
+        """Where the thread's compute went, for :func:`~pipeaudit.timeline.conservation.settle_accounts`."""
+        from pipeaudit.timeline.conservation import OpAccount
+
+        return OpAccount(self.compute_ns, self.attributed_ns, *self.loose)
 
     @property
     def coverage(self) -> float | None:
@@ -148,8 +162,10 @@ def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
     in_action = np.zeros(seq.height, dtype=bool)
     for i0, i1 in forward + backward:
         in_action[i0:i1 + 1] = True
+    loose = compute_mask & ~in_action
     return Inferred(spans, int(busy[compute_mask].sum()), int(busy[compute_mask & in_action].sum()),
-                    how, split=len(backward) > len(backward_blocks))
+                    how, split=len(backward) > len(backward_blocks),
+                    loose=(starts[loose].astype(np.int64), ends[loose].astype(np.int64)))
 
 
 def _name_codes(names: pl.Series) -> np.ndarray:

@@ -33,6 +33,8 @@ class Timeline:
     #: the one device every stage computed on, taking turns ("the CPU", "one GPU": a
     #: single-process run without a device per stage), None when each rank has its own
     shared_device: str | None = None
+    #: why the actions read from the ops cannot be trusted (:mod:`pipeaudit.timeline.invariants`)
+    doubts: list[Any] = field(default_factory=list)
 
     def replica(self, index: int) -> "Timeline":
         """The timeline of pipeline replica ``index`` alone: its ranks, and a layout of that
@@ -49,7 +51,8 @@ class Timeline:
                         if len(self.inputs) == len(self.ranks) else self.inputs,
                         warnings=self.warnings, salvage=self.salvage, layout=sub,
                         step_evidence=self.step_evidence, clock=self.clock,
-                        shared_device=self.shared_device)
+                        shared_device=self.shared_device,
+                        doubts=[d for d in self.doubts if d.rank in members])
 
     def subset(self, ranks: list[int], layout: Layout | None = None) -> "Timeline":
         """The timeline of some of this one's ranks (same run facts; ``layout`` if given):
@@ -62,7 +65,8 @@ class Timeline:
                        inputs=self.inputs, warnings=self.warnings, salvage=self.salvage,
                        layout=self.layout if layout is None else layout,
                        step_evidence=self.step_evidence, clock=self.clock,
-                       shared_device=self.shared_device)
+                       shared_device=self.shared_device,
+                       doubts=[d for d in self.doubts if d.rank in keep])
         arrays = self._built("action_arrays")
         if arrays is not None:
             sub._prime("action_arrays", arrays.subset(index))

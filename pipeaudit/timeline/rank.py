@@ -133,6 +133,9 @@ class RankTimeline:
     #: repeated (k backwards, or one backward of a stage whose layers repeat), reduced the same
     #: way; the job keeps the reading whose forwards per step agree with the other ranks'
     alternative: "RankTimeline | None" = None
+    #: inferred ranks only: where the schedule thread's compute went
+    #: (:class:`~pipeaudit.timeline.conservation.OpAccount`), settled once steps are known
+    account: Any = None
 
     def shift_packed(self, delta_ns: int) -> None:
         """Move the packed times, the compute intervals and the interval sets
@@ -206,10 +209,11 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
             stage_from_rank = "(?P<stage>" not in family.pattern
             detected_note = (f"rank {trace.rank}: actions from spans named like {family.shown} "
                              "(detected; --action-pattern overrides)")
-    alternative = None
+    alternative, account = None, None
     if spans.height == 0:
         inferred = infer_actions(ops, default_stage)
         spans, source, coverage = inferred.spans, "inferred", inferred.coverage
+        account = inferred.account()
         stage_from_rank = stage_hint is None  # the layout places the rank
         if inferred.split:  # the other reading, for the job to choose (build.consistent_counts)
             other = infer_actions(ops, default_stage, split=False)
@@ -220,6 +224,10 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
     rt = _finish(trace, ops, steps, step_evidence, spans, source, stage_from_rank, coverage,
                  detected_note)
     rt.alternative = alternative
+    if source == "inferred":
+        rt.account = account
+        if alternative is not None:
+            alternative.account = other.account()
     return rt
 
 

@@ -1,0 +1,75 @@
+"""Compute conservation: every op the schedule's thread runs lies in exactly one action or in a
+named category that is no action.
+
+A reading from the ops (:mod:`pipeaudit.timeline.infer`) leaves out, by construction, the
+point-to-point ops and their preparation, the optimizer's and FSDP's spans. What else lies in
+no action must be the step's own bookkeeping, and that is known by where it runs once every
+action has its step:
+
+- **wrap-up**: after the rank's last action of a step and before its first action of the next
+  (gradient scaling and reduction, the merge of the last stage's outputs, the next step's
+  split of the batch into microbatches);
+- **start-up**: before the rank's first action of the first step.
+
+Compute in no action *between* a step's first and last action is work the reading missed. The
+coverage the report prints is the share of the thread's compute that is accounted for: in an
+action, or in start-up or wrap-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from pipeaudit.timeline.rank import RankTimeline
+
+
+@dataclass
+class OpAccount:
+    """Where one rank's schedule-thread compute went (ns)."""
+
+    compute_ns: int  #: the thread's compute (optimizer, FSDP hooks and P2P preparation excluded)
+    in_actions_ns: int
+    loose_starts: np.ndarray  #: compute ops in no action, by start
+    loose_ends: np.ndarray
+    start_up_ns: int = 0
+    wrap_up_ns: int = 0
+    unexplained_ns: int = 0
+
+    @property
+    def coverage(self) -> float | None:
+        """Share of the compute in an action or a named category."""
+        if not self.compute_ns:
+            return None
+        return 1.0 - self.unexplained_ns / self.compute_ns
+
+    def to_dict(self, rank: int) -> dict[str, float | int]:
+        us = 1000.0
+        return {"rank": rank, "compute_us": self.compute_ns / us,
+                "in_actions_us": self.in_actions_ns / us, "start_up_us": self.start_up_ns / us,
+                "wrap_up_us": self.wrap_up_ns / us, "unexplained_us": self.unexplained_ns / us}
+
+
+def settle_accounts(ranks: Sequence[RankTimeline]) -> None:
+    """Name each inferred rank's loose compute by where it runs against its steps' actions, and
+    set the rank's coverage to the share accounted for (in place)."""
+    for rt in ranks:
+        acc = rt.account
+        if acc is None or rt.actions.height == 0:
+            continue
+        per_step = (rt.actions.filter(pl.col("step") >= 0).group_by("step")
+                    .agg(lo=pl.col("start").min(), hi=pl.col("end").max()).sort("lo"))
+        lo, hi = per_step["lo"].to_numpy(), per_step["hi"].to_numpy()
+        starts, ends = acc.loose_starts, acc.loose_ends
+        k = np.searchsorted(lo, starts, side="right") - 1  # the last step begun before the op
+        inside = np.zeros(starts.size, dtype=bool)
+        has = k >= 0
+        inside[has] = starts[has] < hi[k[has]]
+        dur = ends - starts
+        acc.unexplained_ns = int(dur[inside].sum())
+        acc.start_up_ns = int(dur[~has].sum())  # before the first step's first action
+        acc.wrap_up_ns = int(dur[has & ~inside].sum())  # after a step's last action
+        rt.coverage = acc.coverage

@@ -1,0 +1,129 @@
+"""The structure every schedule has, checked on each reading of a run's actions.
+
+A reading without annotations (:mod:`pipeaudit.timeline.infer`) guesses where actions begin
+and end. Some guesses are wrong in a way the result can show: every schedule runs, per stage
+and step, one backward (a B, or an I with its W) for each forward; every replica of a stage
+runs the same number of them; every stage of a pipeline runs the same number of microbatches;
+and the actions hold (nearly) all the compute of the thread that runs the schedule. A reading
+that breaks any of these cannot be trusted for the schedule, M, theory or bubble, and the
+audit says so (``READING_UNCERTAIN``) instead of reporting figures it cannot stand by.
+
+Annotated readings are the trace's own word: a missing annotated action is a finding about the
+run (``MISSING_ACTIONS``), not a doubt about the reading.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pipeaudit.timeline.rank import RankTimeline
+
+#: An inferred rank whose actions hold less of its pipeline thread's compute than this is
+#: doubtful: a whole action (or a chunk) went unread.
+COVERAGE_FLOOR = 0.99
+#: Readings checked: those guessed from the ops.
+CHECKED_SOURCES = ("inferred",)
+
+
+@dataclass(frozen=True)
+class Doubt:
+    """Why one rank's reading cannot be trusted."""
+
+    rank: int
+    reason: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"rank": self.rank, "reason": self.reason}
+
+
+def _counts(rt: RankTimeline) -> dict[tuple[int, int], dict[str, int]]:
+    """(stage, step) -> actions per kind, over the rank's actions in a step."""
+    a = rt.actions
+    out: dict[tuple[int, int], dict[str, int]] = defaultdict(lambda: dict.fromkeys("FBIW", 0))
+    if a.height == 0:
+        return out
+    stage = a["stage"].to_numpy()
+    step = a["step"].to_numpy()
+    kind = a["kind"].to_numpy()
+    ok = step >= 0
+    for s, k, kd in zip(stage[ok].tolist(), step[ok].tolist(), kind[ok].tolist()):
+        out[(s, k)][kd] += 1
+    return out
+
+
+def _kind_doubt(counts: Mapping[tuple[int, int], dict[str, int]]) -> str | None:
+    """F and B/I/W counts that no schedule runs."""
+    for (stage, step), c in sorted(counts.items()):
+        backward = c["B"] + c["I"]
+        if c["F"] != backward:
+            return (f"stage {stage} step {step} reads {c['F']} forwards but {backward} backwards "
+                    "(every schedule runs one backward per forward)")
+        if c["W"] and c["W"] != c["I"]:
+            return (f"stage {stage} step {step} reads {c['I']} input-gradient and {c['W']} "
+                    "weight-gradient actions (every I has its W)")
+    return None
+
+
+def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], *,
+                   replicas: Sequence[Sequence[Sequence[int]]] = (),
+                   coverage_floor: float = COVERAGE_FLOOR) -> list[Doubt]:
+    """The doubts about the guessed readings of ``ranks`` (one per rank at most, first reason
+    found). ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
+    list of positions, each a tuple of tensor-parallel peers."""
+    checked = [rt for rt in ranks if rt.source in CHECKED_SOURCES and rt.actions.height]
+    if not checked:
+        return []
+    doubts: dict[int, str] = {}
+    counts = {rt.rank: _counts(rt) for rt in checked}
+    for rt in checked:
+        why = _kind_doubt(counts[rt.rank])
+        if why is None and rt.coverage is not None and rt.coverage < coverage_floor:
+            why = (f"only {rt.coverage:.1%} of its schedule thread's compute lies in an action or "
+                   f"in a step's start-up or wrap-up (below {coverage_floor:.0%}): some work was "
+                   "read as no action")
+        if why is not None:
+            doubts[rt.rank] = why
+    # the same stage position in every replica (and every tensor-parallel peer) runs as many
+    # forwards per step
+    forwards = {r: _forwards_per_step(c) for r, c in counts.items()}
+    by_position: dict[int, dict[int, tuple]] = defaultdict(dict)
+    for r, f in forwards.items():
+        if r in positions:
+            by_position[positions[r]][r] = f
+    for pos, per_rank in sorted(by_position.items()):
+        if len(set(per_rank.values())) > 1:
+            for r, f in sorted(per_rank.items()):
+                doubts.setdefault(r, f"its forwards per step {list(f)} differ from those of the "
+                                     f"other ranks at stage position {pos}")
+    # one M: every stage of a pipeline runs the same microbatches, every step
+    for pipeline in replicas or [tuple((r,) for r in sorted(positions))]:
+        members = [r for peers in pipeline for r in peers if r in counts]
+        per_rank = {r: sorted({c["F"] for c in counts[r].values()}) for r in members}
+        seen = [m for ms in per_rank.values() for m in ms]
+        if len(set(seen)) > 1:
+            common = max(set(seen), key=seen.count)
+            for r, ms in sorted(per_rank.items()):
+                if ms != [common]:
+                    doubts.setdefault(r, f"its stages run {ms} forwards per step where the other "
+                                         f"ranks run {common}: no M fits every stage")
+    return [Doubt(r, why) for r, why in sorted(doubts.items())]
+
+
+def _forwards_per_step(counts: Mapping[tuple[int, int], dict[str, int]]) -> tuple[int, ...]:
+    per_step: dict[int, int] = defaultdict(int)
+    for (_, step), c in counts.items():
+        per_step[step] += c["F"]
+    return tuple(per_step[k] for k in sorted(per_step))
+
+
+def doubt_message(doubts: Sequence[Doubt]) -> str:
+    """One sentence naming the ranks and reasons, and how to settle the reading."""
+    first = doubts[0]
+    others = [d.rank for d in doubts[1:]]
+    also = f" (also ranks {others})" if others else ""
+    return (f"The actions read from the ops break the structure every schedule has: rank "
+            f"{first.rank}: {first.reason}{also}. The schedule, M, theory and bubble are not "
+            "given as facts; state what ran with --run-schedule NAME and --run-microbatches M, "
+            "or name the action spans with --action-pattern REGEX.")

@@ -189,8 +189,10 @@ def _header(r: AuditResult) -> str:
         PIPELINE_COLUMNS,
         fact_lines,
         job_lines,
+        m_text,
         pipeline_rows,
         shape_text,
+        uncertain_text,
     )
 
     if not r.pipeline_found:
@@ -199,13 +201,16 @@ def _header(r: AuditResult) -> str:
     how = {"declared": "declared", "manifest": "from manifest", "detected": "detected from order",
            "unknown": "not recognised"}.get(r.schedule_source, r.schedule_source)
     text = (f"Schedule <b>{_e(r.schedule or 'unknown')}</b> ({_e(how)}); {_e(shape_text(r))}, "
-            f"M={r.num_microbatches} microbatches, "
+            f"M={m_text(r)} microbatches, "
             f"{r.num_steps} step(s), device {_e(r.device_type)}.")
     facts = "".join(f"<li>{_e(line)}</li>" for line in fact_lines(r) + job_lines(r))
     replicas = ""
     if len(r.pipelines) > 1:
         replicas = "<h3>Pipeline replicas</h3>" + _table(list(PIPELINE_COLUMNS), pipeline_rows(r), "num")
-    return f"<p>{text}</p>" + (f"<ul class='facts'>{facts}</ul>" if facts else "") + replicas
+    warn = uncertain_text(r)
+    banner = f"<p class='uncertain'><b>{_e(warn)}</b></p>" if warn else ""
+    return (banner + f"<p>{text}</p>" + (f"<ul class='facts'>{facts}</ul>" if facts else "")
+            + replicas)
 
 
 def _finite(x: Any) -> Any:

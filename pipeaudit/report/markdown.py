@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from pipeaudit.audit.result import AuditResult
+from pipeaudit.report.fit import fit
 from pipeaudit.report.formatting import finding_values, finding_where, mib, ms, pct
 from pipeaudit.report.published_text import NO_PUBLISHED, published_lines
 from pipeaudit.report.run_facts import (
@@ -19,6 +20,7 @@ from pipeaudit.report.run_facts import (
     bubble_title,
     fact_lines,
     job_lines,
+    m_text,
     one_process,
     pipeline_rows,
     shape_text,
@@ -79,7 +81,7 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
     if r.pipeline_found:
         out.append(f"Schedule **{md_text(r.schedule or 'unknown')}** ({md_text(r.schedule_source)}), "
                    f"{shape_text(r)}, "
-                   f"M={r.num_microbatches}, {r.num_steps} step(s), device {md_text(r.device_type)}.")
+                   f"M={m_text(r)}, {r.num_steps} step(s), device {md_text(r.device_type)}.")
         out += [""] + [f"- {md_text(line)}" for line in fact_lines(r)]
         b = r.bubble
         out += ["", "## " + bubble_title(r), "",
@@ -126,4 +128,4 @@ def render_markdown(r: AuditResult, *, timeline_text: str = "", timeline_step: i
                    f"{md_text(f.message)}")
     if r.notes:
         out += ["", "## Notes", ""] + [f"- {md_text(n)}" for n in r.notes]
-    return "\n".join(out) + "\n"
+    return fit("\n".join(out), markdown=True) + "\n"

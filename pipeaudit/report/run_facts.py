@@ -62,7 +62,8 @@ def fact_lines(r: AuditResult) -> list[str]:
     if r.pipeline_found and r.step_evidence:
         out.append(f"steps from {r.step_evidence}")
     if r.actions_inferred:
-        cov = f"; {pct(r.inference_coverage)} of the schedule threads' compute lies in an action" \
+        cov = (f"; {pct(r.inference_coverage)} of the schedule threads' compute lies in an action "
+               "or a step's start-up or wrap-up") \
             if r.inference_coverage is not None else ""
         out.append("actions inferred from the ops (no per-action annotations): B from the "
                    "autograd engine's ops, F from the forward's op sequence (repeated exactly, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -79,3 +80,19 @@ def test_an_annotated_run_is_never_doubted(tmp_path: Path) -> None:
     codes = [f.code for f in a.findings]
     assert a.uncertain == [] and "READING_UNCERTAIN" not in codes
     assert "MISSING_ACTIONS" in codes
+
+
+def test_text_json_and_html_mark_the_figures_uncertain(tmp_path: Path) -> None:
+    from tests.support.cli import invoke
+
+    run = build_run(tmp_path, _split_backwards(one_f_one_b_orders(2, 3)), annotate=False,
+                    realistic=True, steps=2)
+    text = invoke("analyze", str(run.directory))
+    assert text.exit_code == 0
+    assert "M=? microbatches" in text.output and "UNCERTAIN" in text.output
+    doc = json.loads(invoke("analyze", str(run.directory), "--format", "json").output)
+    assert doc["uncertain"] and doc["num_microbatches"] is None and doc["schedule"] is None
+    page = tmp_path / "r.html"
+    assert invoke("analyze", str(run.directory), "--html", str(page), "-o",
+                  str(tmp_path / "r.txt")).exit_code == 0
+    assert "class='uncertain'" in page.read_text()

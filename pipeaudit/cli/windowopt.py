@@ -35,6 +35,7 @@ def choose(paths: Sequence[str], spec: str, *, documents: bool = False):
         from pipeaudit.gate.snapshot import is_document
 
         if is_document(paths[0]):
+            refuse_all(spec, f"{paths[0]} is a saved document of one run")
             spec = "latest"  # one run, nothing to choose
     sel = select_windows(paths, spec)
     if sel.note:

@@ -175,3 +175,35 @@ def test_watch_finds_the_same_windows_from_torch_names_alone(trained, tmp_path):
             sorted(e.trace.name for e in entries)
         assert w["scalars"] == pytest.approx(doc["scalars"], rel=1e-9)
     assert got[1]["ranks_missing"] == [3]
+
+
+def test_every_command_reads_the_handlers_folder(trained, tmp_path):
+    """analyze, baseline and gate on the handler's folder (its latest window, with a note), on
+    one window folder it made and on torch's own names alone: exit 0, the right window, the
+    numbers of the window's audit.json (what watch and the handler report)."""
+    base, _, _, _ = trained
+    windows = _windows(base)
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for p in (base / "tb").glob("*.pt.trace.json"):
+        shutil.copy(p, flat / p.name)
+    folder, _, doc = windows[0]
+    cases = [(base / "tb", (), windows[-1][2], "read step 12, the latest"),
+             (folder, (), doc, None), (flat, ("--window", "all"), None, None),
+             (flat, (), windows[-1][2], "holds 3 profiled windows")]
+    for path, extra, want, note in cases:
+        res = invoke("analyze", path, *extra, "--format", "json")
+        assert res.exit_code == 0, res.output
+        got = json.loads(res.stdout)
+        if want is None:  # all: one row per window, watch's numbers
+            assert [w["scalars"] for w in got["windows"]] == \
+                pytest.approx([d["scalars"] for _, _, d in windows], rel=1e-9)
+            continue
+        assert got["bubble"] == want["audit"]["bubble"] and got["steps"] == want["audit"]["steps"]
+        assert (note in res.stderr) if note else res.stderr == ""
+        out = tmp_path / "b.json"
+        res = invoke("baseline", path, *extra, "-o", out)
+        assert res.exit_code == 0, res.output
+        assert json.loads(out.read_text())["series"] == want["series"]
+        res = invoke("gate", path, *extra, "--baseline", out)
+        assert res.exit_code == 0, res.output

@@ -23,7 +23,8 @@ Rules
     * Files are returned in natural order (rank2 before rank10), each once.
 
 Errors (:class:`TraceError`): no such path, a symlink loop, permission denied, an empty
-directory, a directory without traces, a glob without matches.
+directory, a directory without traces (naming each trace-named file it could not take, and
+why: not gzip, not JSON, JSON without ``traceEvents``, empty ...), a glob without matches.
 """
 
 from __future__ import annotations
@@ -39,26 +40,19 @@ from pathlib import Path
 
 from pipeaudit.errors import TraceError, TraceErrorKind as Kind
 from pipeaudit.trace.naming import NOT_TRACES, has_trace_suffix, natural_key
-from pipeaudit.trace.source import TraceBytes, not_regular_problem, os_problem
+from pipeaudit.trace.sniff import Sniff, Verdict, sniff
+from pipeaudit.trace.source import not_regular_problem, os_problem
 
 MAX_DEPTH = 4
-SNIFF_BYTES = 64 * 1024
 _GLOB_CHARS = re.compile(r"[*?\[]")
-_SNIFF_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"',
-               b'"baseTimeNanoseconds"', b'"displayTimeUnit"')
 _ITERATION_DIR = re.compile(r"^(iteration|iter|step|epoch|cycle)[_-]?\d+$", re.IGNORECASE)
 
 
 def looks_like_trace(path: Path) -> bool:
     """Cheap check of a file's first bytes (decompressed when gzip, by the trace reader's own
     byte reader): a JSON object that mentions a Chrome-trace key. Files that cannot be read
-    count as traces so that reading them reports the problem."""
-    try:
-        head = TraceBytes(path).head(SNIFF_BYTES)
-    except TraceError:
-        return True
-    head = head.lstrip(b" \t\r\n")
-    return head.startswith(b"{") and any(k in head for k in _SNIFF_KEYS)
+    count as traces so that reading them reports the problem (:mod:`pipeaudit.trace.sniff`)."""
+    return sniff(path).verdict is not Verdict.OTHER
 
 
 def _stat_or_raise(path: Path) -> os.stat_result:
@@ -78,9 +72,13 @@ def _list_dir(d: Path) -> list[os.DirEntry]:
         raise TraceError(d, os_problem(exc), Kind.PATH) from None
 
 
-def _traces_in(d: Path) -> tuple[list[Path], list[Path], bool]:
-    """(trace files, subdirectories, dir had any entry) of one directory level."""
+def _traces_in(d: Path, unread: list[tuple[Path, Sniff]] | None = None
+               ) -> tuple[list[Path], list[Path], bool]:
+    """(trace files, subdirectories, dir had any entry) of one directory level. The files are
+    those that look like traces, with those that cannot be read when one of them looks like a
+    trace or may be salvaged; the other trace-named files go to ``unread`` with why."""
     files: list[Path] = []
+    maybe: list[tuple[Path, Sniff]] = []
     subdirs: list[Path] = []
     entries = _list_dir(d)
     for entry in entries:
@@ -98,8 +96,17 @@ def _traces_in(d: Path) -> tuple[list[Path], list[Path], bool]:
                 # is an error; a FIFO, device or socket named *.json is not a trace
                 _stat_or_raise(p)
                 continue
-            if looks_like_trace(p):
+            verdict = sniff(p)
+            if verdict.verdict is Verdict.TRACE:
                 files.append(p)
+            elif verdict.verdict is Verdict.UNREADABLE:
+                maybe.append((p, verdict))
+            elif unread is not None:
+                unread.append((p, verdict))
+    if files or any(v.salvageable for _, v in maybe):  # reading them says what is wrong
+        files = sorted(files + [p for p, _ in maybe], key=lambda p: natural_key(p.name))
+    elif unread is not None:
+        unread.extend(maybe)
     return files, subdirs, bool(entries)
 
 
@@ -111,8 +118,10 @@ def is_iteration_dir(path: Path) -> bool:
 def trace_dirs(d: Path) -> dict[Path, list[Path]]:
     """The trace files under directory ``d``, by the directory that holds them: ``d`` alone when
     it holds traces itself, else its subdirectories that do (see the module docstring).
-    Raises :class:`TraceError` for an empty directory and one with no trace below it."""
-    files, subdirs, any_entry = _traces_in(d)
+    Raises :class:`TraceError` for an empty directory and one with no trace below it (naming
+    every trace-named file there that could not be taken, and why)."""
+    unread: list[tuple[Path, Sniff]] = []
+    files, subdirs, any_entry = _traces_in(d, unread)
     if files:
         return {d: files}
     if not any_entry:
@@ -121,17 +130,27 @@ def trace_dirs(d: Path) -> dict[Path, list[Path]]:
     stack = [(s, 1) for s in sorted(subdirs, key=natural_key)]
     while stack:
         sub, depth = stack.pop(0)
-        sub_files, sub_dirs, _ = _traces_in(sub)
+        sub_files, sub_dirs, _ = _traces_in(sub, unread)
         if sub_files:
             found[sub] = sub_files
         if depth < MAX_DEPTH:
             stack.extend((s, depth + 1) for s in sorted(sub_dirs, key=natural_key))
     if not found:
+        taken = f"; not taken: {_unread_text(d, unread)}" if unread else ""
         raise TraceError(
             d, "no trace files in this directory or below (looked for *.json and *.json.gz "
-               "files holding a Chrome/Kineto trace)", Kind.PATH
+               f"files holding a Chrome/Kineto trace){taken}", Kind.PATH
         )
     return found
+
+
+def _unread_text(d: Path, unread: list[tuple[Path, Sniff]]) -> str:
+    """``rank0.json.gz, rank1.json.gz (not gzip, nor JSON); x.json (...)``: every file named
+    (relative to ``d``), grouped by why."""
+    by_reason: dict[str, list[str]] = {}
+    for p, verdict in unread:
+        by_reason.setdefault(verdict.reason or "unreadable", []).append(str(p.relative_to(d)))
+    return "; ".join(f"{', '.join(names)} ({reason})" for reason, names in by_reason.items())
 
 
 def _scan_dir(d: Path) -> list[Path]:

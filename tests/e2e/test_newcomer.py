@@ -341,3 +341,21 @@ def test_watch_on_a_folder_without_windows_is_an_input_error(tmp_path):
     assert (res.exit_code, res.stdout) == (2, "")
     assert res.stderr == (f"pipeaudit: error: {tmp_path}: no profiled window found (no trace files "
                           "in this folder or below)\n")
+
+
+def test_a_folder_of_unreadable_traces_names_every_one(tmp_path):
+    """No file of the folder is a trace: each trace-named one is named with why, not just
+    'no trace files'."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("rank0.json.gz", "rank1.json.gz"):
+        (run / name).write_text("not gzip at all")
+    (run / "rank2.json.gz").write_bytes(b"")
+    (run / "config.json").write_text('{"lr": 0.1}')
+    res = invoke("analyze", run)
+    assert (res.exit_code, res.stdout) == (2, "")
+    assert res.stderr == (
+        f"pipeaudit: error: {run}: no trace files in this directory or below (looked for *.json "
+        "and *.json.gz files holding a Chrome/Kineto trace); not taken: config.json (JSON, but no "
+        "traceEvents in its first 64 KiB); rank0.json.gz, rank1.json.gz (not gzip, nor JSON); "
+        "rank2.json.gz (empty file)\n")

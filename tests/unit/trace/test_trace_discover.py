@@ -92,7 +92,10 @@ def test_errors(tmp_path: Path) -> None:
     (no_traces / "sub").mkdir()
     (no_traces / "sub" / "x.txt").write_text("x")
     assert _err([no_traces]) == (f"{no_traces}: no trace files in this directory or below (looked for "
-                                 "*.json and *.json.gz files holding a Chrome/Kineto trace)")
+                                 "*.json and *.json.gz files holding a Chrome/Kineto trace); not "
+                                 "taken: config.json (JSON, but no traceEvents in its first 64 KiB)")
+    (no_traces / "sub" / "x.txt").unlink()
+    assert _err([no_traces / "sub"]) == (f"{no_traces / 'sub'}: empty directory")
     pattern = str(tmp_path / "*.nothing")
     assert _err([pattern]) == f"{pattern}: no files match this pattern"
     write(tmp_path / "m" / "manifest.json", {"world_size": 2})

@@ -18,6 +18,8 @@ _SNIFF_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"distributedInfo"', b'"de
 
 
 class Verdict(enum.Enum):
+    """What a file's first bytes say it is."""
+
     TRACE = "trace"  #: a JSON object that mentions a Chrome-trace key
     UNREADABLE = "unreadable"  #: its bytes cannot be read: reading it says what is wrong
     OTHER = "other"  #: readable, and not a trace
@@ -25,6 +27,8 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True)
 class Sniff:
+    """The verdict on one file, and why it is not a trace."""
+
     verdict: Verdict
     #: why it is not a trace (None for a trace)
     reason: str | None = None

@@ -36,7 +36,8 @@ def command(ctx, directory, baseline, once, fmt, poll_s, settle_s, rank_timeout_
     Exit 0, or 1 when --gate found a regression in a window, 2 on a usage or input error or
     when no window was found.
     """
-    from pipeaudit.during.lines import series_table, window_line
+    from pipeaudit.cli.windowopt import windows_json, windows_summary
+    from pipeaudit.during.lines import window_line
     from pipeaudit.during.watch import watch
     from pipeaudit.errors import ConfigError
 
@@ -58,19 +59,6 @@ def command(ctx, directory, baseline, once, fmt, poll_s, settle_s, rank_timeout_
     if not done:  # as analyze says of a folder without traces
         raise ConfigError(f"{directory}: no profiled window found (no trace files in this folder "
                           "or below)")
-    regressed = [w for w in done if w.regressed]
-    if fmt == "json":
-        from pipeaudit import SCHEMA_VERSION
-        from pipeaudit.jsontext import to_json
-
-        click.echo(to_json({"schema_version": SCHEMA_VERSION, "tool": "pipeaudit",
-                            "kind": "watch", "directory": directory, "baseline": baseline,
-                            "regressed": [w.label for w in regressed],
-                            "windows": [w.to_dict() for w in done]}))
-    else:
-        click.echo(f"\n{len(done)} window(s) in {directory}")
-        click.echo(series_table(done))
-        for w in regressed:
-            click.echo(f"regression in {w.label}: " +
-                       "; ".join(c.name for c in w.audit.failed_checks))
-    ctx.exit(1 if regressed else 0)
+    click.echo(windows_json(done, "watch", directory, baseline=baseline) if fmt == "json"
+               else windows_summary(done, directory), nl=False)
+    ctx.exit(1 if any(w.regressed for w in done) else 0)

@@ -80,13 +80,17 @@ def audit_each(sel, options, *, baseline: str | None = None, thresholds: Any = N
 
 
 def windows_text(done: list, source: str) -> str:
-    """Watch's text: a line per window, the table of their numbers, the regressions."""
-    from pipeaudit.during.lines import series_table, window_line
+    """Watch's text: a line per window, then :func:`windows_summary`."""
+    from pipeaudit.during.lines import window_line
 
-    lines = [window_line(w) for w in done]
-    if not done:
-        return f"no window found in {source}\n"
-    lines += ["", f"{len(done)} window(s) in {source}", series_table(done)]
+    return "".join(window_line(w) + "\n" for w in done) + windows_summary(done, source)
+
+
+def windows_summary(done: list, source: str) -> str:
+    """The table of the windows' numbers after a blank line, then the regressions."""
+    from pipeaudit.during.lines import series_table
+
+    lines = ["", f"{len(done)} window(s) in {source}", series_table(done)]
     lines += [f"regression in {w.label}: " + "; ".join(c.name for c in w.audit.failed_checks)
               for w in done if w.regressed]
     return "\n".join(lines) + "\n"

@@ -133,9 +133,13 @@ def each_window(sel, read) -> list[tuple[Any, Any, str | None]]:
 
 
 def rows_text(rows: list[tuple[Any, Any, str | None]], line) -> str:
-    """A line per window: ``label: line(result)``, or why it could not be read."""
-    return "".join(f"{w.label}: {line(r) if r is not None else 'not read: ' + str(err)}\n"
-                   for w, r, err in rows)
+    """A line per window: ``label: line(result)``, or why it could not be read; past 120
+    columns, its parts (``; ``) go on indented lines."""
+    out = []
+    for w, r, err in rows:
+        text = f"{w.label}: {line(r) if r is not None else 'not read: ' + str(err)}"
+        out.append(text if len(text) <= 120 else text.replace("; ", ";\n  "))
+    return "".join(t + "\n" for t in out)
 
 
 def rows_json(rows: list[tuple[Any, Any, str | None]], kind: str, source: str, doc) -> str:

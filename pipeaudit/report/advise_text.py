@@ -6,6 +6,7 @@ measured."""
 from __future__ import annotations
 
 from pipeaudit.advise.advise import Advice
+from pipeaudit.report.fit import fit, render, table
 from pipeaudit.report.formatting import ms, pct
 
 CANDIDATE_COLUMNS = ("#", "schedule", "v", "M", "layers", "step ms", "bubble", "peak MiB", "fits",
@@ -81,23 +82,30 @@ def summary_lines(a: Advice) -> list[str]:
     return out
 
 
-def _table(head, rows) -> list[str]:
-    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) if rows else len(str(h))
-              for i, h in enumerate(head)]
-    fmt = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()  # noqa: E731
-    return [fmt(head)] + [fmt(r) for r in rows]
+def _table(title: str, head, rows, wrap: str | None = None) -> str:
+    """A table in the reports' one style; only the ``wrap`` column wraps its text."""
+    t = table(title=title)
+    for h in head:
+        t.add_column(h, no_wrap=h != wrap, overflow="fold",
+                     justify="right" if h in ("#", "v", "M", "step ms", "bubble", "peak MiB")
+                     else "left")
+    for r in rows:
+        t.add_row(*r)
+    return render(t)
 
 
 def render_advise_text(a: Advice, top: int | None = 10) -> str:
-    """Plain text (ASCII) report."""
+    """Plain text report: at most :data:`~pipeaudit.report.fit.WIDTH` columns, long lines
+    wrapped with a hanging indent."""
     out = ["pipeaudit advise  " + ", ".join(a.inputs[:2]) + (" ..." if len(a.inputs) > 2 else "")]
-    out += summary_lines(a) + ["", "candidates (fitting first, each group by predicted step time):"]
-    out += ["  " + line for line in _table(CANDIDATE_COLUMNS, candidate_rows(a, top))]
+    out += summary_lines(a) + [""]
+    out.append(_table("Candidates (fitting first, each group by predicted step time)",
+                      CANDIDATE_COLUMNS, candidate_rows(a, top), wrap="why"))
     if a.verified:
-        out += ["", "verified by reruns:"] + ["  " + line for line in _table(_VHEAD, _verified_rows(a))]
+        out += ["", _table("Verified by reruns", _VHEAD, _verified_rows(a))]
     out += ["", "assumptions:"] + [f"  - {x}" for x in a.assumptions]
     out += [f"note: {n}" for n in a.notes]
-    return "\n".join(out) + "\n"
+    return fit("\n".join(out), hang=2) + "\n"
 
 
 def render_advise_markdown(a: Advice, top: int | None = 10) -> str:
@@ -113,4 +121,4 @@ def render_advise_markdown(a: Advice, top: int | None = 10) -> str:
         out += ["", "## Verified by reruns", ""] + md(_VHEAD, _verified_rows(a))
     out += ["", "## Assumptions", ""] + [f"- {x}" for x in a.assumptions]
     out += [f"- note: {n}" for n in a.notes]
-    return "\n".join(out) + "\n"
+    return fit("\n".join(out), markdown=True) + "\n"

@@ -59,7 +59,7 @@ def legend(multi_stage: bool, waits: bool = False) -> str:
         text = (f"F3 = forward of microbatch 3 (B backward, I input gradient, W weight gradient), "
                 f"'{CONTINUE}' continues it, '{IDLE}' no compute")
     if multi_stage:
-        text += ("\n" if waits else "; ") + "ranks hold several stages: 2F3 is stage 2's F3"
+        text += "\nranks hold several stages: 2F3 is stage 2's F3"
     return text
 
 
@@ -181,11 +181,12 @@ def _nice_at_least(x: float) -> float:
 
 
 def render_cells(items: Sequence[Item], num_rows: int, *, max_cells: int = 160,
-                 multi_stage: bool = False, row_name: str = "rank") -> str:
+                 multi_stage: bool = False, row_name: str = "rank", line_width: int = 120) -> str:
     """Items (times from 0) on equal-width time cells: one row per rank, a time axis, the
     legend. The unit is the largest step that all starts and ends are multiples of, so nothing
     is rounded unless the step would need more than ``max_cells`` cells; then each cell shows
-    what runs at its midpoint."""
+    what runs at its midpoint. A step wider than ``line_width`` columns is drawn in bands, one
+    after the other, each with its own time axis."""
     times = [i.start for i in items] + [i.end for i in items]
     unit, exact = _time_unit(times, max_cells)
     span = max(times, default=0.0)
@@ -205,22 +206,31 @@ def render_cells(items: Sequence[Item], num_rows: int, *, max_cells: int = 160,
         for c in range(first + 1, min(last, ncells)):
             row[c] = CONTINUE
     name_w = len(f"{row_name} {num_rows - 1}")
+    per_band = max(1, (line_width - name_w - 3) // (width + 1))
     lines = []
-    for r in range(num_rows):
-        cells = " ".join(c.ljust(width) if c not in (CONTINUE, IDLE) else c * width for c in grid[r])
-        lines.append(f"{f'{row_name} {r}'.ljust(name_w)} | {cells}")
-    lines.append(_axis(ncells, width, unit, name_w))
+    for b0 in range(0, ncells, per_band):
+        if b0:
+            lines.append("")
+        for r in range(num_rows):
+            cells = " ".join(c.ljust(width) if c not in (CONTINUE, IDLE) else c * width
+                             for c in grid[r][b0:b0 + per_band])
+            lines.append(f"{f'{row_name} {r}'.ljust(name_w)} | {cells}")
+        lines.append(_axis(min(per_band, ncells - b0), width, unit, name_w, first=b0))
     note = f"one cell = {unit:g} time unit{'' if unit == 1 else 's'}" + ("" if exact else " (sampled at cell midpoints)")
-    lines.append(f"{' ' * name_w}   {note}; {legend(multi_stage)}")
+    if ncells > per_band:
+        note += f"; the step in {math.ceil(ncells / per_band)} bands of {per_band} cells"
+    lines.append(f"{' ' * (name_w + 3)}{note}")
+    lines.append(legend(multi_stage))
     return "\n".join(lines)
 
 
-def _axis(ncells: int, width: int, unit: float, name_w: int) -> str:
-    """Time labels under the cells, every ``step`` cells, never overlapping."""
+def _axis(ncells: int, width: int, unit: float, name_w: int, first: int = 0) -> str:
+    """Time labels under the cells ``first`` .. ``first + ncells``, every ``step`` cells,
+    never overlapping."""
     pitch = width + 1
 
     def text(c: int) -> str:
-        return f"{c * unit:.6g}"
+        return f"{(first + c) * unit:.6g}"
 
     step = 1
     for cand in (1, 2, 4, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 10**9):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pipeaudit.report.diff_text import pipeline_rows, stage_header, stage_rows
 from typing import TYPE_CHECKING
 
+from pipeaudit.report.diff_text import pipeline_rows, stage_table
+from pipeaudit.report.fit import fit
 from pipeaudit.report.markdown import md_code
 from pipeaudit.report.markdown import md_text as cell
 
@@ -27,9 +28,9 @@ def render_diff_markdown(d: RunDiff) -> str:
     out += ["", f"**{cell(d.summary())}**", "", "### Pipeline", ""]
     out += _table(["metric", "A", "B", "change"], pipeline_rows(d))
     out += ["", "### Stages", "",
-            "Median over steps of the compute per step, by kind (ms); bubble, overlap and "
-            "memory of the stage's rank.", ""]
-    out += _table(stage_header(d), stage_rows(d))
+            "A -> B in each cell: the median over steps of the compute per step, by kind (ms); "
+            "bubble, overlap and memory of the stage's rank.", ""]
+    out += _table(*stage_table(d))
     if d.notes:
         out += [""] + [f"- note: {cell(n)}" for n in d.notes]
-    return "\n".join(out) + "\n"
+    return fit("\n".join(out), markdown=True) + "\n"

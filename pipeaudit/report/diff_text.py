@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from pipeaudit.actions import KINDS
-from pipeaudit.values import fmt_change, fmt_value
 from typing import TYPE_CHECKING
+
+from pipeaudit.actions import KINDS
+from pipeaudit.report.fit import fit, render, table
+from pipeaudit.values import fmt_change, fmt_value
 
 if TYPE_CHECKING:  # types only: the gate does not import the reporters, nor they the gate
     from pipeaudit.gate.diff import RunDiff
 
 
-STAGES_TITLE = ("Stages (median over steps of the compute per step, by kind; bubble, overlap "
-                "and memory of the stage's rank)")
+STAGES_TITLE = ("Stages, A -> B (median over steps of the compute per step, by kind; bubble, "
+                "overlap and memory of the stage's rank)")
 
 
 def pipeline_rows(d: RunDiff) -> list[list[str]]:
@@ -24,8 +26,16 @@ def _kinds(d: RunDiff) -> list[str]:
 
 
 def stage_header(d: RunDiff) -> list[str]:
-    return (["stage", "rank"] + [f"{k} ms A->B" for k in _kinds(d)] +
-            ["compute ms A->B", "change", "bubble A->B", "overlap A->B", "MiB A->B", "in-flight A->B"])
+    return (["stage", "rank"] + [f"{k} ms" for k in _kinds(d)] +
+            ["compute ms", "change", "bubble", "overlap", "MiB", "in-flight"])
+
+
+def stage_table(d: RunDiff) -> tuple[list[str], list[list[str]]]:
+    """The per-stage header and rows, each cell ``A -> B``, less the columns that neither
+    run has (``- -> -`` on every row: no memory events in either)."""
+    header, body = stage_header(d), stage_rows(d)
+    keep = [i for i in range(len(header)) if not body or any(r[i] != "- -> -" for r in body)]
+    return [header[i] for i in keep], [[r[i] for i in keep] for r in body]
 
 
 def _pair(a, b, unit: str) -> str:
@@ -48,25 +58,24 @@ def stage_rows(d: RunDiff) -> list[list[str]]:
     return out
 
 
-def _grid(header: list[str], body: list[list[str]]) -> list[str]:
-    table = [header] + body
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines = []
-    for i, r in enumerate(table):
-        lines.append("  ".join([r[0].ljust(widths[0])] + [x.rjust(w) for x, w in
-                                                          zip(r[1:], widths[1:])]).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return lines
+def _grid(title: str, header: list[str], body: list[list[str]]) -> str:
+    """A table in the reports' one style: the first column left, the others right; a header
+    wraps at its spaces where the columns would not fit."""
+    t = table(title=title)
+    for i, h in enumerate(header):
+        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=False, overflow="fold")
+    for r in body:
+        t.add_row(*r)
+    return render(t)
 
 
 def render_diff_text(d: RunDiff) -> str:
-    """The diff as plain text (CI logs, terminals)."""
+    """The diff as plain text (CI logs, terminals), at most
+    :data:`~pipeaudit.report.fit.WIDTH` columns."""
     out = ["pipeaudit diff", f"A: {d.a_source} ({d.a_config})", f"B: {d.b_source} ({d.b_config})"]
     if d.config_changes:
         out.append("configuration changed: " + "; ".join(d.config_changes))
-    out += ["", "Pipeline"] + _grid(["metric", "A", "B", "change"], pipeline_rows(d))
-    out += ["", STAGES_TITLE]
-    out += _grid(stage_header(d), stage_rows(d))
+    out += ["", _grid("Pipeline", ["metric", "A", "B", "change"], pipeline_rows(d))]
+    out += ["", _grid(STAGES_TITLE, *stage_table(d))]
     out += ["", d.summary()] + [f"note: {n}" for n in d.notes]
-    return "\n".join(out) + "\n"
+    return fit("\n".join(out)) + "\n"

@@ -6,6 +6,7 @@ from pipeaudit.explain.critical import COMPUTE, CriticalPath
 from pipeaudit.explain.explain import Explanation
 from pipeaudit.explain.whatif import Prediction
 from pipeaudit.report.explain_text import chain_lines, slack_lines
+from pipeaudit.report.fit import fit
 from pipeaudit.report.formatting import ms, pct
 from pipeaudit.report.markdown import _table, md_fence, md_text
 
@@ -25,7 +26,7 @@ def render_explain_markdown(e: Explanation, *, step: CriticalPath | None = None,
                     for s in e.steps]),
             "", f"## Critical path of step {p.step}", "",
             "Walked back from the action that ends last, through what bound each start "
-            "(ms from the step start):", "", *md_fence("\n".join(chain_lines(p))),
+            "(ms from the step start):", "", *md_fence(fit("\n".join(chain_lines(p)))),
             "", "## Top causes", "",
             "Each step replayed with one stage/kind 10% faster (mean gain per step):", "",
             _table(["#", "stage", "kind", "gain if 10% faster (ms)", "of the step",
@@ -40,7 +41,7 @@ def render_explain_markdown(e: Explanation, *, step: CriticalPath | None = None,
         out += ["", f"## Timeline of step {p.step}", "", *md_fence(timeline_text)]
     if e.notes:
         out += ["", "## Notes", ""] + [f"- {md_text(n)}" for n in e.notes]
-    return "\n".join(out) + "\n"
+    return fit("\n".join(out), markdown=True) + "\n"
 
 
 def render_whatif_markdown(p: Prediction) -> str:
@@ -64,4 +65,4 @@ def render_whatif_markdown(p: Prediction) -> str:
     out += ["", "## Assumptions", ""] + [f"- {md_text(x)}" for x in p.assumptions]
     if p.notes:
         out += ["", "## Notes", ""] + [f"- {md_text(n)}" for n in p.notes]
-    return "\n".join(out) + "\n"
+    return fit("\n".join(out), markdown=True) + "\n"

@@ -7,6 +7,7 @@ from itertools import groupby
 from pipeaudit.explain.critical import COMM, COMPUTE, CriticalPath, PathItem
 from pipeaudit.explain.explain import Explanation
 from pipeaudit.explain.whatif import Prediction
+from pipeaudit.report.fit import fit, render, table
 from pipeaudit.report.formatting import inputs_line, ms, pct
 
 NEAR_CRITICAL = 0.01  # slack below this share of the step counts as near-critical
@@ -72,13 +73,17 @@ def slack_lines(p: CriticalPath) -> list[str]:
 
 
 def cause_lines(e: Explanation, top: int) -> list[str]:
-    lines = ["   #  stage  kind  gain if 10% faster  of the step  compute on the path"]
+    t = table("#", "stage", "kind", "gain if 10% faster", "of the step", "compute on the path",
+              title="Top causes (each step replayed with one stage/kind 10% faster; mean gain "
+                    "per step)")
+    for col in t.columns:
+        col.justify = "left" if col.header == "kind" else "right"
     for n, c in enumerate(e.top_causes[:top], 1):
-        lines.append(f"  {n:2}  {c.stage:5}  {c.kind:4}  {ms(c.gain_us_if_10pct_faster):>15} ms  "
-                     f"{pct(c.gain_share):>11}  {ms(c.on_path_us):>16} ms")
-    lines.append(f"  all cross-rank delays 10% shorter: {ms(e.comm_gain_us)} ms; all host/launch "
-                 f"gaps 10% shorter: {ms(e.host_gain_us)} ms")
-    return lines
+        t.add_row(str(n), str(c.stage), c.kind, f"{ms(c.gain_us_if_10pct_faster)} ms",
+                  pct(c.gain_share), f"{ms(c.on_path_us)} ms")
+    return [render(t),
+            f"all cross-rank delays 10% shorter: {ms(e.comm_gain_us)} ms; all host/launch "
+            f"gaps 10% shorter: {ms(e.host_gain_us)} ms"]
 
 
 def render_explain_text(e: Explanation, *, step: CriticalPath | None = None,
@@ -97,13 +102,11 @@ def render_explain_text(e: Explanation, *, step: CriticalPath | None = None,
     out += ["", f"Slack of step {p.step} (how late an action could start without delaying the "
                 "step):"]
     out += slack_lines(p)
-    out += ["", "Top causes (each step replayed with one stage/kind 10% faster; mean gain per "
-                "step):"]
-    out += cause_lines(e, top)
+    out += [""] + cause_lines(e, top)
     if timeline_text:
         out += ["", f"Timeline of step {p.step}", timeline_text]
     out += [f"note: {n}" for n in e.notes]
-    return "\n".join(out) + "\n"
+    return fit("\n".join(out)) + "\n"
 
 
 def render_whatif_text(p: Prediction) -> str:
@@ -115,11 +118,14 @@ def render_whatif_text(p: Prediction) -> str:
            f"M={b['num_microbatches']} v={b.get('num_chunks')}",
            f"replayed:   {a.get('schedule') or 'unknown'} P={a['num_ranks']} "
            f"M={a['num_microbatches']} v={a.get('num_chunks')}  (model: {p.model})",
-           "",
-           f"               {'measured':>12}  {'predicted':>12}  change",
-           f"  step time    {ms(p.measured_step_time_us):>9} ms  "
-           f"{ms(p.predicted_step_time_us):>9} ms  {p.change:+.1%}",
-           f"  bubble       {pct(p.measured_bubble):>12}  {pct(p.predicted_bubble):>12}"]
+           ""]
+    t = table("", "measured", "predicted", "change")
+    for col in t.columns[1:]:
+        col.justify = "right"
+    t.add_row("step time", f"{ms(p.measured_step_time_us)} ms", f"{ms(p.predicted_step_time_us)} ms",
+              f"{p.change:+.1%}")
+    t.add_row("bubble", pct(p.measured_bubble), pct(p.predicted_bubble), "")
+    out.append(render(t))
     c = p.calibration
     if c:
         out += ["", f"calibration: the same model on the unchanged order predicts "
@@ -127,4 +133,4 @@ def render_whatif_text(p: Prediction) -> str:
                     f"measured ({c['error']:+.1%}); the prediction carries an error of that order"]
     out += ["", "assumptions:"] + [f"  - {x}" for x in p.assumptions]
     out += [f"note: {n}" for n in p.notes]
-    return "\n".join(out) + "\n"
+    return fit("\n".join(out)) + "\n"

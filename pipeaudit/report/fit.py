@@ -13,7 +13,7 @@ import re
 import textwrap
 from typing import Any
 
-from rich import box
+from rich.box import Box
 from rich.console import Console
 from rich.table import Table
 
@@ -21,18 +21,23 @@ from rich.table import Table
 WIDTH = 120
 #: how far a wrapped line's continuation is indented past the line's own indentation
 HANG = 2
+#: the one table style: rich's SIMPLE_HEAD drawn in ASCII (a rule of '-' under the header,
+#: nothing else), so a report reads the same in a terminal, a CI log and a code block
+RULE_UNDER_HEADER = Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
 #: a space before what would start a Markdown block if it began a line (a list marker, a
 #: heading, a quote): kept with the word before it when a Markdown line is wrapped
 _MD_MARKER = re.compile(r" (?=(?:[-+*>]|#+|\d+[.)])(?: |$))")
 _GLUE = "\x00"
+#: spaces at the end of a line, before any colour codes that close it
+_TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")
 
 
 def table(*columns: str, title: str | None = None, **kwargs: Any) -> Table:
     """A rich table in the one style of every text report: title above on the left (print
-    it with :func:`print_table`), the header underlined, columns two spaces apart, no
-    border."""
-    return Table(*columns, title=title, title_justify="left", box=box.SIMPLE_HEAD,
-                 show_edge=False, pad_edge=False, **kwargs)
+    it with :func:`print_table`), the header underlined with '-', columns two spaces apart,
+    no border."""
+    return Table(*columns, title=title, title_justify="left", box=RULE_UNDER_HEADER,
+                 show_edge=False, pad_edge=False, collapse_padding=True, **kwargs)
 
 
 def print_table(con: Console, t: Table, *, gap: bool = True) -> None:
@@ -46,7 +51,7 @@ def print_table(con: Console, t: Table, *, gap: bool = True) -> None:
                   style="bold" if con.is_terminal else None)
     with con.capture() as cap:
         con.print(t)
-    con.file.write("".join(line.rstrip(" ") + "\n" for line in cap.get().splitlines()))
+    con.file.write("".join(_TRAILING.sub(r"\1", line) + "\n" for line in cap.get().splitlines()))
 
 
 def console(file: Any, *, color: bool | None = False, width: int = WIDTH) -> Console:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pipeaudit.report.fit import fit
 from pipeaudit.report.gate_text import HEADER, rows, verdict_line
 from pipeaudit.report.markdown import md_code, md_text
 
@@ -42,4 +43,4 @@ def render_gate_markdown(result: GateResult) -> str:
         out.append("| " + " | ".join([cell(x) for x in r[:-1]] + [_ICON[r[-1]]]) + " |")
     if result.notes:
         out += ["", "### Notes", ""] + [f"- {cell(n)}" for n in result.notes]
-    return "\n".join(out) + "\n"
+    return fit("\n".join(out), markdown=True) + "\n"

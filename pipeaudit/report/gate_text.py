@@ -1,13 +1,16 @@
-"""Text reporter of a gate: first the one line naming the checks the baseline is too noisy to
-gate (when there are any), then a checks table (rich on a terminal, plain columns otherwise),
-the explanation of every failure and warning and a one-line verdict."""
+"""Text reporter of a gate: first the line naming the checks the baseline is too noisy to
+gate (when there are any), then a checks table (the reports' one table style, coloured on a
+terminal), the explanation of every failure and warning and a one-line verdict; every line
+within :data:`~pipeaudit.report.fit.WIDTH` columns."""
 
 from __future__ import annotations
 
 import io
 
-from pipeaudit.values import fmt_change, fmt_value
 from typing import TYPE_CHECKING
+
+from pipeaudit.report.fit import WIDTH, console, hanging, print_table, table
+from pipeaudit.values import fmt_change, fmt_value
 
 if TYPE_CHECKING:  # types only: the gate does not import the reporters, nor they the gate
     from pipeaudit.gate.model import Check, GateResult
@@ -49,56 +52,38 @@ def _explained(result: GateResult) -> list[Check]:
     return [c for c in result.sorted_checks() if c.verdict in ("fail", "warn")]
 
 
-def render_gate_text(result: GateResult, *, color: bool = False, width: int = 120) -> str:
-    """The gate report: rich table when ``color`` (a terminal), plain aligned columns otherwise."""
-    return _rich(result, width) if color else _plain(result)
-
-
-def _plain(result: GateResult) -> str:
-    table = [HEADER] + rows(result)
-    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
-    noisy = result.noisy_line()
-    out = ([f"pipeaudit: {noisy}"] if noisy else []) + header_lines(result) + [""]
-    for i, r in enumerate(table):
-        cells = [r[0].ljust(widths[0])] + [x.rjust(w) for x, w in zip(r[1:-1], widths[1:-1])]
-        out.append("  ".join(cells + [r[-1]]).rstrip())
-        if i == 0:
-            out.append("  ".join("-" * w for w in widths))
-    explained = _explained(result)
-    if explained:
-        out += ["", "Why:"]
-        out += [f"  {c.verdict.upper():4}  {c.explanation}" for c in explained]
-    out += [f"note: {n}" for n in result.notes]
-    out += ["", verdict_line(result)]
-    return "\n".join(out) + "\n"
-
-
-def _rich(result: GateResult, width: int) -> str:
-    from rich.console import Console
-    from rich.table import Table
+def render_gate_text(result: GateResult, *, color: bool = False, width: int = WIDTH) -> str:
+    """The gate report, coloured when ``color`` (a terminal)."""
     from rich.text import Text
 
     buf = io.StringIO()
-    con = Console(file=buf, force_terminal=True, width=width, highlight=False, soft_wrap=False)
+    con = console(buf, color=color, width=width)
+    say = lambda text, style=None: con.print(hanging(text, width=width), markup=False,  # noqa: E731
+                                              style=style)
     noisy = result.noisy_line()
     if noisy:
-        con.print(f"pipeaudit: {noisy}", markup=False, style="yellow", soft_wrap=True)
+        say(f"pipeaudit: {noisy}", "yellow")
     for line in header_lines(result):
-        con.print(line, markup=False)
-    table = Table(*HEADER)
-    for col in table.columns[1:5]:
+        say(line)
+    t = table(*HEADER)
+    for col in t.columns[1:5]:
         col.justify = "right"
     for c, r in zip(result.sorted_checks(), rows(result)):
-        table.add_row(*r[:-1], Text(r[-1], style=_STYLE[c.verdict]))
-    con.print(table)
+        t.add_row(*r[:-1], Text(r[-1], style=_STYLE[c.verdict]))
+    print_table(con, t)
     explained = _explained(result)
     if explained:
-        con.print("[bold]Why[/]")
+        con.print()
+        con.print("Why:", style="bold")
         for c in explained:
-            con.print(Text(f"  {c.verdict.upper():4}  ", style=_STYLE[c.verdict]) +
-                      Text(c.explanation))
+            lines = hanging(f"{c.verdict.upper():4}  {c.explanation}", indent=2, hang=6,
+                            width=width).split("\n")
+            con.print(Text(lines[0][:8], style=_STYLE[c.verdict]) + Text(lines[0][8:]))
+            for line in lines[1:]:
+                con.print(line, markup=False)
     for n in result.notes:
-        con.print(f"note: {n}", markup=False, style="dim")
+        say(f"note: {n}", "dim")
+    con.print()
     con.print(Text(verdict_line(result), style=_STYLE[result.verdict]))
     return buf.getvalue()
 

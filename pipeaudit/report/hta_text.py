@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import io
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
+from pipeaudit.report.fit import fit, render, table
 from pipeaudit.report.formatting import pct
 
 if TYPE_CHECKING:  # types only
@@ -15,11 +12,8 @@ if TYPE_CHECKING:  # types only
 
 
 def render_text(cmp: "HtaComparison") -> str:
-    """The small side-by-side table, as plain text (rich, no colour)."""
-    buf = io.StringIO()
-    con = Console(file=buf, force_terminal=False, no_color=True, width=140, highlight=False)
-    t = Table(title="HTA alongside (GPU idle = 1 - |union of kernels, memcpy, memset| / span)",
-              title_justify="left")
+    """The small side-by-side table, as plain text in the reports' one table style."""
+    t = table(title="HTA alongside (GPU idle = 1 - |union of kernels, memcpy, memset| / span)")
     for c in ("rank", "pipeaudit idle", "idle (HTA steps)", "HTA idle", "pipeaudit overlap",
               "HTA comm/comp overlap"):
         t.add_column(c, justify="right")
@@ -27,10 +21,9 @@ def render_text(cmp: "HtaComparison") -> str:
     for r in cmp.rows:
         t.add_row(str(r.rank), pct(r.pipeaudit_idle), pct(r.pipeaudit_idle_hta_steps), pct(r.hta_idle),
                   pct(r.pipeaudit_overlap), pct(r.hta_overlap), r.hta_steps)
-    con.print(t)
-    con.print(f"HTA: {cmp.message}", markup=False)
-    con.print("pipeaudit idle covers the whole trace; HTA drops the last ProfilerStep (and rounds "
-              "ns-resolution events inward to whole µs). pipeaudit overlap counts communication "
-              "kernels and nccl/gloo spans under any compute; HTA's counts communication kernels "
-              "under computation kernels only. See docs/hta.md.", markup=False)
-    return buf.getvalue()
+    return fit("\n".join([
+        render(t), f"HTA: {cmp.message}",
+        "pipeaudit idle covers the whole trace; HTA drops the last ProfilerStep (and rounds "
+        "ns-resolution events inward to whole µs). pipeaudit overlap counts communication "
+        "kernels and nccl/gloo spans under any compute; HTA's counts communication kernels "
+        "under computation kernels only. See docs/hta.md."])) + "\n"

@@ -1,15 +1,15 @@
-"""Plain-text reports of ``pipeaudit simulate`` (rich tables, ASCII only, no colour)."""
+"""Plain-text reports of ``pipeaudit simulate``: timelines, the reports' one table style, no colour;
+every line within :data:`~pipeaudit.report.fit.WIDTH` columns."""
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
 
-from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from pipeaudit.report.ascii_timeline import Item, action_label, render_cells
+from pipeaudit.report.fit import fit, render, table
 from pipeaudit.report.published_text import NO_PUBLISHED, published_lines, published_value
 from pipeaudit.schedules.catalogue import DESCRIPTIONS
 from pipeaudit.schedules.replay import ReplayResult
@@ -45,24 +45,15 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.6g}"
 
 
-def _render(*tables: Table, width: int = 1000) -> str:
-    buf = io.StringIO()
-    console = Console(file=buf, width=width, color_system=None, force_terminal=False,
-                      highlight=False, soft_wrap=False, emoji=False)
-    for i, t in enumerate(tables):
-        if i:
-            console.print()
-        if t.caption:  # the table's title, printed above it so it never wraps to the table width
-            console.print(str(t.caption))
-            t.caption = None
-        console.print(t)
-    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines())
+def _render(*tables: Table) -> str:
+    """Tables in the reports' one style, a blank line between them."""
+    return render(*tables)
 
 
 def _table(title: str, *columns: tuple[str, str]) -> Table:
-    t = Table(caption=title, box=box.ASCII2, show_edge=True)
+    t = table(title=title)
     for name, justify in columns:
-        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+        t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     return t
 
 
@@ -120,15 +111,15 @@ def render_simulation(sim: Simulation, max_cells: int = 160) -> str:
     if sim.durations.comm:
         parts.append("note: the closed forms assume zero communication; the simulation adds "
                      f"{sim.durations.comm:g} per cross-rank dependency")
-    return "\n".join(parts)
+    return fit("\n".join(parts))
 
 
 def render_compare(items: Sequence[Simulation | tuple[str, str]], max_cells: int = 160) -> str:
     """A side-by-side table, then each schedule's timeline. Items that could not run are
     ``(name, reason)`` and appear as skipped rows."""
-    t = _table("Schedules compared", ("schedule", "left"), ("v", "right"), ("makespan", "right"),
+    t = _table("Schedules compared (peak in-flight: the most loaded stage's)", ("schedule", "left"), ("v", "right"), ("makespan", "right"),
                ("bubble sim", "right"), ("bubble theory", "right"), ("formula", "left"),
-               ("published", "right"), ("peak in-flight (max stage)", "right"), ("theory", "right"))
+               ("published", "right"), ("peak in-flight", "right"), ("theory", "right"))
     for item in items:
         if isinstance(item, tuple):
             t.add_row(item[0], "-", "-", "-", "-", f"skipped: {item[1]}", "-", "-", "-")
@@ -144,7 +135,7 @@ def render_compare(items: Sequence[Simulation | tuple[str, str]], max_cells: int
         if isinstance(item, tuple):
             continue
         parts += ["", header(item), render_timeline(item.result, item.schedule.placement, max_cells)]
-    return "\n".join(parts)
+    return fit("\n".join(parts))
 
 
 def render_sweep(rows: Sequence[SweepRow], num_ranks: int) -> str:  # noqa: D401
@@ -165,7 +156,7 @@ def render_sweep(rows: Sequence[SweepRow], num_ranks: int) -> str:  # noqa: D401
                   str(max(sim.result.peak_inflight.values())),
                   str(max(th.peak_inflight.values())) if th else "-", _num(sim.result.makespan))
     sims = [row.simulation for row in rows if row.simulation is not None]
-    return "\n".join([_render(t), _published_note(sims)])
+    return fit("\n".join([_render(t), _published_note(sims)]))
 
 
 def _published_note(sims: Sequence[Simulation]) -> str:
@@ -197,7 +188,7 @@ def render_block(info: dict) -> str:
         + " (from the order); the block's lifespans give "
         + ", ".join(f"{peaks[r]:g}" for r in sorted(peaks)) + " in the steady state",
     ]
-    return "\n".join(lines)
+    return fit("\n".join(lines))
 
 
 def render_simulation_text(sim: Simulation, *, max_cells: int = 160, info: dict | None = None) -> str:

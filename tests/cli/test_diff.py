@@ -29,9 +29,11 @@ def docs(tmp_path_factory):
 def test_diff_real_traces_names_the_heavier_stage():
     r = invoke("diff", SAMPLES / "1f1b_p4_m8", SAMPLES / "1f1b_p4_m8_imb_s1x3")
     assert r.exit_code == 0, r.output
-    last = r.stdout.strip().splitlines()[-1]
+    last = r.stdout.strip().split("\n\n")[-1]  # the summary, wrapped with a hanging indent
     assert last.startswith("Changed most: stage 1 B compute") and "; stage 1 F compute" in last
-    assert "Stages (median over steps of the compute per step, by kind" in r.stdout
+    assert all(line.startswith("  ") for line in last.splitlines()[1:])
+    assert "Stages, A -> B (median over steps of the compute per step, by kind" in r.stdout
+    assert max(map(len, r.stdout.splitlines())) <= 120
 
 
 def test_diff_from_documents_json_and_markdown(docs):

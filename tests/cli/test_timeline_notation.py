@@ -11,8 +11,12 @@ from tests.support.cli import invoke
 
 
 def _rows(text: str) -> list[str]:
-    """The rank rows of a timeline: what lies between 'rank N |' and the end (or '|')."""
-    return [m.group(1) for m in re.finditer(r"^rank \d+ +\|\s?(.*?)\|?$", text, re.M)]
+    """The rank rows of a timeline: what lies between 'rank N |' and the end (or '|'), a
+    timeline drawn in bands (simulate, wider than a line) joined per rank."""
+    rows: dict[str, list[str]] = {}
+    for m in re.finditer(r"^rank (\d+) +\|\s?(.*?)\|?$", text, re.M):
+        rows.setdefault(m.group(1), []).append(m.group(2))
+    return [" ".join(parts) for parts in rows.values()]
 
 
 def test_labels_carry_the_stage_only_when_a_rank_holds_several():

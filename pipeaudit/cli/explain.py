@@ -54,7 +54,8 @@ def command(paths, fmt, step, top, width, pipeline, output, force, window, **run
     from pipeaudit.report.critical_timeline import LEGEND, critical_timeline
     from pipeaudit.report.step_view import legend
 
-    tl_text = "\n".join([legend(run.timeline), critical_timeline(run.timeline, shown, width=width),
+    tl_text = "\n".join([legend(run.timeline, waits=True),
+                         critical_timeline(run.timeline, shown, width=width),
                          LEGEND]) if shown else ""
     write_output(render("explain", result, fmt, step=shown, timeline_text=tl_text, top=top),
                  output)

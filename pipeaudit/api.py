@@ -33,9 +33,11 @@ class Run:
 
     @cached_property
     def _audit(self) -> AuditResult:
+        from pipeaudit.advise.imbalance import with_split_advice
         from pipeaudit.audit.run import audit
 
-        return audit(self.timeline, schedule=self._schedule)
+        # where the layers per stage are known, STAGE_IMBALANCE names the split advise proposes
+        return with_split_advice(self.timeline, audit(self.timeline, schedule=self._schedule))
 
     def audit(self) -> AuditResult:
         """The same audit result the CLI reports."""

@@ -15,6 +15,9 @@ OVERHEAD_WARN = 0.03  # measured - replay ideal bubble
 OUTLIER_FACTOR = 2.0  # a rank's overhead vs the median rank's
 STRAGGLER_FACTOR = 2.0  # a rank's start delays vs the median rank
 STRAGGLER_MIN_SHARE = 0.03  # ... and at least this share of the step
+#: how STAGE_IMBALANCE ends when the layers per stage are not known; where they are,
+#: :func:`pipeaudit.advise.imbalance.with_split_advice` puts the proposed split and its gain
+IMBALANCE_ADVICE = "`pipeaudit advise` proposes a split of the layers and predicts its gain."
 
 
 def _host_gaps(device: str) -> str:
@@ -56,8 +59,7 @@ def stage_imbalance(stage: int, rank: int, per_step_us: float, median_us: float)
                    round(ratio, 3), 1.0,
                    f"Stage {stage} computes {per_step_us / 1000:.2f} ms per step, {ratio:.2f}x the "
                    f"median stage ({median_us / 1000:.2f} ms): every other stage waits for it; "
-                   f"move layers off it (`pipeaudit whatif --scale {stage}=FACTOR` predicts the "
-                   f"gain).", unit="ratio")
+                   + IMBALANCE_ADVICE, unit="ratio")
 
 
 def overhead_pipeline(measured: float | None, ideal: float | None, worst_rank: int,

@@ -9,6 +9,16 @@ whose band is wider than its threshold cannot be gated at it: the result says so
 with the steps a baseline and a run need (:meth:`GateResult.noisy_line`).
 Budgets fail when the run's median exceeds them. Each check explains itself,
 naming the rank or stage that moved and why.
+
+A rise of the pipeline's shape (a bubble, the stage imbalance, exposed communication) is
+judged by the part of it that a regression accounts for: for a bubble or exposed
+communication, the rise a step that grew from T to T' gives at the baseline's compute
+((1 - b) (1 - T / T')); for the imbalance, the rise the heaviest stage's growth gives. A
+rank whose own stage got faster idles longer in a step as long: its bubble rises, and that
+is no regression (the check passes, ``cleared``, naming the cause). When every stage slowed
+by about the same factor and the shape held, the checks of step time and stage compute keep
+their verdicts, and their explanations and a note say the host looks slower or busier than
+the baseline's rather than that a stage got heavier.
 """
 
 from __future__ import annotations
@@ -25,6 +35,13 @@ from pipeaudit.gate.snapshot import Snapshot
 from pipeaudit.gate.thresholds import Thresholds
 
 __all__ = ["Check", "GateResult", "VERDICTS", "gate", "fmt_change", "fmt_value"]
+
+#: Every stage slowed (or sped up) by at least this much, relative, for the host to be named.
+UNIFORM_MIN = 0.05
+#: ... and the largest stage factor within this much of the smallest: "about the same factor".
+UNIFORM_SPREAD = 0.15
+#: A stage computes this much less (relative) to be named as the cause of a bubble rise.
+FASTER = 0.05
 
 
 def gate(run: Snapshot, baseline: Snapshot | None, thresholds: Thresholds, *,
@@ -50,11 +67,14 @@ def gate(run: Snapshot, baseline: Snapshot | None, thresholds: Thresholds, *,
                               f"({'; '.join(changes)}); pass --allow-config-change to compare "
                               "anyway")
         result.baseline_source, result.baseline_config = baseline.source, baseline.config
+        result.baseline_steps = len(baseline.series.steps)
         result.config_changes = changes
         if changes:
             result.notes.append("configuration changed since the baseline: " + "; ".join(changes))
-        result.checks += _Compare(baseline, run, thresholds).checks()
-        if len(baseline.series.steps) < 3:
+        compare = _Compare(baseline, run, thresholds)
+        result.checks += compare.checks()
+        result.notes += compare.notes
+        if len(baseline.series.steps) < 3 and result.noisy_line() is None:  # else it says so
             result.notes.append(f"the baseline has {len(baseline.series.steps)} step(s): with fewer "
                                 "than 3 steps the median is not robust to one slow step; profile "
                                 "more steps (e.g. --steps 5)")
@@ -83,9 +103,20 @@ class _Compare:
         self.bs: StepSeries = base.series  # type: ignore[assignment]
         self.ns: StepSeries = run.series  # type: ignore[assignment]
         self.k = th.noise_k
+        self.notes: list[str] = []
+        t0, t1 = stats.median(self.bs.step_time_us), stats.median(self.ns.step_time_us)
+        #: relative change of the median step time, and the share of the run's step that the
+        #: step grew by (0 when it did not grow)
+        self.step_change = stats.relative_change(t0, t1)
+        self.growth = max(0.0, 1.0 - t0 / t1) if t0 and t1 else 0.0
+        #: (smallest, largest) stage compute factor when every stage slowed or sped up alike
+        #: and the pipeline's shape held (see :meth:`_uniform`)
+        self.uniform: tuple[float, float] | None = None
 
     def checks(self) -> list[Check]:
-        out = [self.bubble(), self.step_time(), self.imbalance(), self.exposed_comm()]
+        bubble, imbalance, exposed = self.bubble(), self.imbalance(), self.exposed_comm()
+        self.uniform = self._uniform([bubble, imbalance, exposed])
+        out = [bubble, self.step_time(), imbalance, exposed]
         out += self.rank_bubbles()
         out += self.stage_computes()
         out += self.inflight()
@@ -111,8 +142,8 @@ class _Compare:
         c = Check(metric=metric, scope=scope, index=index, baseline=bm, now=nm, change=change,
                   mode=mode, threshold=threshold, noise=noise, unit=unit, verdict=verdict,
                   explanation="")
-        if c.too_noisy:
-            c.steps_needed = stats.steps_to_gate(noise, threshold, nb, nn)  # type: ignore[arg-type]
+        if threshold is not None and noise > threshold:
+            c.steps_needed = stats.steps_to_gate(noise, threshold, nb, nn)
         c.explanation = self._explain(c, why)
         return c
 
@@ -156,7 +187,10 @@ class _Compare:
         return out
 
     def heavier_stages(self) -> list[tuple[int, float]]:
-        """Stages whose compute grew past the stage threshold, the largest first."""
+        """Stages whose compute grew past the stage threshold, the largest first (none when
+        every stage slowed alike: the host, not a stage)."""
+        if self.uniform is not None:
+            return []
         lim = self.th.max_stage_compute_increase
         lim = 0.05 if lim is None else lim
         return sorted(((s, ch) for s, ch in self.stage_changes().items() if ch > lim),
@@ -205,21 +239,123 @@ class _Compare:
     def _join(*parts: str) -> str:
         return "; ".join(p for p in parts if p)
 
+    # -- the step, the host and rises of the pipeline's shape
+
+    def _step_text(self) -> str:
+        """``a step 26% longer (386.06 ms -> 485.01 ms)``."""
+        t0, t1 = stats.median(self.bs.step_time_us), stats.median(self.ns.step_time_us)
+        ch = self.step_change or 0.0
+        how = f"{100 * abs(ch):.0f}% {'longer' if ch >= 0 else 'shorter'}"
+        return f"a step {how} ({fmt_value(t0, 'us')} -> {fmt_value(t1, 'us')})"
+
+    def _faster_stages(self, stages: list[int] | None = None) -> list[tuple[int, float]]:
+        """Stages (of ``stages``, default all) that compute at least :data:`FASTER` less."""
+        ch = self.stage_changes()
+        return sorted(((st, c) for st, c in ch.items() if c < -FASTER
+                       and (stages is None or st in stages)), key=lambda x: x[1])
+
+    def _rise(self, c: Check, part: float, why: Callable[[float], str], cleared: str) -> Check:
+        """Re-judge a rise above the threshold by ``part``, the share of it a regression
+        accounts for (a longer step, a heavier stage): within the threshold the check passes,
+        ``cleared``, with the ``cleared`` cause; else it fails past the noise band (warns
+        within it), explained by ``why``."""
+        if c.verdict == "skip" or c.change is None or c.threshold is None \
+                or c.change <= c.threshold:
+            return c
+        judged = min(c.change, max(part, 0.0))
+        if judged <= c.threshold:
+            c.verdict, c.cleared = "pass", True
+            c.explanation = (f"{c.name} {fmt_value(c.baseline, c.unit)} -> "
+                             f"{fmt_value(c.now, c.unit)} ({fmt_change(c.change, c.mode, c.unit)}"
+                             f", limit {fmt_change(c.limit, c.mode, c.unit)}) is no regression: "
+                             f"{cleared}")
+            return c
+        c.verdict = "fail" if judged > (c.limit or 0.0) else "warn"
+        c.explanation = self._explain(c, why)
+        return c
+
+    def _from_step(self, ch: float, part: float) -> str:
+        """``a step 26% longer (...)`` when it accounts for all of the rise ``ch``, else
+        ``+3.1 pts of it from a step 4% longer (...)``."""
+        return (f"all of it from {self._step_text()}" if part >= ch else
+                f"{100 * max(part, 0.0):+.1f} pts of it from {self._step_text()}")
+
+    def _step_part(self, base_share: list) -> float:
+        """The rise of a share of the step (bubble, exposed communication) that the step's
+        growth gives at the baseline's value: (1 - share) (1 - T / T')."""
+        b = stats.median(base_share)
+        return (1.0 - (b or 0.0)) * self.growth
+
+    def _not_slower(self) -> str:
+        ch = self.step_change
+        return ("the step is not slower" if ch is None else
+                f"the step is not slower ({100 * ch:+.1f}%, limit "
+                f"{fmt_change(self.th.max_step_time_increase, 'rel', 'us')})")
+
+    def _uniform(self, shape: list[Check]) -> tuple[float, float] | None:
+        """(smallest, largest) factor of stage compute when every stage slowed (or sped up)
+        by about the same factor and the pipeline's shape held (bubble, imbalance, exposed
+        communication within their limits); adds the note that names the host."""
+        ch = self.stage_changes()
+        if len(ch) < 2:
+            return None
+        lo, hi = 1.0 + min(ch.values()), 1.0 + max(ch.values())
+        held = all(c.change is None or c.limit is None or c.change <= c.limit for c in shape)
+        if not held or lo <= 0 or hi / lo > 1.0 + UNIFORM_SPREAD:
+            return None
+        factor = f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}x to {hi:.2f}x"
+        same = (f"every stage computes {factor} as long as in the baseline and the pipeline's "
+                "shape held (bubble, imbalance, exposed communication)")
+        if lo > 1.0 + UNIFORM_MIN:
+            self.notes.append(f"{same}: the host looks slower or busier than the baseline's, "
+                              "not a stage that got heavier; the step-time and stage-compute "
+                              "checks stand (gate against a baseline made on the same kind of "
+                              "host, under the same load)")
+            return lo, hi
+        if hi < 1.0 - UNIFORM_MIN:
+            self.notes.append(f"{same}: the host looks faster or quieter than the baseline's; "
+                              "a regression of that size could hide behind it (gate against a "
+                              "baseline made on the same kind of host, under the same load)")
+        return None
+
+    def _host_text(self) -> str:
+        lo, hi = self.uniform  # type: ignore[misc]
+        a, b = f"{100 * (lo - 1):+.0f}%", f"{100 * (hi - 1):+.0f}%"
+        return (f"every stage slowed alike ({a if a == b else f'{a} to {b}'}) and the "
+                "pipeline's shape held: the host looks slower or busier than the baseline's")
+
     # -- pipeline checks
 
     def bubble(self) -> Check:
-        return self._check("bubble", "pipeline", None, self.bs.bubble, self.ns.bubble, "abs",
-                           "fraction", self.th.max_bubble_increase,
-                           lambda ch: self._join(self._heavier_text(), self._split_text())
-                           or "no stage got heavier: the pipeline waits longer on communication "
-                              "or host overhead")
+        c = self._check("bubble", "pipeline", None, self.bs.bubble, self.ns.bubble, "abs",
+                        "fraction", self.th.max_bubble_increase)
+        part = self._step_part(self.bs.bubble)
+
+        def why(ch: float) -> str:
+            return self._join(self._from_step(ch, part), self._heavier_text(),
+                              self._split_text()) \
+                or "no stage got heavier: the pipeline waits longer on communication or host overhead"
+
+        faster = self._faster_stages()
+        names = ", ".join(f"stage {st} {100 * ch:+.0f}%" for st, ch in faster[:3])
+        cleared = (f"{'stages compute' if len(faster) > 1 else 'a stage computes'} less ({names})"
+                   f" and {self._not_slower()}" if faster else self._not_slower())
+        return self._rise(c, part, why, cleared)
 
     def step_time(self) -> Check:
+        def why(ch: float) -> str:
+            if self.uniform is not None:
+                return self._host_text()
+            return self._join(self._heavier_text(), self._exposed_text()) or (
+                "no stage got heavier: the time went to waits, communication or host overhead "
+                "(`pipeaudit explain` shows the critical path)")
+
         return self._check("step_time", "pipeline", None, self.bs.step_time_us,
-                           self.ns.step_time_us, "rel", "us", self.th.max_step_time_increase,
-                           lambda ch: self._join(self._heavier_text(), self._exposed_text())
-                           or "no stage got heavier: the time went to waits, communication or "
-                              "host overhead (`pipeaudit explain` shows the critical path)")
+                           self.ns.step_time_us, "rel", "us", self.th.max_step_time_increase, why)
+
+    def _heaviest_per_step(self, s) -> list[float]:
+        totals = [s.stage_total_us(st) for st in s.stage_compute_us]
+        return [max(col) for col in zip(*totals)] if totals else []
 
     def imbalance(self) -> Check:
         def why(ch: float) -> str:
@@ -230,47 +366,72 @@ class _Compare:
                     f"median stage {fmt_value(med, 'us')})" +
                     (f"; {self._heavier_text()}" if self.heavier_stages() else ""))
 
-        return self._check("imbalance", "pipeline", None, self.bs.imbalance, self.ns.imbalance,
-                           "abs", "ratio", self.th.max_imbalance_increase, why)
+        c = self._check("imbalance", "pipeline", None, self.bs.imbalance, self.ns.imbalance,
+                        "abs", "ratio", self.th.max_imbalance_increase)
+        m0 = stats.median(self._heaviest_per_step(self.bs))
+        m1 = stats.median(self._heaviest_per_step(self.ns))
+        i0 = stats.median(self.bs.imbalance)
+        part = (i0 or 0.0) * (m1 / m0 - 1.0) if m0 and m1 else 0.0
+        faster = self._faster_stages()
+        names = ", ".join(f"stage {st} {100 * ch:+.0f}%" for st, ch in faster[:3])
+        cleared = ("no stage got heavier: the heaviest stage computes "
+                   f"{fmt_value(m0, 'us')} -> {fmt_value(m1, 'us')} per step"
+                   + (f" and lighter stages compute less ({names}), so the median is lower"
+                      if faster else ""))
+        return self._rise(c, part, why, cleared)
 
     def exposed_comm(self) -> Check:
         def why(ch: float) -> str:
             worst = self._worst_exposed_rank()
             where = f"most on rank {worst[0]} ({100 * worst[1]:+.1f} pts)" if worst else ""
             return self._join(where, "more of the step goes to communication that no compute "
-                                     "hides (slower transfers, longer recv waits or lost overlap)")
+                                     "hides (slower transfers or lost overlap)")
 
-        return self._check("exposed_comm", "pipeline", None, self.bs.exposed_comm,
-                           self.ns.exposed_comm, "abs", "fraction",
-                           self.th.max_exposed_comm_increase, why)
+        c = self._check("exposed_comm", "pipeline", None, self.bs.exposed_comm,
+                        self.ns.exposed_comm, "abs", "fraction",
+                        self.th.max_exposed_comm_increase)
+        return self._rise(c, self._step_part(self.bs.exposed_comm), why,
+                          f"{self._not_slower()}: compute that got shorter hides less of the "
+                          "same transfers")
 
     # -- rank and stage checks
 
     def rank_bubbles(self) -> list[Check]:
         out = []
         for r in sorted(set(self.bs.rank_bubble) & set(self.ns.rank_bubble)):
-            out.append(self._check("rank_bubble", "rank", r, self.bs.rank_bubble[r],
-                                   self.ns.rank_bubble[r], "abs", "fraction",
-                                   self.th.max_rank_bubble_increase,
-                                   lambda ch, r=r: self._rank_why(r)))
+            c = self._check("rank_bubble", "rank", r, self.bs.rank_bubble[r],
+                            self.ns.rank_bubble[r], "abs", "fraction",
+                            self.th.max_rank_bubble_increase)
+            part = self._step_part(self.bs.rank_bubble[r])
+            out.append(self._rise(c, part, lambda ch, r=r, part=part: self._rank_why(r, ch, part),
+                                  self._rank_cleared(r)))
         return out
 
-    def _rank_why(self, r: int) -> str:
-        own = [s for s in self.n.audit.stages if s.rank == r]
-        changes = self.stage_changes()
-        heavy = [(s, ch) for s, ch in self.heavier_stages() if s not in {x.stage for x in own}]
-        own_ch = [changes[s.stage] for s in own if s.stage in changes]
+    def _own_stages(self, r: int) -> list[int]:
+        return [s.stage for s in self.n.audit.stages if s.rank == r]
+
+    def _rank_cleared(self, r: int) -> str:
+        faster = self._faster_stages(self._own_stages(r))
+        if faster:
+            return (f"rank {r}'s own stage computes {100 * -faster[0][1]:.0f}% less and "
+                    f"{self._not_slower()}: it idles longer, and waits for no one")
+        return f"{self._not_slower()}: rank {r} idles longer in a step as long"
+
+    def _rank_why(self, r: int, ch: float, part: float) -> str:
+        own = self._own_stages(r)
+        step = self._from_step(ch, part)
+        heavy = [(s, c) for s, c in self.heavier_stages() if s not in own]
         if heavy:
-            s, ch = heavy[0]
-            return f"rank {r} waits longer on stage {s}, whose compute grew {100 * ch:+.0f}%"
-        if own_ch and min(own_ch) < -0.05:
-            return f"rank {r}'s own stage computes {100 * min(own_ch):+.0f}% in a window as long"
+            s, c = heavy[0]
+            return f"rank {r} waits longer on stage {s}, whose compute grew {100 * c:+.0f}%; {step}"
+        if self.uniform is not None:
+            return f"{step}; {self._host_text()}"
         ex = self.ns.rank_exposed_comm.get(r), self.bs.rank_exposed_comm.get(r)
         if ex[0] is not None and ex[1] is not None:
             d = (stats.median(ex[0]) or 0.0) - (stats.median(ex[1]) or 0.0)
             if d > 0.01:
-                return f"rank {r} has {100 * d:+.1f} pts more exposed communication"
-        return f"no stage got heavier: rank {r} waits on communication or host overhead"
+                return f"rank {r} has {100 * d:+.1f} pts more exposed communication; {step}"
+        return f"{step}; no stage got heavier: rank {r} waits on communication or host overhead"
 
     def stage_computes(self) -> list[Check]:
         out = []
@@ -281,8 +442,10 @@ class _Compare:
             if c.verdict == "fail":  # "stage 1 compute per step +180% (F +175%, B +182%): ..."
                 kinds = self.kind_changes(s)
                 parts = ", ".join(f"{k} {100 * v:+.0f}%" for k, v in kinds.items())
+                cause = self._host_text() if self.uniform is not None else \
+                    f"stage {s} got heavier"
                 c.explanation = (f"stage {s} compute per step {fmt_change(c.change, 'rel', 'us')}"
-                                 f"{f' ({parts})' if parts else ''}: stage {s} got heavier "
+                                 f"{f' ({parts})' if parts else ''}: {cause} "
                                  f"({fmt_value(c.baseline, 'us')} -> {fmt_value(c.now, 'us')} "
                                  f"per step, limit {fmt_change(c.limit, 'rel', 'us')})")
             out.append(c)

@@ -48,12 +48,22 @@ class Check:
     #: when the noise band is wider than the threshold: the steps a baseline and a run each
     #: need for it to narrow to the threshold (None: no count does, or not noisy)
     steps_needed: int | None = None
+    #: True when the change exceeds the threshold but is no regression (a bubble, imbalance
+    #: or exposed-communication rise in a step that is not slower); the explanation names
+    #: the cause
+    cleared: bool = False
 
     @property
     def too_noisy(self) -> bool:
-        """True when the baseline's noise hides a change of the threshold's size."""
-        return (self.mode != "budget" and self.threshold is not None and self.noise is not None
-                and self.noise > self.threshold)
+        """True when the baseline's noise hid a change past the threshold: the check warned
+        (its change is above the threshold, inside a noise band wider than it)."""
+        return (self.verdict == "warn" and self.mode != "budget" and self.threshold is not None
+                and self.noise is not None and self.noise > self.threshold)
+
+    @property
+    def explained(self) -> bool:
+        """Failures, warnings and cleared rises: the checks whose explanation a report shows."""
+        return self.verdict in ("fail", "warn") or self.cleared
 
     @property
     def name(self) -> str:
@@ -91,6 +101,7 @@ class GateResult:
     thresholds: Thresholds = field(default_factory=Thresholds)
     thresholds_file: str | None = None
     notes: list[str] = field(default_factory=list)
+    baseline_steps: int | None = None  #: the steps of the baseline's series
 
     @property
     def verdict(self) -> str:
@@ -103,21 +114,32 @@ class GateResult:
         return 1 if self.verdict == "fail" else 0
 
     def noisy_line(self) -> str | None:
-        """One line naming the checks the baseline is too noisy to gate at their threshold
-        and the steps a baseline (and run) needs for them; None when there are none."""
+        """One line naming the checks whose change the baseline's noise hid (they warned:
+        above the threshold, inside a noise band wider than it) and the steps a baseline (and
+        run) needs for them; None when there are none."""
         noisy = [c for c in self.checks if c.too_noisy]
         if not noisy:
             return None
         names = ", ".join(c.name for c in noisy[:4]) + (
             f" and {len(noisy) - 4} more" if len(noisy) > 4 else "")
         counts = [c.steps_needed for c in noisy]
+        noun = "check" if len(noisy) == 1 else "checks"
+        if self.baseline_steps is not None and self.baseline_steps < 3:
+            return (f"a baseline of {self.baseline_steps} step(s) cannot tell noise from change: "
+                    f"{len(noisy)} {noun} above the threshold stayed inside its noise band "
+                    f"({names}); profile 5 steps or more for the baseline and the run "
+                    "(profile --steps 5)")
         need = (f"a baseline and a run of {max(counts)} steps each would gate "
                 f"{'it' if len(noisy) == 1 else 'them'} (profile --steps {max(counts)})"
                 if None not in counts else "no number of steps gates a threshold of 0 against "
                 "a baseline that varies")
-        noun = "check" if len(noisy) == 1 else "checks"
         return (f"the baseline is too noisy to gate {len(noisy)} {noun} at the threshold (its "
                 f"noise band is wider): {names}; {need}")
+
+    def explained(self) -> list[Check]:
+        """The checks whose explanation a report shows (:attr:`Check.explained`), failures
+        first."""
+        return [c for c in self.sorted_checks() if c.explained]
 
     def by_verdict(self, verdict: str) -> list[Check]:
         return [c for c in self.checks if c.verdict == verdict]

@@ -33,7 +33,8 @@ def command(level: str, message: str, **props: str) -> str:
 
 
 def render_gate_github(result: GateResult) -> str:
-    """The annotations, one per line: failures, warnings, then the verdict."""
+    """The annotations, one per line: failures, warnings, cleared rises (notices), then the
+    verdict."""
     noisy = result.noisy_line()
     lines = [command("warning", noisy, title="pipeaudit gate: noisy baseline")] if noisy else []
     for c in result.sorted_checks():
@@ -41,6 +42,8 @@ def render_gate_github(result: GateResult) -> str:
             lines.append(command("error", c.explanation, title=f"pipeaudit gate: {c.name}"))
         elif c.verdict == "warn":
             lines.append(command("warning", c.explanation, title=f"pipeaudit gate: {c.name}"))
+        elif c.cleared:
+            lines.append(command("notice", c.explanation, title=f"pipeaudit gate: {c.name}"))
     for n in result.notes:
         lines.append(command("notice", n, title="pipeaudit gate note"))
     lines.append(command("notice", verdict_line(result) + f" (run {result.run_source}"

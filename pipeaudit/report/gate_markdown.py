@@ -33,7 +33,7 @@ def render_gate_markdown(result: GateResult) -> str:
                    f"({cell(result.baseline_config.describe())})")
     if result.thresholds_file:
         out.append(f"- thresholds from {md_code(result.thresholds_file)}")
-    explained = [c for c in result.sorted_checks() if c.verdict in ("fail", "warn")]
+    explained = result.explained()
     if explained:
         out += ["", "### Why", ""]
         out += [f"- **{c.verdict}** {cell(c.explanation)}" for c in explained]

@@ -49,7 +49,7 @@ def header_lines(result: GateResult) -> list[str]:
 
 
 def _explained(result: GateResult) -> list[Check]:
-    return [c for c in result.sorted_checks() if c.verdict in ("fail", "warn")]
+    return result.explained()
 
 
 def render_gate_text(result: GateResult, *, color: bool = False, width: int = WIDTH) -> str:

@@ -7,6 +7,7 @@ import click
 from pipeaudit.cli.output import FORCE_HELP
 from pipeaudit.cli.runopts import load_options, load_run, note_missing_ranks, run_options
 from pipeaudit.cli.windowopt import window_option
+from pipeaudit.report.fit import hanging
 
 
 @click.command("export")
@@ -39,8 +40,8 @@ def command(paths, out, with_ideal, merge_original, force, window, **run) -> Non
             p, options_for(w, options), outs[w.key], with_ideal, merge_original)))
         click.echo(rows_text(rows, lambda r: f"wrote {r[0]}: {r[1]}"), nl=False)
         return
-    click.echo(_export(sel.paths(sel.chosen[0]), options_for(sel.chosen[0], options), out,
-                       with_ideal, merge_original, out_text=out), err=True)
+    click.echo(hanging(_export(sel.paths(sel.chosen[0]), options_for(sel.chosen[0], options), out,
+                               with_ideal, merge_original, out_text=out)), err=True)
 
 
 def _labelled(out: str, label: str) -> str:
@@ -69,6 +70,6 @@ def _export(paths, options, out: str, with_ideal: bool, merge_original: bool,
     if merge_original:
         parts.append(f"{s.original_events} original events")
     for note in s.notes:
-        click.echo(f"note: {note}", err=True)
+        click.echo(hanging(f"note: {note}"), err=True)
     what = ", ".join(parts)
     return f"wrote {out_text}: {what}; open it in ui.perfetto.dev" if out_text else what

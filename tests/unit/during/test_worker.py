@@ -184,3 +184,18 @@ def test_a_window_queued_long_ago_is_skipped_not_audited(tmp_path, no_leftover):
                               "came only after the bound had passed")
     assert doc["notes"] == [doc["skipped"]]
     assert "not audited within 120 s" in (folder / "audit.log").read_text()
+
+
+@pytest.mark.parametrize("level,nice,idle", [("idle", 19, True), ("low", 5, False),
+                                             ("normal", None, False)])
+def test_an_audit_process_sets_its_own_priority(level, nice, idle):
+    """In a session of its own, as the worker starts it: its nice, its session group's nice
+    (where Linux has autogroups) and SCHED_IDLE for the level."""
+    code = ("import os, sys; from pipeaudit.during.priority import lower_priority; "
+            "n0 = os.nice(0); lower_priority(sys.argv[1]); "
+            "print(n0, os.nice(0), os.sched_getscheduler(0) == os.SCHED_IDLE)")
+    res = subprocess.run([sys.executable, "-c", code, level], capture_output=True, text=True,
+                         env=repo_env(), cwd=REPO, start_new_session=True, timeout=60)
+    before, after, sched_idle = res.stdout.split()
+    assert int(after) == (int(before) if nice is None else max(nice, int(before)))
+    assert (sched_idle == "True") == idle

@@ -12,6 +12,8 @@ def _pct(x: float | None) -> str:
 def window_line(w: WatchedWindow) -> str:
     """``step 4: bubble 52.4% (theory 27.3%, replay 44.2%) step 485.01 ms ...``."""
     ranks = f"{len(w.window.ranks)}/{w.window.world_size or '?'} ranks"
+    if w.skipped:
+        return f"{w.label}: skipped ({ranks}): {w.skipped}"
     if w.audit is None:
         return f"{w.label}: not audited ({ranks}): {w.error}"
     s = w.audit.scalars
@@ -62,7 +64,7 @@ def series_table(windows: list[WatchedWindow]) -> str:
                      _pct(s.get("exposed_comm")),
                      f"{s['stage_imbalance']:.2f}x" if "stage_imbalance" in s else "-",
                      f"{len(w.window.ranks)}/{w.window.world_size or '?'}",
-                     gate if w.audit else "error"))
+                     gate if w.audit else "skipped" if w.skipped else "error"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
                                for i, c in enumerate(r)) for r in rows)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from pipeaudit.during.audit_window import WindowAudit, audit_window
+from pipeaudit.during.skips import skipped_reason
 from pipeaudit.trace.windows import Window, WindowFinder
 
 
@@ -25,6 +26,7 @@ class WatchedWindow:
     window: Window
     audit: WindowAudit | None
     error: str | None = None
+    skipped: str | None = None  #: why the handler's worker skipped it (then not audited)
 
     @property
     def label(self) -> str:
@@ -39,7 +41,7 @@ class WatchedWindow:
         d: dict[str, Any] = {"label": w.label, "step": w.step, "folder": str(w.folder),
                              "files": [str(f) for f in w.files], "world_size": w.world_size,
                              "ranks_present": w.ranks, "ranks_missing": w.missing,
-                             "error": self.error}
+                             "error": self.error, "skipped": self.skipped}
         if self.audit is not None:
             d["scalars"] = self.audit.scalars
             d["notes"] = self.audit.notes
@@ -61,7 +63,9 @@ def watch(root: str | os.PathLike, *, baseline: str | None = None, thresholds: A
     try:
         while True:
             for window in finder.poll(final=once):
-                yield audit(window, baseline=baseline, thresholds=thresholds)
+                reason = skipped_reason(window.folder)  # the handler's worker skipped it
+                yield WatchedWindow(window, None, skipped=reason) if reason else \
+                    audit(window, baseline=baseline, thresholds=thresholds)
                 seen += 1
                 if max_windows is not None and seen >= max_windows:
                     return

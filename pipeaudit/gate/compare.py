@@ -73,7 +73,7 @@ def gate(run: Snapshot, baseline: Snapshot | None, thresholds: Thresholds, *,
             result.notes.append("configuration changed since the baseline: " + "; ".join(changes))
         compare = _Compare(baseline, run, thresholds)
         result.checks += compare.checks()
-        result.notes += compare.notes
+        result.notes += baseline.notes + compare.notes
         if len(baseline.series.steps) < 3 and result.noisy_line() is None:  # else it says so
             result.notes.append(f"the baseline has {len(baseline.series.steps)} step(s): with fewer "
                                 "than 3 steps the median is not robust to one slow step; profile "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -83,6 +83,7 @@ class Snapshot:
     audit: AuditResult
     source: str  # what it was read from (a baseline path or the trace inputs)
     kind: str  # traces | baseline | analyze
+    notes: list[str] = field(default_factory=list)  #: what a comparison should say of it
 
     @property
     def series(self) -> StepSeries | None:
@@ -172,8 +173,13 @@ def read_document(path: str | os.PathLike, *, baseline_only: bool = False) -> Sn
         if len(doc.series.steps) == 0:
             raise ConfigError(f"{p}: damaged baseline: its series hold no step")
         _check_series(p, doc.series)
+        notes = [] if doc.audit.per_step is not None else [
+            f"{p} was written by an earlier pipeaudit: its exposed communication counts the "
+            "time receives wait for their sender (now bubble, left out), so it reads higher "
+            "than this run's; re-create it with `pipeaudit baseline`"]
         doc.audit.per_step = doc.series
-        return Snapshot(config=doc.config, audit=doc.audit, source=p, kind="baseline")
+        return Snapshot(config=doc.config, audit=doc.audit, source=p, kind="baseline",
+                        notes=notes)
     if baseline_only:
         hint = ("an analyze report, not a baseline; make one with `pipeaudit baseline RUN -o FILE`"
                 if head.kind is None else f"kind {head.kind!r} is not a baseline")

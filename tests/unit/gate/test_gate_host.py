@@ -120,3 +120,25 @@ def test_a_slowed_stage_still_fails_and_is_named(tmp, base):
     assert "rank 0 waits longer on stage 2, whose compute grew +50%" in rank0.explanation
     assert "from a step" in rank0.explanation and "longer" in rank0.explanation
     assert checks[("step_time", None)].verdict == "fail"
+
+
+def test_a_baseline_from_before_the_audit_held_its_series_is_read_with_a_note(tmp, base):
+    """The audit's per_step is the baseline's series; a baseline written before (no
+    audit.per_step) still gates, and the gate says its exposed communication counted waits."""
+    import json
+
+    from pipeaudit.gate import baseline_json, read_document
+
+    doc = json.loads(baseline_json(base))
+    assert doc["audit"]["per_step"] == doc["series"]
+    path = tmp / "baseline.json"
+    path.write_text(json.dumps(doc))
+    assert gate(base, read_document(path), Thresholds()).notes == []
+    del doc["audit"]["per_step"]
+    path.write_text(json.dumps(doc))
+    old = read_document(path, baseline_only=True)
+    assert old.series is not None and old.series.steps == base.series.steps
+    result = gate(base, old, Thresholds())
+    assert result.verdict == "pass"
+    assert result.notes[0].startswith(f"{path} was written by an earlier pipeaudit: its exposed "
+                                      "communication counts the time receives wait")

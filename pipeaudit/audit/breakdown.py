@@ -3,7 +3,7 @@ exposed data-parallel communication.
 
 For rank r in step k the span is E_k = [W_k start, max(W_k end, end of r's collectives of the
 step)]: the step window, stretched by the gradient sync that follows the last backward
-(DESIGN.md's step time stays |W_k|). Over E_k:
+(docs/metrics.md's step time stays |W_k|). Over E_k:
 
 - compute: the rank's compute in its actions of step k (C(r, k) of the bubble);
 - exposed data-parallel communication: the step's collectives not overlapped by that compute;

@@ -5,7 +5,7 @@ A replica is the ranks that hand activations to each other, stage position by st
 peers. Schedules, orders and the replay read one representative per position (the first
 peer present); bubbles and the per-rank figures cover every rank.
 
-With every position present the step window W_k spans all of them (DESIGN.md). With ranks
+With every position present the step window W_k spans all of them (docs/metrics.md). With ranks
 missing there is no pipeline window: each rank's bubble is measured in its own window (its
 first to last compute in the step) and labelled a per-rank figure, the replay needs every
 rank and is not run, and the schedule is checked on the positions present.

@@ -1,6 +1,6 @@
 """The replay ideal of many steps and pipeline replicas at once.
 
-The replay ideal of a step (DESIGN.md) replays the observed per-rank order with the measured
+The replay ideal of a step (docs/metrics.md) replays the observed per-rank order with the measured
 compute durations and free communication: every action starts when its rank is free and its
 inputs are done (:mod:`pipeaudit.schedules.replay`, whose event-driven loop visits one
 action at a time in Python). Here the same longest-path times are found for a whole batch of

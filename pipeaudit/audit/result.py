@@ -57,7 +57,7 @@ class RankMetrics:
     #: the pipeline replica the rank belongs to, and its stage position in it
     pipeline: int | None = 0
     position: int | None = None
-    #: "step window" (DESIGN.md's bubble) or "own window" (ranks of the pipeline missing: the
+    #: "step window" (docs/metrics.md's bubble) or "own window" (ranks of the pipeline missing: the
     #: rank's first to last compute in each step, a per-rank figure)
     bubble_scope: str | None = None
     #: mean per step, µs: span (the window stretched by the step's collectives), compute,

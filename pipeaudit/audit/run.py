@@ -28,7 +28,7 @@ _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
 def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
-    """Measure everything DESIGN.md defines on ``tl``; ``schedule`` declares the schedule run."""
+    """Measure everything docs/metrics.md defines on ``tl``; ``schedule`` declares the schedule run."""
     notes = list(tl.warnings)
     layout = tl.layout or _one_pipeline(tl)
     present = sorted(rt.rank for rt in tl.ranks)

@@ -1,4 +1,4 @@
-"""Step windows, compute sets and the measured bubble (DESIGN.md definitions).
+"""Step windows, compute sets and the measured bubble (docs/metrics.md definitions).
 
 - Step window W_k: earliest compute start to latest compute end over all ranks in step k.
 - Bubble of a rank in step k: 1 - |C(rank, k) ∩ W_k| / |W_k|, where C is the union

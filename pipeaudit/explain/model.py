@@ -48,7 +48,7 @@ class StepModel:
 
 @dataclass(frozen=True)
 class Predicted:
-    """A replayed step: its time (ns) and bubble (DESIGN.md definition, mean over ranks)."""
+    """A replayed step: its time (ns) and bubble (docs/metrics.md definition, mean over ranks)."""
 
     step_time: float
     bubble: float

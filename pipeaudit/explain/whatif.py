@@ -185,7 +185,7 @@ def _same_order(graphs: list[StepGraph], changes: Changes, common: dict) -> Pred
         "elsewhere the run's mean delay of that type, capped by the delay the trace shows",
         "same-rank host/launch gaps are kept the same way (measured where they set the start, "
         "else the rank's mean, capped); unchanged, the replay reproduces every step exactly",
-        "the predicted step time is the median over steps, the bubble the mean (DESIGN.md), "
+        "the predicted step time is the median over steps, the bubble the mean (docs/metrics.md), "
         "with compute scaled like the durations",
     ]
     if latency is not None:

@@ -2,7 +2,7 @@
 
 The Perfetto export, the HTML report and the static plots all show the same things: the step
 windows, the bubble intervals of each rank (time in a step window with no compute, the
-DESIGN.md definition), the in-flight microbatches of each stage, the memory samples of each
+docs/metrics.md definition), the in-flight microbatches of each stage, the memory samples of each
 rank, and the replay ideal of a step (the observed per-rank order replayed with the measured
 compute durations and free communication, placed at the step's window start).
 """
@@ -85,7 +85,7 @@ def bubble_intervals(tl: Timeline, windows: dict[int, tuple[int, int]] | None = 
 
 def inflight_series(tl: Timeline) -> dict[int, list[tuple[int, int]]]:
     """Per stage, ``(time, microbatches in flight)`` after each change: +1 when an F ends,
-    -1 when the B or I of a microbatch ends (F done - B done, DESIGN.md)."""
+    -1 when the B or I of a microbatch ends (F done - B done, docs/metrics.md)."""
     a = tl.actions
     if not a.height:
         return {}

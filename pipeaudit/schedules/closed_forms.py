@@ -3,7 +3,7 @@
 Each function takes the :class:`Inputs` of one evaluation (P, M, v and the per-stage
 durations) and returns a :class:`Theory`. :func:`pipeaudit.schedules.theory` picks the
 function from the catalogue entry; ``tests/unit/schedules/test_schedules_theory.py`` checks every formula
-against the replay wherever it claims to hold. Bubbles use DESIGN.md's definition: idle share
+against the replay wherever it claims to hold. Bubbles use docs/metrics.md's definition: idle share
 of the step window [earliest start, latest end] over *all* ranks, averaged over ranks. With
 equal work per rank that is ``bubble_time / (busy + bubble_time)``, ``busy`` one rank's compute.
 """

@@ -50,7 +50,7 @@ class ReplayResult:
     """Outcome of :func:`replay`.
 
     ``makespan`` is the step window ``[min start, max end]`` over all ranks; a rank's bubble is
-    ``1 - busy / makespan`` (DESIGN.md), ``bubble`` the mean over ranks.
+    ``1 - busy / makespan`` (docs/metrics.md), ``bubble`` the mean over ranks.
     """
 
     actions: tuple[ReplayedAction, ...]

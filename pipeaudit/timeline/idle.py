@@ -1,6 +1,6 @@
 """GPU idle fraction of one rank, over the whole trace or over the steps HTA covers.
 
-``steps="all"`` is pipeaudit's definition (DESIGN.md): 1 − |union of every kernel,
+``steps="all"`` is pipeaudit's definition (docs/metrics.md): 1 − |union of every kernel,
 memcpy and memset| / span, the span running from the first GPU activity to the
 last, over the whole trace. It equals ``ranks[].idle_fraction`` of ``analyze`` on
 GPU traces.

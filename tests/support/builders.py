@@ -37,7 +37,7 @@ class BuiltRun:
     extra: dict = field(default_factory=dict)
 
     def true_bubble(self, groups: list[list[int]] | None = None) -> dict[int, float]:
-        """Per rank, the DESIGN.md bubble averaged over steps, counted on a 1 µs grid; with
+        """Per rank, the bubble of docs/metrics.md averaged over steps, counted on a 1 µs grid; with
         ``groups`` (the ranks of each pipeline replica) each group has its own step window."""
         out: dict[int, list[float]] = {}
         for step, by_rank in self.compute.items():

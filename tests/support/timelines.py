@@ -4,7 +4,7 @@
 builders use (``builders.place``) and turns the placement straight into the
 :class:`~pipeaudit.timeline.model.Timeline` the audit reads: one RankTimeline per rank, each
 action's compute exactly its placed interval, steps back to back. ``truth_bubble`` is
-DESIGN.md's bubble of that placement, counted on a grid.
+the bubble (docs/metrics.md) of that placement, counted on a grid.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _rank_timeline(rank: int, rows: list[tuple], world: int) -> RankTimeline:
 
 
 def truth_bubble(tl: Timeline) -> dict[int, float]:
-    """Per rank, DESIGN.md's bubble in its replica's step windows, averaged over steps."""
+    """Per rank, the bubble (docs/metrics.md) in its replica's step windows, averaged over steps."""
     out: dict[int, list[float]] = {}
     for d in range(len(tl.layout.replicas)):
         members = set(tl.layout.replica_ranks(d))

@@ -1,4 +1,4 @@
-"""Audit of built traces whose bubble is known exactly (DESIGN.md definitions)."""
+"""Audit of built traces whose bubble is known exactly (docs/metrics.md definitions)."""
 
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def test_idle_over_hta_steps_agrees_with_hta_within_1pp(name, hta_results):
 
 @needs_traces
 def test_nccl128_rank0_whole_trace_vs_hta_steps():
-    """DESIGN.md: 55.2% over the whole trace, 53.6% with HTA's last ProfilerStep dropped."""
+    """docs/hta.md: 55.2% over the whole trace, 53.6% with HTA's last ProfilerStep dropped."""
     trace = read_trace(HTA_DIR / "nccl128_sampled_rank0.json.gz")
     whole, hta = gpu_idle(trace, "all"), gpu_idle(trace, "hta")
     assert round(100 * whole.idle_fraction, 1) == 55.2

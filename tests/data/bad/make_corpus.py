@@ -193,6 +193,9 @@ def build(root: Path) -> None:
     case("bzip2 named .gz (compressed wrongly)", "bzip2.json.gz", err("not JSON: the file is bzip2-compressed"))
     write(root, "empty_gzip.json.gz", gz(b""))
     case("gzip of nothing", "empty_gzip.json.gz", err("empty file (the gzip stream holds no data)"))
+    write(root, "not_gzip.json.gz", "rank 0 died before its profiler wrote\n")
+    case("a .json.gz that is not gzip", "not_gzip.json.gz",
+         err("not gzip: the name ends in .gz, but the file is neither gzip nor JSON"))
 
     # -- valid JSON that is not a trace
     write(root, "list.json", "[1, 2, 3]")
@@ -327,6 +330,11 @@ def build(root: Path) -> None:
     write(root, "no_traces/config.json", {"lr": 0.1})
     write(root, "no_traces/notes.txt", "nothing here\n")
     case("a directory with no traces", "no_traces", err("no trace files in this directory or below"))
+    write(root, "no_readable_traces/rank0.json.gz", "not gzip\n")
+    write(root, "no_readable_traces/rank1.json", "<html>a saved web page</html>\n")
+    case("a directory whose trace files are none of them traces", "no_readable_traces",
+         err("no trace files in this directory or below", "not taken: rank0.json.gz (not gzip, "
+             "nor JSON); rank1.json (not JSON)"))
     case("a path that does not exist", "does_not_exist.json", err("no such file or directory"))
     case("a glob that matches nothing", "*.nothing", err("no files match this pattern"))
     for link in ("loop_a.json", "loop_b.json"):

@@ -135,9 +135,11 @@ def test_analyze_says_the_same_and_goes_on(monkeypatch):
 
 @pytest.fixture(scope="module")
 def core_python(tmp_path_factory) -> Path:
+    """A fresh install without extras; matplotlib, a core dependency, removed from it as a
+    user might (``pip uninstall matplotlib``), for plot's line."""
     from tests.support.venv import make_core_venv
 
-    py = make_core_venv(tmp_path_factory.mktemp("core-venv") / "venv")
+    py = make_core_venv(tmp_path_factory.mktemp("core-venv") / "venv", leave_out=("matplotlib",))
     for module in ("torch", "matplotlib", "hta", "deepspeed"):
         probe = subprocess.run([str(py), "-c", f"import {module}"], capture_output=True)
         assert probe.returncode != 0, f"{module} is importable in the core venv"
@@ -176,6 +178,23 @@ def test_missing_extras_in_a_fresh_install(core_python, tmp_path):
                               text=True, env=env, timeout=300)
         assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"pipeaudit: error: {line}\n"), args
     assert list(tmp_path.iterdir()) == []  # no work started: no run, sweep or rerun folder
+
+
+@pytest.mark.slow
+def test_plot_runs_on_the_core_install(tmp_path_factory, tmp_path):
+    """The README's Pictures block on the Quick start's install: matplotlib comes with the core
+    dependencies, so `pipeaudit plot` writes its picture without any extra."""
+    from tests.support.venv import core_requirements, make_core_venv
+
+    assert "matplotlib" in core_requirements()
+    py = make_core_venv(tmp_path_factory.mktemp("core-plot") / "venv")
+    env = repo_env()
+    env.pop("PYTHONHOME", None)
+    proc = subprocess.run([str(py), "-m", "pipeaudit", "plot", str(SAMPLES / "1f1b_p4_m8_imb_s1x3"),
+                           "-o", "timeline.png"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)
+    assert (proc.returncode, proc.stderr) == (0, "wrote timeline.png\n")
+    assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # ---------------------------------------------------------------- gate and diff, same numbers

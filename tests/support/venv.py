@@ -1,5 +1,6 @@
-"""A real virtual environment holding only pipeaudit's core dependencies: no torch, no
-matplotlib, no HTA (the newcomer who ran ``pip install pipeaudit`` without extras).
+"""A real virtual environment holding only pipeaudit's core dependencies: no torch, no HTA
+(the newcomer who ran ``pip install pipeaudit`` without extras); ``leave_out`` removes core
+ones too (matplotlib, to see ``plot`` without it).
 
 Downloading the core wheels again takes minutes here, so the venv gets the distributions
 this interpreter already has installed: each core requirement of pyproject.toml and what
@@ -29,14 +30,16 @@ def core_requirements() -> list[str]:
     return [r.name for r in reqs if r.marker is None or r.marker.evaluate()]
 
 
-def _closure(names: list[str]) -> list[md.Distribution]:
-    """The installed distributions of ``names`` and of everything they require (no extras)."""
+def _closure(names: list[str], leave_out: tuple[str, ...] = ()) -> list[md.Distribution]:
+    """The installed distributions of ``names`` and of everything they require (no extras),
+    less ``leave_out`` (not followed either)."""
     seen: dict[str, md.Distribution] = {}
+    skip = {n.lower().replace("_", "-") for n in leave_out}
     todo = list(names)
     while todo:
         name = todo.pop()
         key = name.lower().replace("_", "-")
-        if key in seen:
+        if key in seen or key in skip:
             continue
         dist = md.distribution(name)
         seen[key] = dist
@@ -47,12 +50,12 @@ def _closure(names: list[str]) -> list[md.Distribution]:
     return list(seen.values())
 
 
-def make_core_venv(root: Path) -> Path:
-    """Create the venv at ``root``; returns its python."""
+def make_core_venv(root: Path, leave_out: tuple[str, ...] = ()) -> Path:
+    """Create the venv at ``root`` (less the distributions ``leave_out``); returns its python."""
     venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
     py = f"python{sys.version_info.major}.{sys.version_info.minor}"
     site = root / "lib" / py / "site-packages"
-    for dist in _closure(core_requirements()):
+    for dist in _closure(core_requirements(), leave_out):
         for f in dist.files or []:
             if f.parts[0] == "..":  # scripts outside site-packages
                 continue

@@ -40,7 +40,7 @@ def command(paths, fmt, window, output, html_path, force, verbose, with_hta, **r
     from pipeaudit.prestart import start_early
 
     from pipeaudit.cli.output import check_outputs
-    from pipeaudit.cli.windowopt import (audit_each, audited, choose, options_for, refuse_all,
+    from pipeaudit.cli.windowopt import (audit_each, audited, choose, refuse_all,
                                          windows_json, windows_text)
 
     options = load_options(run)
@@ -58,7 +58,6 @@ def command(paths, fmt, window, output, html_path, force, verbose, with_hta, **r
         write_output(windows_json(done, "analyze", source, full="audit") if fmt == "json"
                      else windows_text(done, source), output)
         return
-    options = options_for(sel.chosen[0], options)
     paths = sel.paths(sel.chosen[0])
     # the worker pool's imports and the read of the first rank overlap ours
     start_early(paths, options.jobs, options.executor, options.max_memory, options.salvage)

@@ -24,7 +24,7 @@ def command(paths, output, force, window, **run) -> None:
     values `gate` needs to tell a regression from noise. With --window all,
     one document holds each window's baseline under windows[i].baseline.
     """
-    from pipeaudit.cli.windowopt import (audit_each, audited, choose, options_for, windows_json,
+    from pipeaudit.cli.windowopt import (audit_each, audited, choose, windows_json,
                                          windows_text)
     from pipeaudit.gate.snapshot import baseline_json, load_snapshot
 
@@ -37,7 +37,7 @@ def command(paths, output, force, window, **run) -> None:
         write_output(windows_json(done, "baseline", source, full="baseline"), output)
         click.echo(windows_text(done, source), err=True, nl=False)
         return
-    snap = load_snapshot(sel.paths(sel.chosen[0]), options=options_for(sel.chosen[0], options),
+    snap = load_snapshot(sel.paths(sel.chosen[0]), options=options,
                          load=load_run)
     write_output(baseline_json(snap), output)
     s = snap.series

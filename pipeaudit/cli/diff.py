@@ -36,9 +36,9 @@ def command(run_a, run_b, fmt, output, force, window, **run) -> None:
     check_outputs({"-o": output}, [run_a, run_b])
     options = load_options(run)
 
-    def load(sel, w):
-        return load_snapshot(sel.paths(w), allow_analyze=True, options=options_for(w, options),
-                             load=load_run)
+    def load(sel, w, each=False):  # each window of --window all is read as watch reads it
+        return load_snapshot(sel.paths(w), allow_analyze=True,
+                             options=options_for(w, options) if each else options, load=load_run)
 
     sel_a = choose([run_a], "latest" if window == "all" else window, documents=True)
     sel_b = choose([run_b], window, documents=True)
@@ -50,8 +50,8 @@ def command(run_a, run_b, fmt, output, force, window, **run) -> None:
 
     def compare(_paths, w):
         same = by_label.get(canonical(w.label)) if len(sel_a.windows) > 1 else None
-        return (same or sel_a.chosen[0]).label, diff_runs(load(sel_a, same) if same else a,
-                                                          load(sel_b, w))
+        return (same or sel_a.chosen[0]).label, diff_runs(load(sel_a, same, True) if same else a,
+                                                          load(sel_b, w, True))
 
     rows = each_window(sel_b, compare)
     write_output(rows_json(rows, "diff", run_b, lambda r: {"a": r[0], **r[1].to_dict()})

@@ -40,7 +40,7 @@ def command(paths, fmt, step, top, width, pipeline, output, force, window, **run
         write_output(rows_json(rows, "explain", " ".join(paths), lambda r: r.to_dict())
                      if fmt == "json" else rows_text(rows, _row), output)
         return
-    run, result = _explain(sel.paths(sel.chosen[0]), options_for(sel.chosen[0], options),
+    run, result = _explain(sel.paths(sel.chosen[0]), options,
                            pipeline)
     if fmt == "json":
         write_output(render("explain", result, "json"), output)

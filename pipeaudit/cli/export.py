@@ -40,7 +40,7 @@ def command(paths, out, with_ideal, merge_original, force, window, **run) -> Non
             p, options_for(w, options), outs[w.key], with_ideal, merge_original)))
         click.echo(rows_text(rows, lambda r: f"wrote {r[0]}: {r[1]}"), nl=False)
         return
-    click.echo(hanging(_export(sel.paths(sel.chosen[0]), options_for(sel.chosen[0], options), out,
+    click.echo(hanging(_export(sel.paths(sel.chosen[0]), options, out,
                                with_ideal, merge_original, out_text=out)), err=True)
 
 

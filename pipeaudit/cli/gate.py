@@ -27,6 +27,9 @@ LIMITS = {
                                  "[0.05].",
     "max-peak-memory-increase": "Peak memory of each rank, relative increase [0.10].",
     "max-inflight-increase": "Peak in-flight microbatches of each stage, increase [0].",
+    "max-host-slowdown": ("A slowdown every stage shares with the pipeline's shape held (a "
+                          "slower or busier host), relative: past it the step-time and "
+                          "stage-compute checks fail [off: they warn]."),
     "noise-k": ("A change must also exceed K standard errors of the change of the medians, from "
                 "the baseline's step-to-step spread (scaled MAD) [3]."),
     "max-bubble": "Budget: pipeline bubble (fraction of the step).",
@@ -80,7 +83,7 @@ def command(ctx, paths, baseline_path, allow_config_change, config_path, no_conf
     stage compute and imbalance, exposed communication, peak memory and
     in-flight microbatches. Exit 0 pass, 1 regression, 2 usage or input error.
     """
-    from pipeaudit.cli.windowopt import audit_each, audited, choose, options_for, windows_json, \
+    from pipeaudit.cli.windowopt import audit_each, audited, choose, windows_json, \
         windows_text
     from pipeaudit.errors import ConfigError
     from pipeaudit.gate.compare import gate
@@ -107,7 +110,7 @@ def command(ctx, paths, baseline_path, allow_config_change, config_path, no_conf
         write_output(windows_json(done, "gate", source, baseline=baseline_path) if fmt == "json"
                      else windows_text(done, source), output)
         ctx.exit(0 if exit_zero or not any(w.regressed for w in done) else 1)
-    run = load_snapshot(sel.paths(sel.chosen[0]), options=options_for(sel.chosen[0], options),
+    run = load_snapshot(sel.paths(sel.chosen[0]), options=options,
                         load=load_run)
     if run.audit.ranks_missing:
         click.echo(f"pipeaudit: note: ranks {ranks_text(run.audit.ranks_missing)} have no trace: "

@@ -62,7 +62,8 @@ def audited(done: list) -> list:
 
 def options_for(window, options):
     """``options`` with ``allow_missing`` where the window's index or world size says a rank
-    wrote no trace (as ``pipeaudit watch`` reads such a window)."""
+    wrote no trace: how ``--window all`` reads each window, as ``pipeaudit watch`` does (one
+    window read alone needs ``--allow-missing``, as any set of ranks with a hole)."""
     from dataclasses import replace
 
     return replace(options, allow_missing=True) if window.missing else options

@@ -64,6 +64,8 @@ def select_windows(paths: Sequence[str | os.PathLike[str]], spec: str = LATEST) 
     no window, or several."""
     given = [os.fspath(p) for p in paths]
     windows, as_given = find_windows(given)
+    if len(windows) == 1 and not as_given:
+        as_given = _are_the_inputs(windows[0], given)
     if spec == ALL:
         chosen = windows
     elif spec == LATEST:
@@ -98,6 +100,16 @@ def find_windows(paths: list[str]) -> tuple[list[Window], bool]:
     if one is not None:
         return [one], True
     return _windows_of_files(files), False
+
+
+def _are_the_inputs(window: Window, given: list[str]) -> bool:
+    """Whether the inputs as given name exactly the window's files (then they are read, and
+    named in messages, as given)."""
+    try:
+        files = discover(given)
+    except TraceError:
+        return False
+    return {os.path.realpath(f) for f in files} == {os.path.realpath(f) for f in window.files}
 
 
 def _handler_folder(root: Path) -> bool:

@@ -9,7 +9,10 @@ action has its step:
 - **wrap-up**: after the rank's last action of a step and before its first action of the next
   (gradient scaling and reduction, the merge of the last stage's outputs, the next step's
   split of the batch into microbatches);
-- **start-up**: before the rank's first action of the first step.
+- **start-up**: before the rank's first action of the first step;
+- **gradient scaling**: in-place scaling of the gradients outside any action, wherever it runs
+  (torch scales a chunk's gradients after its last backward, mid-step under a looped
+  schedule).
 
 Compute in no action *between* a step's first and last action is work the reading missed. The
 coverage the report prints is the share of the thread's compute that is accounted for: in an
@@ -35,7 +38,9 @@ class OpAccount:
     in_actions_ns: int
     loose_starts: np.ndarray  #: compute ops in no action, by start
     loose_ends: np.ndarray
+    loose_scaling: np.ndarray  #: ... which of them scale gradients in place
     start_up_ns: int = 0
+    grad_scaling_ns: int = 0
     wrap_up_ns: int = 0
     unexplained_ns: int = 0
 
@@ -50,6 +55,7 @@ class OpAccount:
         us = 1000.0
         return {"rank": rank, "compute_us": self.compute_ns / us,
                 "in_actions_us": self.in_actions_ns / us, "start_up_us": self.start_up_ns / us,
+                "grad_scaling_us": self.grad_scaling_ns / us,
                 "wrap_up_us": self.wrap_up_ns / us, "unexplained_us": self.unexplained_ns / us}
 
 
@@ -69,7 +75,11 @@ def settle_accounts(ranks: Sequence[RankTimeline]) -> None:
         has = k >= 0
         inside[has] = starts[has] < hi[k[has]]
         dur = ends - starts
+        scaling = acc.loose_scaling
+        acc.grad_scaling_ns = int(dur[scaling].sum())  # wherever it runs
+        inside &= ~scaling
+        has &= ~scaling
         acc.unexplained_ns = int(dur[inside].sum())
-        acc.start_up_ns = int(dur[~has].sum())  # before the first step's first action
+        acc.start_up_ns = int(dur[~has & ~scaling].sum())  # before the first step's first action
         acc.wrap_up_ns = int(dur[has & ~inside].sum())  # after a step's last action
         rt.coverage = acc.coverage

@@ -71,10 +71,11 @@ class Inferred:
     #: a block of one backward op sequence repeated k times was read as k backwards: the other
     #: reading (one backward of a stage whose layers repeat) is ``infer_actions(split=False)``
     split: bool = False
-    #: the thread's compute ops that lie in no action (starts, ends; by start): the step's
-    #: start-up and wrap-up once steps are known (:mod:`pipeaudit.timeline.conservation`),
-    #: else work the reading missed
-    loose: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0, np.int64))
+    #: the thread's compute ops that lie in no action (starts, ends, whether each scales
+    #: gradients in place; by start): gradient scaling, the step's start-up and wrap-up once
+    #: steps are known (:mod:`pipeaudit.timeline.conservation`), else work the reading missed
+    loose: tuple[np.ndarray, ...] = (np.empty(0, np.int64), np.empty(0, np.int64),
+                                     np.empty(0, bool))
 
     def account(self) -> "OpAccount":
         """Where the thread's compute went, for :func:`~pipeaudit.timeline.conservation.settle_accounts`."""
@@ -151,6 +152,8 @@ def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
     forward, backward = _seeds_to_backward(forward, backward, cls,
                                            seq["name"].is_in(list(GRAD_SEED_OPS)).to_numpy())
     forward = _loss_to_forward(forward, backward, cls)
+    forward = _losses_to_forward(forward, backward, blocks,
+                                 seq["name"].str.contains(LOSS_OP_RE).fill_null(False).to_numpy())
 
     rows = []
     for kind, found in (("F", forward), ("B", backward)):
@@ -163,9 +166,11 @@ def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
     for i0, i1 in forward + backward:
         in_action[i0:i1 + 1] = True
     loose = compute_mask & ~in_action
+    scaling = seq["name"].is_in(list(GRAD_SCALING_OPS)).to_numpy()
     return Inferred(spans, int(busy[compute_mask].sum()), int(busy[compute_mask & in_action].sum()),
                     how, split=len(backward) > len(backward_blocks),
-                    loose=(starts[loose].astype(np.int64), ends[loose].astype(np.int64)))
+                    loose=(starts[loose].astype(np.int64), ends[loose].astype(np.int64),
+                           scaling[loose]))
 
 
 def _name_codes(names: pl.Series) -> np.ndarray:
@@ -395,6 +400,12 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
     return sorted(largest), "largest blocks"
 
 
+#: Top-level in-place ops that scale gradients outside any action (torch's ``scale_grads``
+#: divides each by the microbatches, after a chunk's last backward; Megatron-core and DeepSpeed
+#: scale before the optimizer): gradient reduction, no action's compute.
+GRAD_SCALING_OPS = ("aten::div_", "aten::mul_", "aten::_foreach_div_", "aten::_foreach_mul_")
+
+
 #: The op ``torch.autograd.backward`` seeds a scalar loss's gradient with, at top level just
 #: before the engine runs (torch's ``_make_grads``, Megatron-core's ``custom_backward``).
 GRAD_SEED_OPS = ("aten::ones_like",)
@@ -441,6 +452,30 @@ def _loss_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[int,
     if not grow:
         return forwards
     return [(a, grow.get(b, b)) for a, b in forwards]
+
+
+#: The ops of a loss (torch's ``*_loss``, ``cross_entropy``, ``nll_loss``, ``kl_div``, ...).
+LOSS_OP_RE = r"^aten::(\w*_loss\w*|\w*cross_entropy\w*|kl_div)$"
+
+
+def _losses_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[int, int]],
+                       blocks: list[tuple[int, int]], loss: np.ndarray) -> list[tuple[int, int]]:
+    """A forward whose block goes on, after it, into a loss (before any other action of the
+    block) keeps the ops up to the loss's last op: the last stage computes its loss after its
+    forward, and with several forwards back to back (looped and interleaved schedules) the
+    loss does not run straight into a backward."""
+    if not forwards or not loss.any():
+        return forwards
+    starts = np.array([a for a, _ in blocks])
+    taken = sorted([a for a, _ in forwards] + [a for a, _ in backwards])
+    out = []
+    for a, b in forwards:
+        _, block_end = blocks[int(np.searchsorted(starts, a, side="right")) - 1]
+        k = int(np.searchsorted(taken, b, side="right"))
+        stop = min(block_end, taken[k] - 1) if k < len(taken) else block_end
+        hits = np.flatnonzero(loss[b + 1:stop + 1])
+        out.append((a, b + 1 + int(hits[-1])) if hits.size else (a, b))
+    return out
 
 
 def _without_leading_collectives(forwards: list[tuple[int, int]],

@@ -66,12 +66,38 @@ def _kind_doubt(counts: Mapping[tuple[int, int], dict[str, int]]) -> str | None:
     return None
 
 
+#: Sends of backward gradients, as a share of its backwards, from which a first-position rank
+#: holds a later stage too (a transfer's kind is read from the action before it: a few may be
+#: misread, a later stage's every gradient is not).
+LOOP_SEND_SHARE = 0.25
+
+
+def first_positions_fed(ranks: Sequence[RankTimeline], positions: Mapping[int, int]) -> set[int]:
+    """The guessed ranks at the first stage position that send gradients back (read before the
+    transfers are settled, from the action each send follows): the first stage of a pipeline
+    has no stage before it, so such a rank holds a later stage too (a looped, interleaved or
+    V-shaped schedule)."""
+    out = set()
+    for rt in ranks:
+        if rt.source not in CHECKED_SOURCES or positions.get(rt.rank) != 0:
+            continue
+        tags = rt.p2p_tags
+        backwards = int(rt.actions["kind"].is_in(["B", "I"]).sum())
+        if not tags.height or not backwards:
+            continue
+        grads_sent = int(((tags["dir"] == "send") & (tags["kind"] == "B")).sum())
+        if grads_sent >= LOOP_SEND_SHARE * backwards:
+            out.add(rt.rank)
+    return out
+
+
 def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], *,
-                   replicas: Sequence[Sequence[Sequence[int]]] = (),
+                   replicas: Sequence[Sequence[Sequence[int]]] = (), fed_first: set[int] = frozenset(),
                    coverage_floor: float = COVERAGE_FLOOR) -> list[Doubt]:
     """The doubts about the guessed readings of ``ranks`` (one per rank at most, first reason
     found). ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
-    list of positions, each a tuple of tensor-parallel peers."""
+    list of positions, each a tuple of tensor-parallel peers; ``fed_first``: ranks of the first
+    position that send gradients back (:func:`first_positions_fed`)."""
     checked = [rt for rt in ranks if rt.source in CHECKED_SOURCES and rt.actions.height]
     if not checked:
         return []
@@ -83,6 +109,9 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
             why = (f"only {rt.coverage:.1%} of its schedule thread's compute lies in an action or "
                    f"in a step's start-up or wrap-up (below {coverage_floor:.0%}): some work was "
                    "read as no action")
+        if why is None and rt.rank in fed_first and rt.actions["stage"].n_unique() == 1:
+            why = ("it runs the first stage yet sends gradients back, so it holds a later stage "
+                   "too, but the reading gives it one stage")
         if why is not None:
             doubts[rt.rank] = why
     # the same stage position in every replica (and every tensor-parallel peer) runs as many

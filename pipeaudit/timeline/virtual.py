@@ -56,9 +56,11 @@ def _fits(name: str, P: int, M: int, v: int, kinds: dict[int, tuple[str, ...]]):
 
 
 def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int],
-                         num_positions: int) -> str | None:
+                         num_positions: int, *, looped: bool = False) -> str | None:
     """Relabel the inferred actions' stages and microbatches (in place) when the kinds follow
-    an interleaved schedule and no one-stage schedule; returns a note saying so, or None."""
+    an interleaved schedule and no one-stage schedule; returns a note saying so, or None.
+    ``looped``: the first position sends gradients back (it holds a later stage too), so no
+    one-stage schedule ran, whatever the kinds."""
     with_actions = [rt for rt in ranks if rt.actions.height]
     if not with_actions or any(rt.source != "inferred" for rt in with_actions):
         return None
@@ -74,7 +76,7 @@ def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int
     P = num_positions
     one_stage = [nm for nm in SCHEDULE_NAMES if CATALOGUE[nm].fixed_chunks == 1
                  and set(CATALOGUE[nm].kinds) == {"F", "B"}]
-    if any(_fits(nm, P, n, 1, kinds) for nm in one_stage):
+    if not looped and any(_fits(nm, P, n, 1, kinds) for nm in one_stage):
         return None
     interleaved = [nm for nm in SCHEDULE_NAMES if CATALOGUE[nm].fixed_chunks != 1
                    and CATALOGUE[nm].placement == "loop" and set(CATALOGUE[nm].kinds) == {"F", "B"}]

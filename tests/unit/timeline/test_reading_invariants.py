@@ -65,11 +65,16 @@ def test_compute_in_no_action_is_start_up_wrap_up_or_missed() -> None:
                             "step": [0, 0, 1, 1]})
     loose_s = np.array([10, 250, 500, 1200], dtype=np.int64)  # start-up, missed, wrap-up, missed
     loose_e = np.array([30, 270, 560, 1230], dtype=np.int64)
-    acc = OpAccount(compute_ns=1000, in_actions_ns=870, loose_starts=loose_s, loose_ends=loose_e)
+    acc = OpAccount(compute_ns=1000, in_actions_ns=870, loose_starts=loose_s, loose_ends=loose_e,
+                    loose_scaling=np.zeros(4, dtype=bool))
     rank = SimpleNamespace(account=acc, actions=actions, coverage=None)
     settle_accounts([rank])
     assert (acc.start_up_ns, acc.wrap_up_ns, acc.unexplained_ns) == (20, 60, 50)
     assert rank.coverage == 1 - 50 / 1000
+    # gradient scaling is named wherever it runs, even inside a step
+    acc.loose_scaling = np.array([False, True, False, False])
+    settle_accounts([rank])
+    assert (acc.grad_scaling_ns, acc.unexplained_ns) == (20, 30)
 
 
 def test_an_annotated_run_is_never_doubted(tmp_path: Path) -> None:

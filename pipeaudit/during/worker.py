@@ -88,9 +88,11 @@ def run_window(folder: Path, spec: dict[str, Any], stop: Callable[[], float] | N
     idle core while the training runs, and runs at the lowest priority (see the module)."""
     stop = stop or (lambda: float("inf"))
     world = spec.get("world_size")
-    ranks_until = float(spec.get("queued_at", time.time())) + float(spec.get("rank_timeout_s", 60))
+    queued_at = float(spec.get("queued_at", time.time()))
+    ranks_until = queued_at + float(spec.get("rank_timeout_s", 60))
     late = time.time() >= stop()
     entries, waited = wait_for_ranks(folder, world, ranks_until if not late else 0.0, stop)
+    since = max(waited, time.time() - queued_at)  # the ranks' wait, from the window's export
     world = world or max((e.world_size or 0 for e in entries), default=0) or \
         _world_from_traces(entries)
     missing = [r for r in range(world or 0) if r not in {e.rank for e in entries}]
@@ -98,7 +100,7 @@ def run_window(folder: Path, spec: dict[str, Any], stop: Callable[[], float] | N
     if late:
         why = "its turn came only after the bound had passed"
     elif missing and time.time() >= stop():
-        why = f"waited {waited:.0f} s for {_ranks(missing)} of world size {world}"
+        why = f"waited {since:.0f} s for {_ranks(missing)} of world size {world}"
     else:
         if entries and low_priority:
             idle_wait = wait_while_training_busy(spec, stop)
@@ -106,7 +108,7 @@ def run_window(folder: Path, spec: dict[str, Any], stop: Callable[[], float] | N
                if time.time() >= stop() else None)
     if why is None:
         job = {**spec, "folder": str(folder), "files": [str(e.trace) for e in entries],
-               "world_size": world, "missing": missing, "waited_s": round(waited, 1),
+               "world_size": world, "missing": missing, "waited_s": round(since, 1),
                "cost": {"waited_s": round(waited, 3), "idle_wait_s": round(idle_wait, 3)}}
         why = _audit_in_process(folder, job, stop, low_priority)
     if why is not None:

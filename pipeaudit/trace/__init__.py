@@ -22,6 +22,9 @@ Modules, one job each:
 * :mod:`~pipeaudit.trace.load`       many files, in parallel -> :class:`TraceSet`
 * :mod:`~pipeaudit.trace.executor`   where per-rank work runs: in process, a process pool, Dask
 * :mod:`~pipeaudit.trace.naming`     rank from a file name, natural sort
+* :mod:`~pipeaudit.trace.windows`    the profiled windows of a folder (``watch``, ``--window``):
+  :mod:`~pipeaudit.trace.window_select` picks one, :mod:`~pipeaudit.trace.window_index` is the
+  handler's index, :mod:`~pipeaudit.trace.traceinfo` a file's rank and first step, read cheaply
 * :mod:`~pipeaudit.trace.salvage`    the complete events of a truncated file (``salvage=True``)
 * :mod:`~pipeaudit.trace.jsonscan`   where the events are in (cut) JSON bytes
 * :mod:`~pipeaudit.trace.cut`        exclude steps a damaged or partial trace does not hold whole

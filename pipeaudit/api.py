@@ -135,6 +135,7 @@ def load(
     allow_missing: bool = False,
     salvage: bool = False,
     options: LoadOptions | None = None,
+    window: str | None = None,
 ) -> Run:
     """Load a run's traces (files, directories or globs) for analysis.
 
@@ -150,7 +151,11 @@ def load(
     says what was lost (``TRUNCATED_TRACE``). ``num_microbatches`` / ``num_steps``: state M
     or the number of steps for traces that show neither (see
     :mod:`pipeaudit.timeline.stepping`); ``layout``: e.g. ``"pp=4,dp=2"`` when the traces do
-    not say which ranks form each pipeline replica.
+    not say which ranks form each pipeline replica. ``window``: for a folder of several
+    profiling cycles (torch's ``{worker}.{ns}`` names, the handler's ``pipeaudit/step_N/``,
+    ``iteration_N/``), ``"latest"`` or a label as ``pipeaudit watch`` prints it reads that
+    window (:func:`pipeaudit.trace.window_select.select_windows` lists them); None reads the
+    inputs as given.
     """
     from pipeaudit.timeline.build import build_timeline
 
@@ -161,5 +166,14 @@ def load(
                               allow_missing=allow_missing, salvage=salvage)
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    if window is not None:
+        from pipeaudit.trace.window_select import select_windows
+
+        if window == "all":
+            from pipeaudit.errors import ConfigError
+
+            raise ConfigError("load reads one window: select_windows(paths, 'all') lists them")
+        sel = select_windows(paths, window)
+        paths = sel.paths(sel.chosen[0])
     tl = build_timeline([str(p) for p in paths], options)
     return Run(tl, schedule=options.schedule)

@@ -96,3 +96,19 @@ def test_empty_and_traceless_folders_say_so(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(TraceError, match="no trace files"):
         select_windows([tmp_path])
+
+
+def test_the_api_loads_one_window(tmp_path):
+    import pipeaudit
+
+    for k, src in ((1, RUN), (2, SAMPLES / "1f1b_p4_m8_imb_s1x3")):
+        for r in range(4):
+            shutil.copy(src / f"rank{r}.json.gz", tmp_path / f"host_{r}.{k}000.pt.trace.json.gz")
+    latest = pipeaudit.load(tmp_path, window="latest").audit().bubble.measured
+    first = pipeaudit.load(tmp_path, window="step_0_cycle_1").audit().bubble.measured
+    assert latest == pipeaudit.load(SAMPLES / "1f1b_p4_m8_imb_s1x3").audit().bubble.measured
+    assert first == pipeaudit.load(RUN).audit().bubble.measured
+    with pytest.raises(ConfigError, match="load reads one window"):
+        pipeaudit.load(tmp_path, window="all")
+    with pytest.raises(TraceError, match="rank 0 is in two files"):  # as given: both cycles
+        pipeaudit.load(tmp_path)

@@ -61,6 +61,12 @@ class Cell:
         return "-".join(parts)
 
     @property
+    def may_be_uncertain(self) -> bool:
+        """Whether the reading may answer "cannot tell" (``READING_UNCERTAIN``) instead of the
+        run's shape: the shapes of :data:`CANNOT_SETTLE`, read from the ops alone."""
+        return self.reading == "ops" and (self.framework, self.schedule) in CANNOT_SETTLE
+
+    @property
     def run_key(self) -> str:
         """The name of the run this cell reads (cells differing only in reading share it)."""
         return replace(self, reading="all").name
@@ -110,6 +116,15 @@ class Cell:
         except ConfigError as e:
             return str(e)
         return None
+
+
+#: Runs whose reading from the ops alone may be "cannot tell": torch's zero-bubble schedules
+#: split each backward into an input-gradient and a weight-gradient action whose ops the reader
+#: does not tell apart (docs/conformance.md lists them).
+CANNOT_SETTLE = frozenset({("torch", "interleaved-zb"), ("torch", "zbv"), ("torch", "dualpipev")})
+#: torch's multi-stage schedules, read from the ops alone (their ``PP:`` spans removed, as in a
+#: trace of an older torch or of a user's own V schedule).
+MULTI_STAGE = ("interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev")
 
 
 def _m_values(P: int) -> tuple[int, ...]:
@@ -173,10 +188,20 @@ REGRESSION_CELLS: tuple[Cell, ...] = (
 )
 
 
+def ops_only_cells() -> list[Cell]:
+    """torch's multi-stage schedules at P = 2 and 3 with their spans removed, and a heavy
+    chunk under interleaved 1F1B for torch (spans removed) and Megatron-core."""
+    out = [Cell("torch", s, P, 2 * P, 2, reading="ops") for s in MULTI_STAGE for P in (2, 3)]
+    for P in (2, 4):
+        out.append(Cell("torch", "interleaved-1f1b", P, 2 * P, 2, imbalance="mid3", reading="ops"))
+        out.append(Cell("megatron", "interleaved-1f1b", P, 2 * P, 2, imbalance="mid3"))
+    return out
+
+
 def full_grid() -> list[Cell]:
     """The whole matrix, each cell once, runnable cells only."""
     seen: dict[str, Cell] = {}
-    for cell in base_cells() + variation_cells() + list(REGRESSION_CELLS):
+    for cell in base_cells() + variation_cells() + list(REGRESSION_CELLS) + ops_only_cells():
         if cell.name not in seen and cell.problem() is None:
             seen[cell.name] = cell
     return list(seen.values())
@@ -199,4 +224,6 @@ CI_SLICE: tuple[Cell, ...] = (
     Cell("megatron", "1f1b", 3, 2, imbalance="first2"),
     Cell("megatron", "interleaved-1f1b", 2, 4, 2, step_marks=False),
     Cell("megatron", "interleaved-1f1b", 2, 4, 2, step_marks=False, reading="one"),
+    Cell("torch", "looped-bfs", 2, 4, 2, reading="ops"),
+    Cell("torch", "zbv", 2, 4, 2, reading="ops"),
 )

@@ -1,6 +1,6 @@
 """Hold the un-annotated reading of a run to its annotated twin and to the run's truth.
 
-Cell passes when, read without annotations: schedule, P, v, M, steps and layout equal the
+A cell passes when, read without annotations: schedule, P, v, M, steps and layout equal the
 truth; no ``MISSING_ACTIONS``, ``DUPLICATED_ACTIONS`` or ``SCHEDULE_ORDER_VIOLATION``; each
 rank's bubble is within :data:`BUBBLE_TOL` of the twin's; each (rank, stage, kind)'s median
 per-action compute within :data:`COMPUTE_TOL` of the twin's; where the truth says so
@@ -49,6 +49,8 @@ class Truth:
     #: which actions may hold other ops than the twin's: :data:`NOWHERE`, :data:`LAST_STAGE`,
     #: :data:`FORWARDS` (the known differences of a framework's reading), None: not checked
     other_ops_allowed: str | None = None
+    #: the reading may say it cannot tell (``READING_UNCERTAIN``) instead of the shape
+    may_be_uncertain: bool = False
 
 
 @dataclass
@@ -61,6 +63,8 @@ class Verdict:
     coverage: float | None = None
     #: (actions whose compute differs from the twin's, actions in both readings)
     other_ops: tuple[int, int] | None = None
+    #: the reading said it cannot tell (``READING_UNCERTAIN``)
+    uncertain: bool = False
 
     @property
     def ok(self) -> bool:
@@ -69,13 +73,16 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "problems": self.problems, "max_bubble_diff": self.max_bubble_diff,
                 "max_compute_diff": self.max_compute_diff, "coverage": self.coverage,
-                "other_ops": list(self.other_ops) if self.other_ops is not None else None}
+                "other_ops": list(self.other_ops) if self.other_ops is not None else None,
+                "uncertain": self.uncertain}
 
 
 def compare(truth: Truth, twin: AuditResult, twin_actions: pl.DataFrame,
             bare: AuditResult, bare_actions: pl.DataFrame) -> Verdict:
     """The verdict on ``bare`` (read without annotations) against ``twin`` and ``truth``."""
     v = Verdict(coverage=bare.inference_coverage)
+    if bare.uncertain:
+        return _uncertain(truth, bare, v)
     _check_shape(truth, bare, v.problems)
     for f in bare.findings:
         if f.code in READING_ERRORS:
@@ -107,6 +114,22 @@ def compare(truth: Truth, twin: AuditResult, twin_actions: pl.DataFrame,
                 f"{stray.height} of {total} actions{where} hold other ops than the twin's "
                 f"(first: rank {first['rank']} step {first['step']} stage {first['stage']} "
                 f"{first['kind']}{first['microbatch']})")
+    return v
+
+
+def _uncertain(truth: Truth, bare: AuditResult, v: Verdict) -> Verdict:
+    """A reading that says it cannot tell passes where the cell allows it, claims no schedule
+    or M, and reports no error about the run's actions."""
+    v.uncertain = True
+    if not truth.may_be_uncertain:
+        first = bare.uncertain[0]
+        v.problems.append(f"reading uncertain: rank {first['rank']}: {first['reason']}")
+    if bare.schedule is not None or bare.num_microbatches is not None:
+        v.problems.append(f"uncertain, yet claims schedule {bare.schedule!r} and M "
+                          f"{bare.num_microbatches!r}")
+    if not any(f.code == "READING_UNCERTAIN" for f in bare.findings):
+        v.problems.append("uncertain without a READING_UNCERTAIN finding")
+    v.problems += [f"{f.code}: {f.message}" for f in bare.findings if f.code in READING_ERRORS]
     return v
 
 

@@ -77,7 +77,7 @@ def read_cell(cell: Cell, run: Path, scratch: Path) -> Row:
     ranks = [cell.one_rank] if one else list(range(len(files)))
     twin_paths = [str(files[cell.one_rank])] if one else [str(run)]
     twin_run = pipeaudit.load(twin_paths)
-    stripped = not framework_annotates(cell)
+    stripped = cell.reading == "ops" or not framework_annotates(cell)
     bare_dir = strip_run(run, scratch / cell.name, ranks=ranks,
                          pattern=(ACTION_SPAN if cell.reading == "ops"
                                   else PP_SPAN if stripped else NOTHING),
@@ -87,7 +87,8 @@ def read_cell(cell: Cell, run: Path, scratch: Path) -> Row:
     config = cell.config("x")
     positions = (config.layout.coords(cell.one_rank)["pp"],) if one else None
     truth = Truth(cell.schedule, cell.P, config.num_chunks, cell.M, 2, cell.dp, tuple(ranks),
-                  positions, other_ops_allowed=OTHER_OPS_ALLOWED[cell.framework] if stripped else None)
+                  positions, other_ops_allowed=OTHER_OPS_ALLOWED[cell.framework] if stripped else None,
+                  may_be_uncertain=cell.may_be_uncertain)
     verdict = compare(truth, twin, twin_run.actions(), bare, bare_run.actions())
     read_as = (f"{bare.schedule} P={bare.num_ranks} v={bare.num_chunks} "
                f"M={bare.num_microbatches} steps={bare.num_steps}")
@@ -126,7 +127,9 @@ def markdown(rows: list[Row]) -> str:
         dc = "-" if v.max_compute_diff is None else f"{v.max_compute_diff:.1%}"
         cov = "-" if v.coverage is None else f"{v.coverage:.2f}"
         moved = "-" if v.other_ops is None else f"{v.other_ops[0]}/{v.other_ops[1]}"
-        result = "pass" if v.ok else "FAIL: " + "; ".join(v.problems[:3]).replace("|", "/")
+        result = ("pass" if v.ok else "FAIL: " + "; ".join(v.problems[:3]).replace("|", "/"))
+        if v.ok and v.uncertain:
+            result = "pass: cannot tell (READING_UNCERTAIN)"
         if not r.stripped:
             result += " (torch's own spans)"
         lines.append(f"| {r.cell.name} | {r.read_as} | {db} | {dc} | {moved} | {cov} | {result} |")

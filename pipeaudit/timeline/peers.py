@@ -104,7 +104,21 @@ def pipelines_from_peers(ranks: Sequence[RankTimeline]) -> list[tuple[int, ...]]
     for _, a, b in sorted(pairs):
         if a not in down and b not in up and not _closes_short_ring(down, a, b):
             down[a], up[b] = b, a
-    return _chains(flows, down, up)
+    chains = _chains(flows, down, up)
+    valid = {(a, b) for _, a, b in pairs}
+    return None if chains is None else sorted((_ring_start(c, valid, flows) for c in chains),
+                                              key=lambda c: c[0])
+
+
+def _ring_start(chain: tuple[int, ...], valid: set[tuple[int, int]],
+                flows: dict[int, "_Flows"]) -> tuple[int, ...]:
+    """A chain whose last rank also hands activations to its first is a ring (a looped or
+    interleaved schedule; at two ranks the greedy pairing cannot tell its direction from
+    slack): it starts at the rank whose first activation send comes first, the first stage's."""
+    if len(chain) < 2 or (chain[-1], chain[0]) not in valid:
+        return chain
+    first = min(range(len(chain)), key=lambda i: (flows[chain[i]].f_send[0], chain[i]))
+    return chain[first:] + chain[:first]
 
 
 def _closes_short_ring(down: dict[int, int], a: int, b: int) -> bool:

@@ -71,3 +71,22 @@ def test_schedules_that_run_one_order_are_one_truth():
     assert not same_order("naive", at_m4)
     last_stage_only = dataclasses.replace(at_m4, ranks=(1,), positions=(1,))
     assert same_order("naive", last_stage_only) and not same_order("gpipe", last_stage_only)
+
+
+def test_a_reading_that_cannot_tell_passes_only_where_the_cell_allows_it(tmp_path):
+    """A zero-bubble run with its spans removed: READING_UNCERTAIN, no schedule, no M."""
+    from pipeaudit.conformance.strip import strip_run
+
+    bare_dir = strip_run(SAMPLES / "zbv_p2_m4", tmp_path / "zbv")
+    twin_run, bare_run = pipeaudit.load(str(SAMPLES / "zbv_p2_m4")), pipeaudit.load(str(bare_dir))
+    twin, bare = twin_run.audit(), bare_run.audit()
+    assert bare.uncertain and bare.schedule is None and bare.num_microbatches is None
+    truth = Truth("zbv", 2, 2, 4, twin.num_steps, 1, (0, 1))
+    strict = compare(truth, twin, twin_run.actions(), bare, bare_run.actions())
+    assert strict.uncertain and strict.problems[0].startswith("reading uncertain: rank ")
+    allowed = compare(dataclasses.replace(truth, may_be_uncertain=True), twin, twin_run.actions(),
+                      bare, bare_run.actions())
+    assert allowed.ok and allowed.uncertain, allowed.problems
+    claims = dataclasses.replace(bare, num_microbatches=28)
+    assert "claims schedule" in compare(dataclasses.replace(truth, may_be_uncertain=True), twin,
+                                        twin_run.actions(), claims, bare_run.actions()).problems[0]

@@ -16,9 +16,9 @@ communication, the rise a step that grew from T to T' gives at the baseline's co
 ((1 - b) (1 - T / T')); for the imbalance, the rise the heaviest stage's growth gives. A
 rank whose own stage got faster idles longer in a step as long: its bubble rises, and that
 is no regression (the check passes, ``cleared``, naming the cause). When every stage slowed
-by about the same factor and the shape held, the checks of step time and stage compute keep
-their verdicts, and their explanations and a note say the host looks slower or busier than
-the baseline's rather than that a stage got heavier.
+by about the same factor and the shape held, a slower or busier host explains it: the checks
+of step time and stage compute warn rather than fail (unless past ``max_host_slowdown``),
+and their explanations and a note name the host rather than a heavier stage.
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ __all__ = ["Check", "GateResult", "VERDICTS", "gate", "fmt_change", "fmt_value"]
 
 #: Every stage slowed (or sped up) by at least this much, relative, for the host to be named.
 UNIFORM_MIN = 0.05
-#: ... and the largest stage factor within this much of the smallest: "about the same factor".
-UNIFORM_SPREAD = 0.15
 #: A stage computes this much less (relative) to be named as the cause of a bubble rise.
 FASTER = 0.05
 
@@ -301,16 +299,23 @@ class _Compare:
             return None
         lo, hi = 1.0 + min(ch.values()), 1.0 + max(ch.values())
         held = all(c.change is None or c.limit is None or c.change <= c.limit for c in shape)
-        if not held or lo <= 0 or hi / lo > 1.0 + UNIFORM_SPREAD:
+        # "about the same factor": no further apart than two stages whose max / mean moves by
+        # the imbalance threshold t, hi / lo <= (1 + t) / (1 - t) (1.35 at t = 0.15)
+        t = min(self.th.max_imbalance_increase if self.th.max_imbalance_increase is not None
+                else 0.15, 0.5)
+        if not held or lo <= 0 or hi / lo > (1.0 + t) / (1.0 - t):
             return None
         factor = f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}x to {hi:.2f}x"
         same = (f"every stage computes {factor} as long as in the baseline and the pipeline's "
                 "shape held (bubble, imbalance, exposed communication)")
         if lo > 1.0 + UNIFORM_MIN:
+            gated = ("not counted as a regression: the verdict stands on the pipeline's shape "
+                     "(max_host_slowdown sets a limit for such a slowdown)"
+                     if self.th.max_host_slowdown is None else
+                     "max_host_slowdown "
+                     f"{fmt_change(self.th.max_host_slowdown, 'rel', 'us')} limits it")
             self.notes.append(f"{same}: the host looks slower or busier than the baseline's, "
-                              "not a stage that got heavier; the step-time and stage-compute "
-                              "checks stand (gate against a baseline made on the same kind of "
-                              "host, under the same load)")
+                              f"not a stage that got heavier; {gated}")
             return lo, hi
         if hi < 1.0 - UNIFORM_MIN:
             self.notes.append(f"{same}: the host looks faster or quieter than the baseline's; "
@@ -350,8 +355,30 @@ class _Compare:
                 "no stage got heavier: the time went to waits, communication or host overhead "
                 "(`pipeaudit explain` shows the critical path)")
 
-        return self._check("step_time", "pipeline", None, self.bs.step_time_us,
-                           self.ns.step_time_us, "rel", "us", self.th.max_step_time_increase, why)
+        return self._host(self._check("step_time", "pipeline", None, self.bs.step_time_us,
+                                      self.ns.step_time_us, "rel", "us",
+                                      self.th.max_step_time_increase, why))
+
+    def _host(self, c: Check) -> Check:
+        """A failed step-time or stage-compute check when every stage slowed alike and the
+        shape held: it warns, naming the host, unless it also exceeds ``max_host_slowdown``
+        (a stage's check says it briefly: the step time's says it all)."""
+        if self.uniform is None or c.verdict != "fail" or c.change is None:
+            return c
+        lim = self.th.max_host_slowdown
+        cause = (f"{self._host_text()} (or the work of every stage grew alike)"
+                 if c.metric == "step_time" else "slowed as every stage did (the host)")
+        head = (f"{c.name} {fmt_value(c.baseline, c.unit)} -> {fmt_value(c.now, c.unit)} "
+                f"({fmt_change(c.change, c.mode, c.unit)}, limit "
+                f"{fmt_change(c.limit, c.mode, c.unit)}): {cause}")
+        if lim is not None and c.change > lim:
+            c.explanation = head + f", past max_host_slowdown {fmt_change(lim, 'rel', 'us')}"
+            return c
+        c.verdict = "warn"
+        c.explanation = head + ("; not counted as a regression (max_host_slowdown gates it)"
+                                if lim is None else
+                                f"; within max_host_slowdown {fmt_change(lim, 'rel', 'us')}")
+        return c
 
     def _heaviest_per_step(self, s) -> list[float]:
         totals = [s.stage_total_us(st) for st in s.stage_compute_us]
@@ -448,7 +475,7 @@ class _Compare:
                                  f"{f' ({parts})' if parts else ''}: {cause} "
                                  f"({fmt_value(c.baseline, 'us')} -> {fmt_value(c.now, 'us')} "
                                  f"per step, limit {fmt_change(c.limit, 'rel', 'us')})")
-            out.append(c)
+            out.append(self._host(c))
         return out
 
     def inflight(self) -> list[Check]:

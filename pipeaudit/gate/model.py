@@ -58,7 +58,8 @@ class Check:
         """True when the baseline's noise hid a change past the threshold: the check warned
         (its change is above the threshold, inside a noise band wider than it)."""
         return (self.verdict == "warn" and self.mode != "budget" and self.threshold is not None
-                and self.noise is not None and self.noise > self.threshold)
+                and self.noise is not None and self.noise > self.threshold
+                and self.change is not None and self.change <= self.noise)
 
     @property
     def explained(self) -> bool:

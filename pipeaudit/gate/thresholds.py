@@ -36,6 +36,9 @@ class Thresholds:
     max_peak_memory_increase: float | None = 0.10  # relative, per rank
     max_inflight_increase: float | None = 0.0  # microbatches, per stage
     noise_k: float = 3.0  # a change must also exceed noise_k standard errors of the medians' change
+    #: relative: a slowdown every stage shares with the pipeline's shape held (a slower or
+    #: busier host) fails the step-time and stage-compute checks past this; None: it warns
+    max_host_slowdown: float | None = None
     # budgets (no baseline needed)
     max_bubble: float | None = None
     max_bubble_over_theory: float | None = None
@@ -61,8 +64,9 @@ BUDGETS = ("max_bubble", "max_bubble_over_theory", "max_rank_bubble", "max_step_
            "max_imbalance", "max_exposed_comm", "max_peak_memory_mib", "max_replica_spread")
 PERCENT_OK = {"max_bubble_increase", "max_rank_bubble_increase", "max_step_time_increase",
               "max_stage_compute_increase", "max_exposed_comm_increase",
-              "max_peak_memory_increase", "max_bubble", "max_bubble_over_theory",
-              "max_rank_bubble", "max_exposed_comm", "max_replica_spread"}
+              "max_peak_memory_increase", "max_host_slowdown", "max_bubble",
+              "max_bubble_over_theory", "max_rank_bubble", "max_exposed_comm",
+              "max_replica_spread"}
 
 
 def parse_value(key: str, value: Any, label: str | None = None) -> float | None:

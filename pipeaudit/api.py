@@ -33,11 +33,15 @@ class Run:
 
     @cached_property
     def _audit(self) -> AuditResult:
-        from pipeaudit.advise.imbalance import with_split_advice
         from pipeaudit.audit.run import audit
 
-        # where the layers per stage are known, STAGE_IMBALANCE names the split advise proposes
-        return with_split_advice(self.timeline, audit(self.timeline, schedule=self._schedule))
+        result = audit(self.timeline, schedule=self._schedule)
+        if any(f.code == "STAGE_IMBALANCE" for f in result.findings):
+            # where the layers per stage are known, it names the split advise proposes
+            from pipeaudit.advise.imbalance import with_split_advice
+
+            result = with_split_advice(self.timeline, result)
+        return result
 
     def audit(self) -> AuditResult:
         """The same audit result the CLI reports."""

@@ -153,3 +153,20 @@ def test_a_baseline_from_before_the_audit_held_its_series_is_read_with_a_note(tm
     assert result.verdict == "pass"
     assert result.notes[0].startswith(f"{path} was written by an earlier pipeaudit: its exposed "
                                       "communication counts the time receives wait")
+
+
+def test_the_per_step_series_is_the_audits_and_the_apis(tmp):
+    """One table: the audit's per_step, its analyze JSON, the API's frame and what the gate
+    compares are the same numbers (stage 2 at 1.5x: 36 ms of compute per step, the others 24)."""
+    run = pipeaudit.load(build_run(tmp, one_f_one_b_orders(P, M), steps=3, name="api",
+                                   dur=dur({2: 1.5})).directory)
+    s = run.audit().per_step
+    assert s.steps == [0, 1, 2] and len(s.step_time_us) == 3
+    assert s.stage_total_us(2) == pytest.approx([36_000] * 3, rel=1e-3)
+    assert s.stage_total_us(1) == pytest.approx([24_000] * 3, rel=1e-3)
+    assert run.audit().to_dict()["per_step"]["imbalance"] == s.imbalance
+    frame = run.per_step()
+    assert frame["step_time_us"].to_list() == s.step_time_us
+    assert frame["stage2_compute_us"].to_list() == s.stage_total_us(2)
+    assert frame["rank1_bubble"].to_list() == s.rank_bubble[1]
+    assert snapshot_from_run(run).series is s

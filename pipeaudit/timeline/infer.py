@@ -37,17 +37,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
+from pipeaudit.timeline.account import OpAccount
 from pipeaudit.timeline.framework_work import framework_spans, inside
 from pipeaudit.timeline.ops import RankOps
 from pipeaudit.timeline.recognise import SPAN_SCHEMA
 
-if TYPE_CHECKING:
-    from pipeaudit.timeline.conservation import OpAccount
 
 #: The op torch.distributed.pipelining splits the batch into microbatches with (first and
 #: last stage, once per ``schedule.step()``).
@@ -77,10 +75,8 @@ class Inferred:
     loose: tuple[np.ndarray, ...] = (np.empty(0, np.int64), np.empty(0, np.int64),
                                      np.empty(0, bool))
 
-    def account(self) -> "OpAccount":
+    def account(self) -> OpAccount:
         """Where the thread's compute went, for :func:`~pipeaudit.timeline.conservation.settle_accounts`."""
-        from pipeaudit.timeline.conservation import OpAccount
-
         return OpAccount(self.compute_ns, self.attributed_ns, *self.loose)
 
     @property

@@ -152,7 +152,8 @@ def missing_ranks(given: list[int], world_size: int) -> Finding:
     missing = format_gaps(missing_gaps(given, 0, world_size - 1))
     return Finding("MISSING_RANKS", "warning", None, None, len(given), world_size,
                    f"Only {len(given)} of {world_size} ranks are in the traces (missing "
-                   f"{missing}): the figures cover ranks {format_ranks(given)} only; "
+                   f"{missing}): the figures cover rank{'s' if len(given) > 1 else ''} "
+                   f"{format_ranks(given)} only; "
                    "the stages on the missing ranks are not audited.", unit="count")
 
 

@@ -90,3 +90,24 @@ def test_a_reading_that_cannot_tell_passes_only_where_the_cell_allows_it(tmp_pat
     claims = dataclasses.replace(bare, num_microbatches=28)
     assert "claims schedule" in compare(dataclasses.replace(truth, may_be_uncertain=True), twin,
                                         twin_run.actions(), claims, bare_run.actions()).problems[0]
+
+
+def test_a_host_descheduled_in_an_allowed_op_moves_the_bubble_by_that_op_and_no_more(reading):
+    """A Megatron-like forward holding the schedule's bookkeeping op, descheduled for 4 ms in
+    one step: the bubble may move by 4 ms over that step's window (averaged over the steps)."""
+    result, actions = reading
+    truth = Truth("1f1b", 2, 1, 4, result.num_steps, 1, (0, 1), other_ops_allowed=FORWARDS)
+    step = actions["step"].min()
+    first = (actions["rank"] == 0) & (actions["kind"] == "F") & (actions["microbatch"] == 0) \
+        & (actions["step"] == step)
+    bare_actions = actions.with_columns(compute_us=actions["compute_us"] + first.cast(float) * 4000.0)
+    window = next(s.step_time_us for s in result.steps if s.step == step)
+    moved = 4000.0 / window / len(result.steps)
+    within = dataclasses.replace(result, ranks=[dataclasses.replace(r, bubble=r.bubble - 0.9 * moved - 0.004)
+                                                for r in result.ranks])
+    assert compare(truth, result, actions, within, bare_actions).ok
+    beyond = dataclasses.replace(result, ranks=[dataclasses.replace(r, bubble=r.bubble - 1.1 * moved - 0.006)
+                                                for r in result.ranks])
+    assert not compare(truth, result, actions, beyond, bare_actions).ok
+    exact = dataclasses.replace(truth, other_ops_allowed=NOWHERE)  # torch: no slack at all
+    assert not compare(exact, result, actions, within, bare_actions).ok

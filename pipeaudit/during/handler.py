@@ -43,6 +43,15 @@ def _rank_and_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), (int(ws) if ws else 1)
 
 
+def _training_pids() -> list[int]:
+    """The processes the audit yields to while any runs: this one and, under torchrun (or any
+    torchelastic agent), the launcher, which returns once every rank of the node has exited."""
+    pids = [os.getpid()]
+    if os.environ.get("TORCHELASTIC_RUN_ID") is not None and os.getppid() > 1:
+        pids.append(os.getppid())
+    return pids
+
+
 class TraceHandler:
     """The callable ``on_trace_ready`` of :func:`trace_handler` (see there)."""
 
@@ -112,13 +121,12 @@ class TraceHandler:
         self.collect()
         from pipeaudit.during.sinks.mlflow import active_run
 
-        pid = os.getpid()
         enqueue(folder, {"step": step, "world_size": world, "queued_at": time.time(),
                          "bound_s": self.audit_bound_s, "rank_timeout_s": self.rank_timeout_s,
                          "log_to": list(self.log_to), "tensorboard_dir": self.dir_name,
                          "gate": self.gate,
                          "mlflow": active_run() if "mlflow" in self.log_to else None,
-                         "pid": pid, "pid_start": process_start(pid)})
+                         "training": [[p, process_start(p)] for p in _training_pids()]})
         self.pending.append((step, folder))
         lock = try_lock(self.root)
         if lock is not None:  # no worker: start one, the lock handed over

@@ -62,13 +62,14 @@ def _world_from_traces(entries) -> int | None:
 
 
 def _training_runs(spec: dict[str, Any]) -> bool:
+    """Whether a process of the training (rank 0, its launcher: ``spec["training"]``) runs."""
     from pipeaudit.during.queue import alive
 
-    return alive(spec.get("pid"), spec.get("pid_start"))
+    return any(alive(pid, start) for pid, start in spec.get("training") or ())
 
 
 def wait_while_training_busy(spec: dict[str, Any], stop: Callable[[], float]) -> float:
-    """Wait while the training (``spec``'s pid) runs and the host leaves no core idle, at most
+    """Wait while the training runs and the host leaves no core idle, at most
     until ``stop()``; returns the seconds waited."""
     from pipeaudit.during.priority import idle_cores
 

@@ -55,6 +55,9 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 #: ``whatif`` changes the schedule and M of the replay: its flags for the traces' own differ.
 WHATIF_FLAGS = {"schedule": "--run-schedule", "num_microbatches": "--run-microbatches"}
+#: The same flags under whatif's names, accepted by every other command that reads a run too, so
+#: that one message (the uncertain reading's) can name them for all.
+RUN_ALIASES = dict(WHATIF_FLAGS)
 
 
 def _param(flag: str) -> str:
@@ -66,7 +69,10 @@ def run_options(f: Callable[..., Any] | None = None, *, flags: dict[str, str] | 
     flag names for some fields)."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         for field, (flag, kwargs) in reversed(list(_SPECS.items())):
-            fn = click.option((flags or {}).get(field, flag), **kwargs)(fn)
+            names = [(flags or {}).get(field, flag)]
+            if field not in (flags or {}) and field in RUN_ALIASES:
+                names.append(RUN_ALIASES[field])  # the name every command's messages give it
+            fn = click.option(*names, **kwargs)(fn)
         return fn
 
     return decorate(f) if f is not None else decorate

@@ -113,7 +113,8 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
     decision = settle_steps(values, positions=positions, num_stages=lay.pp,
                             stated_microbatches=o.num_microbatches, stated_steps=o.num_steps,
                             manifest_microbatches=_manifest_microbatches(manifest))
-    virtual_note = split_virtual_stages(values, positions, lay.pp, looped=bool(fed_first))
+    virtual_note = split_virtual_stages(values, positions, lay.pp, looped=bool(fed_first),
+                                        stated=o.schedule)
     settle_accounts(values)
     doubts = reading_doubts(values, positions, replicas=lay.replicas, fed_first=fed_first)
     warnings = list(set_warnings)

@@ -154,5 +154,6 @@ def doubt_message(doubts: Sequence[Doubt]) -> str:
     also = f" (also ranks {others})" if others else ""
     return (f"The actions read from the ops break the structure every schedule has: rank "
             f"{first.rank}: {first.reason}{also}. The schedule, M, theory and bubble are not "
-            "given as facts; state what ran with --run-schedule NAME and --run-microbatches M, "
-            "or name the action spans with --action-pattern REGEX.")
+            "given as facts. State what ran with --run-schedule NAME and --run-microbatches M "
+            "(a schedule whose order fits the actions read settles it), or name the action spans "
+            "with --action-pattern REGEX.")

@@ -56,11 +56,14 @@ def _fits(name: str, P: int, M: int, v: int, kinds: dict[int, tuple[str, ...]]):
 
 
 def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int],
-                         num_positions: int, *, looped: bool = False) -> str | None:
+                         num_positions: int, *, looped: bool = False,
+                         stated: str | None = None) -> str | None:
     """Relabel the inferred actions' stages and microbatches (in place) when the kinds follow
     an interleaved schedule and no one-stage schedule; returns a note saying so, or None.
     ``looped``: the first position sends gradients back (it holds a later stage too), so no
-    one-stage schedule ran, whatever the kinds."""
+    one-stage schedule ran, whatever the kinds; ``stated``: the schedule the user says ran
+    (``--schedule``), tried first and, when it holds several stages per rank, instead of
+    every one-stage schedule."""
     with_actions = [rt for rt in ranks if rt.actions.height]
     if not with_actions or any(rt.source != "inferred" for rt in with_actions):
         return None
@@ -76,10 +79,13 @@ def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int
     P = num_positions
     one_stage = [nm for nm in SCHEDULE_NAMES if CATALOGUE[nm].fixed_chunks == 1
                  and set(CATALOGUE[nm].kinds) == {"F", "B"}]
-    if not looped and any(_fits(nm, P, n, 1, kinds) for nm in one_stage):
+    stated_multi = stated in CATALOGUE and CATALOGUE[stated].fixed_chunks != 1
+    if not looped and not stated_multi and any(_fits(nm, P, n, 1, kinds) for nm in one_stage):
         return None
     interleaved = [nm for nm in SCHEDULE_NAMES if CATALOGUE[nm].fixed_chunks != 1
                    and CATALOGUE[nm].placement == "loop" and set(CATALOGUE[nm].kinds) == {"F", "B"}]
+    if stated_multi and stated in interleaved:
+        interleaved = [stated] + [nm for nm in interleaved if nm != stated]
     for v in range(2, n + 1):
         if n % v:
             continue

@@ -101,3 +101,14 @@ def test_text_json_and_html_mark_the_figures_uncertain(tmp_path: Path) -> None:
     assert invoke("analyze", str(run.directory), "--html", str(page), "-o",
                   str(tmp_path / "r.txt")).exit_code == 0
     assert "class='uncertain'" in page.read_text()
+
+
+def test_the_flags_the_message_names_are_accepted_by_analyze(tmp_path: Path) -> None:
+    from tests.support.cli import invoke
+
+    run = build_run(tmp_path, one_f_one_b_orders(2, 3), annotate=False, realistic=True, steps=2)
+    out = invoke("analyze", str(run.directory), "--run-schedule", "1f1b", "--run-microbatches", "3",
+                 "--format", "json")
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert (doc["schedule"], doc["schedule_source"], doc["num_microbatches"]) == ("1f1b", "declared", 3)

@@ -90,9 +90,10 @@ def windows_text(done: list, source: str) -> str:
 def windows_summary(done: list, source: str) -> str:
     """The table of the windows' numbers after a blank line, then the regressions."""
     from pipeaudit.during.lines import series_table
+    from pipeaudit.report.fit import hanging
 
     lines = ["", f"{len(done)} window(s) in {source}", series_table(done)]
-    lines += [f"regression in {w.label}: " + "; ".join(c.name for c in w.audit.failed_checks)
+    lines += [hanging(f"regression in {w.label}: " + "; ".join(c.name for c in w.audit.failed_checks))
               for w in done if w.regressed]
     return "\n".join(lines) + "\n"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pipeaudit.during.watch import WatchedWindow
+from pipeaudit.report.fit import hanging, render, table
 
 
 def _pct(x: float | None) -> str:
@@ -28,10 +29,11 @@ def window_line(w: WatchedWindow) -> str:
     parts.append(ranks)
     line = _joined(parts)
     for note in w.audit.notes:
-        line += f"\n  note: {note}"
+        line += "\n" + hanging(f"note: {note}", indent=2)
     if w.audit.gate is not None:
         if w.audit.failed_checks:
-            line += "\n" + "\n".join(f"  REGRESSION {c.explanation}" for c in w.audit.failed_checks)
+            line += "\n" + "\n".join(hanging(f"REGRESSION {c.explanation}", indent=2, hang=11)
+                                      for c in w.audit.failed_checks)
         else:
             line += f"\n  gate: {w.audit.gate.verdict}"
     return line
@@ -50,21 +52,20 @@ def _joined(parts: list[str], width: int = 120) -> str:
 
 
 def series_table(windows: list[WatchedWindow]) -> str:
-    """The windows' numbers, one row each."""
-    head = ("window", "bubble", "theory", "replay", "step ms", "exposed", "imbalance", "ranks",
-            "gate")
-    rows = [head]
+    """The windows' numbers, one row each, in the reports' one table style."""
+    t = table("window", "bubble", "theory", "replay", "step ms", "exposed", "imbalance", "ranks",
+              "gate")
+    for col in t.columns[1:]:
+        col.justify = "right"
     for w in windows:
         s = w.audit.scalars if w.audit else {}
         gate = "-" if not w.audit or w.audit.gate is None else \
             ("FAIL" if w.audit.failed_checks else w.audit.gate.verdict)
-        rows.append((w.label, _pct(s.get("bubble")), _pct(s.get("theory")),
-                     _pct(s.get("replay_ideal")),
-                     f"{s['step_time_ms']:.2f}" if "step_time_ms" in s else "-",
-                     _pct(s.get("exposed_comm")),
-                     f"{s['stage_imbalance']:.2f}x" if "stage_imbalance" in s else "-",
-                     f"{len(w.window.ranks)}/{w.window.world_size or '?'}",
-                     gate if w.audit else "skipped" if w.skipped else "error"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i])
-                               for i, c in enumerate(r)) for r in rows)
+        t.add_row(w.label, _pct(s.get("bubble")), _pct(s.get("theory")),
+                  _pct(s.get("replay_ideal")),
+                  f"{s['step_time_ms']:.2f}" if "step_time_ms" in s else "-",
+                  _pct(s.get("exposed_comm")),
+                  f"{s['stage_imbalance']:.2f}x" if "stage_imbalance" in s else "-",
+                  f"{len(w.window.ranks)}/{w.window.world_size or '?'}",
+                  gate if w.audit else "skipped" if w.skipped else "error")
+    return render(t)

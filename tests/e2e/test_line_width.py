@@ -98,6 +98,8 @@ def test_gate_diff_baseline_export_plot_watch():
     pytest.importorskip("matplotlib")
     check("plot", HEAVY, "-o", "timeline.png")
     check("watch", SAMPLES / "1f1b_p4_m8", "--once")
+    out = check("watch", HEAVY, "--once", "--gate", base, exit_code=1)  # regressions explained
+    assert "  REGRESSION stage 1 compute per step" in out
 
 
 def test_sweep_report():

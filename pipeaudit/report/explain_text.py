@@ -103,10 +103,10 @@ def render_explain_text(e: Explanation, *, step: CriticalPath | None = None,
                 "step):"]
     out += slack_lines(p)
     out += [""] + cause_lines(e, top)
-    if timeline_text:
-        out += ["", f"Timeline of step {p.step}", timeline_text]
-    out += [f"note: {n}" for n in e.notes]
-    return fit("\n".join(out)) + "\n"
+    text = fit("\n".join(out))
+    if timeline_text:  # drawn to --width: a picture, never wrapped
+        text += "\n\n" + f"Timeline of step {p.step}\n" + timeline_text
+    return "\n".join([text] + [fit(f"note: {n}") for n in e.notes]) + "\n"
 
 
 def render_whatif_text(p: Prediction) -> str:

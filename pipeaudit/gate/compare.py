@@ -252,15 +252,17 @@ class _Compare:
         return sorted(((st, c) for st, c in ch.items() if c < -FASTER
                        and (stages is None or st in stages)), key=lambda x: x[1])
 
-    def _rise(self, c: Check, part: float, why: Callable[[float], str], cleared: str) -> Check:
+    def _rise(self, c: Check, part: float, why: Callable[[float], str], cleared: str,
+              heavier: bool = False) -> Check:
         """Re-judge a rise above the threshold by ``part``, the share of it a regression
         accounts for (a longer step, a heavier stage): within the threshold the check passes,
         ``cleared``, with the ``cleared`` cause; else it fails past the noise band (warns
-        within it), explained by ``why``."""
+        within it), explained by ``why``. ``heavier``: a stage the rise may wait on got
+        heavier, so the whole rise is judged."""
         if c.verdict == "skip" or c.change is None or c.threshold is None \
                 or c.change <= c.threshold:
             return c
-        judged = min(c.change, max(part, 0.0))
+        judged = c.change if heavier else min(c.change, max(part, 0.0))
         if judged <= c.threshold:
             c.verdict, c.cleared = "pass", True
             c.explanation = (f"{c.name} {fmt_value(c.baseline, c.unit)} -> "
@@ -345,7 +347,7 @@ class _Compare:
         names = ", ".join(f"stage {st} {100 * ch:+.0f}%" for st, ch in faster[:3])
         cleared = (f"{'stages compute' if len(faster) > 1 else 'a stage computes'} less ({names})"
                    f" and {self._not_slower()}" if faster else self._not_slower())
-        return self._rise(c, part, why, cleared)
+        return self._rise(c, part, why, cleared, heavier=bool(self.heavier_stages()))
 
     def step_time(self) -> Check:
         def why(ch: float) -> str:
@@ -405,7 +407,7 @@ class _Compare:
                    f"{fmt_value(m0, 'us')} -> {fmt_value(m1, 'us')} per step"
                    + (f" and lighter stages compute less ({names}), so the median is lower"
                       if faster else ""))
-        return self._rise(c, part, why, cleared)
+        return self._rise(c, part, why, cleared, heavier=bool(self.heavier_stages()))
 
     def exposed_comm(self) -> Check:
         def why(ch: float) -> str:
@@ -430,8 +432,10 @@ class _Compare:
                             self.ns.rank_bubble[r], "abs", "fraction",
                             self.th.max_rank_bubble_increase)
             part = self._step_part(self.bs.rank_bubble[r])
+            own = self._own_stages(r)
             out.append(self._rise(c, part, lambda ch, r=r, part=part: self._rank_why(r, ch, part),
-                                  self._rank_cleared(r)))
+                                  self._rank_cleared(r),
+                                  heavier=any(st not in own for st, _ in self.heavier_stages())))
         return out
 
     def _own_stages(self, r: int) -> list[int]:

@@ -95,8 +95,8 @@ def compare(truth: Truth, twin: AuditResult, twin_actions: pl.DataFrame,
     # the framework's known other ops (a few µs an action) are allowed: where the host was
     # descheduled in one of them it lends the action milliseconds, and the bubble may move by
     # as much as that time over the step window, but by no more
-    slack = (_allowed_slack(differ, truth, twin) if truth.other_ops_allowed not in (None, NOWHERE)
-             else 0.0)
+    slack = (_allowed_slack(differ, truth, twin, bare)
+             if truth.other_ops_allowed not in (None, NOWHERE) else 0.0)
     truth_bubble = {r.rank: r.bubble for r in twin.ranks}
     diffs = []
     for r in bare.ranks:
@@ -141,18 +141,22 @@ def _uncertain(truth: Truth, bare: AuditResult, v: Verdict) -> Verdict:
     return v
 
 
-def _allowed_slack(differ: pl.DataFrame, truth: Truth, twin: AuditResult) -> float:
-    """How far the allowed other ops can move a bubble: per step, their whole compute
-    difference (every rank's) over the step window, averaged over the steps."""
+def _allowed_slack(differ: pl.DataFrame, truth: Truth, twin: AuditResult,
+                   bare: AuditResult) -> float:
+    """How far the allowed other ops can move a bubble: per step that holds any, their whole
+    compute difference (every rank's) and the step window's change (an action that holds a
+    step's start-up op opens the window earlier) over the twin's window, averaged over the
+    steps."""
     allowed = differ.join(_not_allowed(differ, truth.other_ops_allowed or NOWHERE,
                                        truth.P * truth.v - 1), on=differ.columns, how="anti")
     windows = {s.step: s.step_time_us for s in twin.steps if s.step_time_us}
     if allowed.height == 0 or not windows:
         return 0.0
+    bare_windows = {s.step: s.step_time_us for s in bare.steps}
     per_step = (allowed.with_columns(d=(pl.col("compute_us_bare") - pl.col("compute_us")).abs())
                 .group_by("step").agg(pl.col("d").sum()))
-    parts = [d / windows[k] for k, d in zip(per_step["step"].to_list(), per_step["d"].to_list())
-             if k in windows]
+    parts = [(d + abs(bare_windows.get(k, windows[k]) - windows[k])) / windows[k]
+             for k, d in zip(per_step["step"].to_list(), per_step["d"].to_list()) if k in windows]
     return sum(parts) / len(windows) if parts else 0.0
 
 

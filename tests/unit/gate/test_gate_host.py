@@ -170,3 +170,24 @@ def test_the_per_step_series_is_the_audits_and_the_apis(tmp):
     assert frame["stage2_compute_us"].to_list() == s.stage_total_us(2)
     assert frame["rank1_bubble"].to_list() == s.rank_bubble[1]
     assert snapshot_from_run(run).series is s
+
+
+def test_a_heavier_stage_on_a_quieter_host_still_fails(tmp):
+    """Stage 2 30% heavier while every other stage computes 40% less (a quieter host), against
+    a baseline whose heaviest stage was stage 1 (33.6 ms): the heaviest stage now (stage 2,
+    31.2 ms) is lighter than the baseline's heaviest, and the step is shorter, yet the rises
+    that wait on stage 2 are not cleared. The imbalance (33.6 / 24 = 1.4 -> 31.2 / 17.28)
+    fails naming stage 2."""
+    base = snap(tmp, "base_s1", dur=dur({1: 1.4}))
+    run = snap(tmp, "heavy2_quiet", dur=dur({0: 0.6, 1: 0.84, 2: 1.3, 3: 0.6}))
+    result = gate(run, base, Thresholds())
+    checks = by(result)
+    imb = checks[("imbalance", None)]
+    assert imb.baseline == pytest.approx(1.4, rel=1e-3)
+    assert imb.now == pytest.approx(31.2 / 17.28, rel=1e-3)
+    assert imb.verdict == "fail" and not imb.cleared
+    assert "stage 2 got heavier (stage 2 compute +30%)" in imb.explanation
+    assert checks[("stage_compute", 2)].verdict == "fail"
+    assert checks[("step_time", None)].change < 0
+    assert not [c for c in result.checks if c.cleared and c.metric != "exposed_comm"]
+    assert not [c for c in result.checks if "waits for no one" in c.explanation]

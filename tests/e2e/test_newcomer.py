@@ -202,18 +202,17 @@ def test_plot_runs_on_the_core_install(tmp_path_factory, tmp_path):
 
 def test_gate_and_diff_of_two_real_runs_agree(tmp_path):
     """Stage 1 made 3x heavier (1f1b_p4_m8 -> 1f1b_p4_m8_imb_s1x3): both name stage 1 with
-    the same medians; the gate says first that this 2-step baseline is too noisy for some
-    checks, and how many steps would do."""
+    the same medians; the gate says first that a 2-step baseline cannot tell noise from change
+    for the checks whose warnings its noise decided, and asks for 5 steps."""
     base = tmp_path / "base.json"
     assert invoke("baseline", SAMPLES / "1f1b_p4_m8", "-o", base).exit_code == 0
     gate = invoke("gate", SAMPLES / "1f1b_p4_m8_imb_s1x3", "--baseline", base)
     assert gate.exit_code == 1
     first = gate.stdout.split("\npipeaudit gate")[0]  # one paragraph, wrapped with a hanging indent
     assert " ".join(line.strip() for line in first.splitlines()) == (
-        "pipeaudit: the baseline is too noisy to gate 10 checks at the threshold (its noise band "
-        "is wider): pipeline step time, pipeline exposed communication, rank 0 bubble, rank 1 "
-        "bubble and 6 more; a baseline and a run of 95 steps each would gate them (profile "
-        "--steps 95)")
+        "pipeaudit: a baseline of 2 step(s) cannot tell noise from change: 2 checks above the "
+        "threshold stayed inside its noise band (pipeline step time, rank 2 bubble); profile 5 "
+        "steps or more for the baseline and the run (profile --steps 5)")
     doc = json.loads(invoke("gate", SAMPLES / "1f1b_p4_m8_imb_s1x3", "--baseline", base,
                             "--format", "json").stdout)
     failed = {(c["metric"], c["index"]) for c in doc["checks"] if c["verdict"] == "fail"}

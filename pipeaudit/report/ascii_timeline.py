@@ -216,7 +216,8 @@ def render_cells(items: Sequence[Item], num_rows: int, *, max_cells: int = 160,
                              for c in grid[r][b0:b0 + per_band])
             lines.append(f"{f'{row_name} {r}'.ljust(name_w)} | {cells}")
         lines.append(_axis(min(per_band, ncells - b0), width, unit, name_w, first=b0))
-    note = f"one cell = {unit:g} time unit{'' if unit == 1 else 's'}" + ("" if exact else " (sampled at cell midpoints)")
+    note = (f"one cell = {unit:g} time unit{'' if unit == 1 else 's'}"
+            + ("" if exact else " (sampled at cell midpoints)"))
     if ncells > per_band:
         note += f"; the step in {math.ceil(ncells / per_band)} bands of {per_band} cells"
     lines.append(f"{' ' * (name_w + 3)}{note}")

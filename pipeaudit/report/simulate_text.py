@@ -3,7 +3,6 @@ every line within :data:`~pipeaudit.report.fit.WIDTH` columns."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 
 from rich.table import Table
@@ -117,7 +116,8 @@ def render_simulation(sim: Simulation, max_cells: int = 160) -> str:
 def render_compare(items: Sequence[Simulation | tuple[str, str]], max_cells: int = 160) -> str:
     """A side-by-side table, then each schedule's timeline. Items that could not run are
     ``(name, reason)`` and appear as skipped rows."""
-    t = _table("Schedules compared (peak in-flight: the most loaded stage's)", ("schedule", "left"), ("v", "right"), ("makespan", "right"),
+    t = _table("Schedules compared (peak in-flight: the most loaded stage's)",
+               ("schedule", "left"), ("v", "right"), ("makespan", "right"),
                ("bubble sim", "right"), ("bubble theory", "right"), ("formula", "left"),
                ("published", "right"), ("peak in-flight", "right"), ("theory", "right"))
     for item in items:

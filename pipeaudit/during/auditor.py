@@ -51,8 +51,8 @@ def audit(spec: dict[str, Any]) -> int:
     result.doc["notes"] = result.notes
     ru = resource.getrusage(resource.RUSAGE_SELF)
     result.doc.setdefault("window", {})["cost"] = {
-        "wall_s": round(time.monotonic() - started, 3), "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
-        **(spec.get("cost") or {})}
+        "wall_s": round(time.monotonic() - started, 3),
+        "cpu_s": round(ru.ru_utime + ru.ru_stime, 3), **(spec.get("cost") or {})}
     write_audit(folder / AUDIT_FILE, result)
     return 0
 

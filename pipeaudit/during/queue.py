@@ -23,8 +23,13 @@ LOCK_FILE = ".worker.lock"
 
 
 def enqueue(folder: Path, spec: dict[str, Any]) -> Path:
-    """Write the window's ``queued.json`` atomically."""
+    """Write the window's ``queued.json`` atomically, after removing the ``audit.json`` an
+    earlier run into the same folder left for the same step (the window is pending again)."""
     folder.mkdir(parents=True, exist_ok=True)
+    try:
+        (folder / AUDIT_FILE).unlink()
+    except FileNotFoundError:
+        pass
     path = folder / QUEUE_FILE
     tmp = folder / f".{QUEUE_FILE}.tmp"
     tmp.write_text(json.dumps(spec))

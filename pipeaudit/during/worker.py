@@ -219,7 +219,12 @@ def serve(root: Path, low_priority: bool = True, lock_fd: int | None = None) -> 
                 return 0
             write_pid(lock)
             continue
-        run_window(*queue[0], stop=stop, low_priority=low_priority)
+        try:
+            run_window(*queue[0], stop=stop, low_priority=low_priority)
+        except Exception as exc:  # a bug of the worker: the window is written off, not retried
+            _log(queue[0][0], traceback.format_exc())
+            _write_skipped(*queue[0], f"the worker failed: {type(exc).__name__}: {exc}", [],
+                           queue[0][1].get("world_size"), [])
 
 
 def main(argv: list[str]) -> int:

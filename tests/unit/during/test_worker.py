@@ -199,3 +199,14 @@ def test_an_audit_process_sets_its_own_priority(level, nice, idle):
     before, after, sched_idle = res.stdout.split()
     assert int(after) == (int(before) if nice is None else max(nice, int(before)))
     assert (sched_idle == "True") == idle
+
+
+def test_a_rerun_into_the_same_folder_queues_its_window_again(tmp_path):
+    """The audit.json an earlier run left for the same step is not taken for the new one's."""
+    out = tmp_path / "tb"
+    folder = _queue_window(out, 4, time.time(), 120)
+    (folder / AUDIT_FILE).write_text('{"kind": "window", "old": true}')
+    assert queue.pending(out / "pipeaudit") == []
+    queue.enqueue(folder, json.loads((folder / queue.QUEUE_FILE).read_text()))
+    assert not (folder / AUDIT_FILE).exists()
+    assert [f for f, _ in queue.pending(out / "pipeaudit")] == [folder]

@@ -1,0 +1,128 @@
+"""Long search over generated pipeline traces with known truth (issue 50).
+
+    python3 benchmarks/generated_reading.py --cases 100000 --jobs 16 --seed 0
+
+Each case draws every dimension independently (tests/support/tracegen/strategies.py), writes
+its traces, reads them with pipeaudit.load and holds the reading to the truth
+(tests/support/tracegen/check.py). Prints pass / cannot-tell / fail counts by shape, the worst
+bubble error, and for each kind of failure the smallest case that shows it (with the command
+that writes its traces). Exit 1 on any failure. Needs only the repository and its installed
+dependencies (torch for the schedules' orders).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import random
+import re
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def _problem_kind(p: str) -> str:
+    """A failure's kind without its numbers: 'M read as', 'rank: bubble', 'MISSING_ACTIONS'..."""
+    p = re.sub(r"\(rank \d+\)", "", p)
+    p = re.sub(r"^rank \d+: ", "rank: ", p)
+    return re.split(r" read as| \d|:| off| \(", p, maxsplit=1)[0].strip() + (
+        " read as" if " read as" in p else "")
+
+
+def _size(c) -> int:
+    return c.pp * c.v * c.m * c.steps * c.dp * c.tp
+
+
+def _work(args):
+    start, count, seed, opts, limit = args
+    from tests.support.tracegen.check import run_case
+    from tests.support.tracegen.strategies import random_case
+
+    out = []
+    for i in range(start, start + count):
+        rng = random.Random(f"{seed}:{i}")
+        case = random_case(rng, **opts)
+        t0 = time.perf_counter()
+        try:
+            o = run_case(case, limit_s=limit)
+            res = (o.verdict, o.problems, o.worst_bubble_error, o.uncertain_reason)
+        except Exception as e:  # a crash of the reader (or the generator) is a failure
+            res = ("fail", [f"crash: {type(e).__name__}: {str(e)[:160]}"], 0.0, "")
+        out.append((case, *res, time.perf_counter() - t0))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", type=int, default=2000)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget", type=int, default=256, help="max ranks x v x M x steps per case")
+    ap.add_argument("--schedules", default="", help="comma-separated subset (default: all)")
+    ap.add_argument("--annotated", choices=("both", "yes", "no"), default="both")
+    ap.add_argument("--p2p", default="gloo", help="comma-separated P2P kinds (gloo, nccl)")
+    ap.add_argument("--chunk", type=int, default=20, help="cases per task")
+    ap.add_argument("--limit", type=int, default=60, help="seconds a reading may take (0: none)")
+    a = ap.parse_args(argv)
+
+    from tests.support.tracegen.orders import SCHEDULES
+
+    opts = {"budget": a.budget, "p2p": tuple(a.p2p.split(",")),
+            "annotated": {"both": (False, True), "yes": (True,), "no": (False,)}[a.annotated]}
+    if a.schedules:
+        opts["schedules"] = tuple(s for s in a.schedules.split(",") if s in SCHEDULES)
+    tasks = [(i, min(a.chunk, a.cases - i), a.seed, opts, a.limit) for i in range(0, a.cases, a.chunk)]
+    verdicts: Counter = Counter()
+    by_shape: dict[str, Counter] = defaultdict(Counter)
+    fail_groups: dict[tuple, list] = {}
+    worst = (0.0, None)
+    seconds = 0.0
+    t0 = time.perf_counter()
+    done = 0
+    ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
+    with ctx.Pool(a.jobs) as pool:
+        for batch in pool.imap_unordered(_work, tasks):
+            for case, verdict, problems, err, reason, dt in batch:
+                done += 1
+                seconds += dt
+                verdicts[verdict] += 1
+                by_shape[case.shape()][verdict] += 1
+                if err > worst[0]:
+                    worst = (err, case)
+                if verdict == "fail":
+                    for kind in sorted({_problem_kind(p) for p in problems}):
+                        key = (case.schedule, "annotated" if case.annotated else "bare", case.p2p, kind)
+                        g = fail_groups.setdefault(key, [0, None, None])
+                        g[0] += 1
+                        if g[1] is None or _size(case) < _size(g[1]):
+                            g[1], g[2] = case, problems
+            if sys.stderr.isatty():
+                print(f"\r{done}/{a.cases}", end="", file=sys.stderr)
+    wall = time.perf_counter() - t0
+    print(f"{done} cases in {wall:.1f} s wall, {1000 * seconds / max(1, done):.0f} ms a case "
+          f"(generate + write + read), {a.jobs} jobs, seed {a.seed}")
+    print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
+    wc = worst[1].describe() if worst[1] else "-"
+    print(f"worst bubble error of a reading held to the truth: {worst[0]:.5f} ({wc})")
+    print("by shape (schedule/annotation/p2p): pass / cannot tell / fail")
+    for shape in sorted(by_shape):
+        c = by_shape[shape]
+        print(f"  {shape:40} {c['pass']:6} {c['cannot tell']:6} {c['fail']:6}")
+    if fail_groups:
+        print("failures by kind, with the smallest case of each:")
+        for key in sorted(fail_groups):
+            n, case, problems = fail_groups[key]
+            print(f"  {'/'.join(key)}: {n} cases; smallest: {case.describe()}")
+            for p in problems[:4]:
+                print(f"      {p}")
+            print(f"      python3 -m tests.support.tracegen \"{case!r}\" /tmp/tracegen-case")
+    return 1 if verdicts["fail"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

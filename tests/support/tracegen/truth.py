@@ -1,0 +1,95 @@
+"""The truth of a generated run, computed from its own timeline by docs/metrics.md's
+definitions: a rank's compute C in step k is the union of its actions' compute ops; the step
+window W_k runs from the earliest compute start to the latest compute end over all ranks of the
+pipeline replica; the bubble is 1 - |C ∩ W_k| / |W_k|, and a rank's bubble is its mean over
+steps. With one rank's file only, the window is that rank's own (first to last compute)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tests.support.tracegen.case import Case
+from functools import lru_cache
+
+from tests.support.tracegen.orders import SCHEDULES, compute_orders, valid
+from tests.support.tracegen.timing import RankRun
+
+
+@dataclass
+class Truth:
+    """What a reading of the case must find."""
+
+    schedule: str
+    accepted_schedules: frozenset[str]  #: names whose order is the same at this P, v, M
+    pp: int
+    v: int
+    m: int
+    steps: int
+    own_window: bool
+    rank_bubble: dict[int, float] = field(default_factory=dict)
+    rank_bubble_by_step: dict[int, list[float]] = field(default_factory=dict)
+    rank_compute_us: dict[int, float] = field(default_factory=dict)  #: mean per step
+    windows: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+
+
+def union_length(iv: list[tuple[float, float]]) -> float:
+    """Total length of a union of intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(iv):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+@lru_cache(maxsize=4096)
+def accepted(schedule: str, pp: int, v: int, m: int) -> frozenset[str]:
+    """The schedule's name and every other name that runs the same per-rank order."""
+    mine = compute_orders(schedule, pp, v, m)
+    names = {schedule}
+    for other in SCHEDULES:
+        if other != schedule and valid(other, pp, v, m) and compute_orders(other, pp, v, m) == mine:
+            names.add(other)
+    if v == 1:
+        if "interleaved-1f1b" in names:
+            names.add("eager-1f1b")
+        if "interleaved-zb" in names:
+            names.add("zb-h1")
+        if m == 1 and "gpipe" in names:
+            names.add("naive")
+    return frozenset(names)
+
+
+def truth(case: Case, runs: list[RankRun]) -> Truth:
+    """The truth of the case from its simulated ranks."""
+    tr = Truth(case.schedule, accepted(case.schedule, case.pp, case.v, case.m), case.pp,
+               case.v, case.m, case.steps, case.one_rank is not None)
+    groups: dict[int, list[RankRun]] = {}
+    for r in runs:  # a pipeline: same replica and TP index
+        groups.setdefault(r.replica * case.tp + _tp_index(case, r), []).append(r)
+    for g, members in groups.items():
+        for k in range(case.steps):
+            ivs = [iv for r in members for iv in r.compute.get(k, [])]
+            tr.windows[(g, k)] = (min(a for a, _ in ivs), max(b for _, b in ivs))
+    for g, members in groups.items():
+        for r in members:
+            per = []
+            comp = 0.0
+            for k in range(case.steps):
+                iv = r.compute.get(k, [])
+                c = union_length(iv)
+                comp += c
+                if tr.own_window:
+                    w0, w1 = min(a for a, _ in iv), max(b for _, b in iv)
+                else:
+                    w0, w1 = tr.windows[(g, k)]
+                per.append(1.0 - c / (w1 - w0))
+            tr.rank_bubble_by_step[r.rank] = per
+            tr.rank_bubble[r.rank] = sum(per) / len(per)
+            tr.rank_compute_us[r.rank] = comp / case.steps
+    return tr
+
+
+def _tp_index(case: Case, r: RankRun) -> int:
+    return r.rank % case.tp

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=256, help="max ranks x v x M x steps per case")
     ap.add_argument("--schedules", default="", help="comma-separated subset (default: all)")
     ap.add_argument("--annotated", choices=("both", "yes", "no"), default="both")
-    ap.add_argument("--p2p", default="gloo", help="comma-separated P2P kinds (gloo, nccl)")
+    ap.add_argument("--p2p", default="gloo,nccl", help="comma-separated P2P kinds (gloo, nccl)")
     ap.add_argument("--chunk", type=int, default=20, help="cases per task")
     ap.add_argument("--limit", type=int, default=60, help="seconds a reading may take (0: none)")
     a = ap.parse_args(argv)

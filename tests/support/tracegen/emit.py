@@ -58,6 +58,9 @@ def trace_doc(case: Case, run: RankRun) -> dict:
                 "tid": "PyTorch Profiler", "ts": BASE_US, "dur": max(e.ts + e.dur for e in run.events)})
     evs.append({"name": "process_name", "ph": "M", "ts": BASE_US, "pid": pid, "tid": 0,
                 "args": {"name": "python3"}})
+    if case.p2p == "nccl":
+        evs.append({"name": "process_labels", "ph": "M", "ts": BASE_US, "pid": 0, "tid": 0,
+                     "args": {"labels": "GPU 0"}})
     evs.append({"name": "thread_name", "ph": "M", "ts": BASE_US, "pid": pid, "tid": pid,
                 "args": {"name": "thread " + str(pid) + " (python3)"}})
     if case.shuffle:
@@ -65,12 +68,16 @@ def trace_doc(case: Case, run: RankRun) -> dict:
     else:
         evs.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
     world = case.pp * case.dp * case.tp
-    doc = {"schemaVersion": 1, "deviceProperties": [],
+    gpu = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85017493504,
+            "computeMajor": 9, "computeMinor": 0, "numSms": 132}] if case.p2p == "nccl" else []
+    doc = {"schemaVersion": 1, "deviceProperties": gpu,
            "distributedInfo": {"backend": "nccl" if case.p2p == "nccl" else "gloo",
                                "rank": run.rank, "world_size": world,
                                "pg_count": len(pg_config(case, run.rank)),
                                "pg_config": pg_config(case, run.rank)},
-           "host_name": "gen", "displayTimeUnit": "ms", "traceEvents": evs}
+           "host_name": "gen", "displayTimeUnit": "ms",
+           "baseTimeNanoseconds": 1_790_000_000_000_000_000 - int(BASE_US * 1000),
+           "traceEvents": evs}
     return doc
 
 

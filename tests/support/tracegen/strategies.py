@@ -29,7 +29,7 @@ class Chooser:
         return None if self.boolean() else self.integers(lo, hi)
 
 
-def build_case(ch: Chooser, schedules: Sequence[str] = SCHEDULES, p2p: Sequence[str] = ("gloo",),
+def build_case(ch: Chooser, schedules: Sequence[str] = SCHEDULES, p2p: Sequence[str] = ("gloo", "nccl"),
                annotated: Sequence[bool] = (False, True), max_pp: int = 8,
                budget: int = CI_BUDGET) -> Case:
     """A case: schedule, P 2..8, v 1..4 (as the schedule allows), M 1..4P (as it accepts, and

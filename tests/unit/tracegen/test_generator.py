@@ -77,3 +77,9 @@ def test_accepted_names_share_the_order() -> None:
     assert accepted("gpipe", 4, 1, 1) >= {"gpipe", "1f1b", "naive"}
     assert "1f1b" not in accepted("gpipe", 4, 1, 8)
     assert accepted("interleaved-zb", 3, 1, 6) >= {"interleaved-zb", "zb-h1"}
+    # without annotations microbatches follow execution order: looped BFS's reversed
+    # backwards at v = 1 look like GPipe's; with them they do not
+    assert "gpipe" in accepted("looped-bfs", 2, 1, 2, None, False)
+    assert "gpipe" not in accepted("looped-bfs", 2, 1, 2)
+    # one rank's file: rank 0 of interleaved 1F1B at v = 1, M < P runs 1F1B's order
+    assert "1f1b" in accepted("interleaved-1f1b", 6, 1, 4, 0)

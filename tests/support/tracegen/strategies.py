@@ -55,14 +55,16 @@ def build_case(ch: Chooser, schedules: Sequence[str] = SCHEDULES, p2p: Sequence[
     n_stages = pp * v
     world = pp * dp * tp
     one_rank = ch.maybe(0, world - 1) if ch.integers(0, 3) == 0 else None
+    p2p_kind = ch.sample(list(p2p))
     return Case(
         schedule=schedule, pp=pp, v=v, m=m, steps=steps, dp=dp, tp=tp,
         grid=ch.sample(["pp-outer", "dp-outer"]),
         # unnamed groups say nothing of TP peers (no TP collectives are drawn) nor of a lone
         # rank's pipeline: the truth would not be in the traces
-        named_groups=ch.boolean() or tp > 1 or (one_rank is not None and world > pp),
+        # (nor, on GPU traces, whose SendRecv kernels carry no peer here, of any replica)
+        named_groups=ch.boolean() or tp > 1 or (world > pp and (one_rank is not None or p2p_kind == "nccl")),
         annotated=ch.sample(list(annotated)),
-        p2p=ch.sample(list(p2p)),
+        p2p=p2p_kind,
         batched=ch.boolean(),
         profiler_steps=ch.boolean(),
         optimizer=ch.boolean(),

@@ -226,8 +226,8 @@ class AuditResult:
     per_step: StepSeries | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON document of this result."""
-        d = asdict(self)
+        """The JSON document of this result (mapping keys as JSON has them: strings)."""
+        d = _string_keys(asdict(self))
         return {"schema_version": SCHEMA_VERSION, "tool": "pipeaudit", **d}
 
     @property
@@ -238,3 +238,13 @@ class AuditResult:
         times = sorted(s.step_time_us for s in self.steps)
         n = len(times)
         return times[n // 2] if n % 2 else (times[n // 2 - 1] + times[n // 2]) / 2
+
+
+def _string_keys(value: Any) -> Any:
+    """``value`` with every mapping's keys as strings, as its JSON text reads back (the
+    per-step series are keyed by rank and stage)."""
+    if isinstance(value, dict):
+        return {str(k) if not isinstance(k, str) else k: _string_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_string_keys(v) for v in value]
+    return value

@@ -4,8 +4,11 @@ Megatron-core runs (CPU, gloo), read with their annotations and without them."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -89,13 +92,15 @@ def test_real_megatron_interleaved_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_leaves_nothing_in_the_temporary_folder(tmp_path):
+def test_a_run_leaves_nothing_in_the_temporary_folder(tmp_path, request):
     """Megatron-core imports wandb, which makes two temporary folders in each rank; a rank ends
     with os._exit, which skips their removal: the ranks' temporary files go to the run's own
     folder, removed with it."""
     pytest.importorskip("megatron.core")
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    # a short folder of its own: multiprocessing's socket lives under TMPDIR, and a Unix
+    # socket's path has at most 107 bytes (a deep pytest folder ran past it)
+    tmp = Path(tempfile.mkdtemp(prefix="pa-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     env = repo_env(TMPDIR=str(tmp))
     proc = subprocess.run([sys.executable, "-m", "pipeaudit", "profile", "--framework", "megatron",
                            "-P", "2", "-M", "2", "--layers", "2", "--hidden", "32", "--seq-len",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.support.parallel"]
+pytest_plugins = ["tests.support.parallel", "tests.support.tracegen.pytest_tally"]
 
 
 @pytest.fixture(scope="module")

@@ -72,6 +72,17 @@ def _kind_doubt(counts: Mapping[tuple[int, int], dict[str, int]]) -> str | None:
 LOOP_SEND_SHARE = 0.25
 
 
+def gradients_sent_back(ranks: Sequence[RankTimeline], positions: Mapping[int, int]) -> dict[int, int]:
+    """Guessed rank at the first stage position -> how many gradients it sent (read before
+    the transfers are settled, from the action each send follows)."""
+    out = {}
+    for rt in ranks:
+        if rt.source in CHECKED_SOURCES and positions.get(rt.rank) == 0 and rt.p2p_tags.height:
+            tags = rt.p2p_tags
+            out[rt.rank] = int(((tags["dir"] == "send") & (tags["kind"] == "B")).sum())
+    return out
+
+
 def first_positions_fed(ranks: Sequence[RankTimeline], positions: Mapping[int, int]) -> set[int]:
     """The guessed ranks at the first stage position that send gradients back (read before the
     transfers are settled, from the action each send follows): the first stage of a pipeline
@@ -93,11 +104,13 @@ def first_positions_fed(ranks: Sequence[RankTimeline], positions: Mapping[int, i
 
 def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], *,
                    replicas: Sequence[Sequence[Sequence[int]]] = (), fed_first: set[int] = frozenset(),
+                   chunks_ambiguous: bool = False,
                    coverage_floor: float = COVERAGE_FLOOR) -> list[Doubt]:
     """The doubts about the guessed readings of ``ranks`` (one per rank at most, first reason
     found). ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
     list of positions, each a tuple of tensor-parallel peers; ``fed_first``: ranks of the first
-    position that send gradients back (:func:`first_positions_fed`)."""
+    position that send gradients back (:func:`first_positions_fed`); ``chunks_ambiguous``: the
+    order of the actions fits several chunk counts (:mod:`pipeaudit.timeline.virtual`)."""
     checked = [rt for rt in ranks if rt.source in CHECKED_SOURCES and rt.actions.height]
     if not checked:
         return []
@@ -112,6 +125,9 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
         if why is None and rt.rank in fed_first and rt.actions["stage"].n_unique() == 1:
             why = ("it runs the first stage yet sends gradients back, so it holds a later stage "
                    "too, but the reading gives it one stage")
+        if why is None and chunks_ambiguous:
+            why = ("its order of forwards and backwards fits several numbers of chunks per rank "
+                   "(v) and microbatches (M): the reading cannot tell which ran")
         if why is not None:
             doubts[rt.rank] = why
     # the same stage position in every replica (and every tensor-parallel peer) runs as many

@@ -25,6 +25,11 @@ from pipeaudit.timeline.rank import RankTimeline
 
 #: Forwards per step beyond which no split is tried (the search builds schedules per divisor).
 MAX_FORWARDS = 4096
+#: Chunks per rank tried at most (each divisor builds every interleaved schedule of the
+#: catalogue: without a bound a rank of thousands of forwards took minutes).
+MAX_CHUNKS = 8
+#: How the note starts when the kinds fit several chunk counts (the reading is then uncertain).
+AMBIGUOUS_PREFIX = "virtual stages not told apart:"
 
 
 def _kinds_per_position(ranks: Sequence[RankTimeline], positions: dict[int, int]
@@ -57,13 +62,16 @@ def _fits(name: str, P: int, M: int, v: int, kinds: dict[int, tuple[str, ...]]):
 
 def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int],
                          num_positions: int, *, looped: bool = False,
-                         stated: str | None = None) -> str | None:
+                         stated: str | None = None,
+                         grads_back: dict[int, int] | None = None) -> str | None:
     """Relabel the inferred actions' stages and microbatches (in place) when the kinds follow
     an interleaved schedule and no one-stage schedule; returns a note saying so, or None.
     ``looped``: the first position sends gradients back (it holds a later stage too), so no
     one-stage schedule ran, whatever the kinds; ``stated``: the schedule the user says ran
     (``--schedule``), tried first and, when it holds several stages per rank, instead of
-    every one-stage schedule."""
+    every one-stage schedule; ``grads_back``: first-position rank -> gradients it sent back
+    (a rank of v chunks sends (v - 1)·M a step: of the chunk counts the order fits, the one
+    they give is kept)."""
     with_actions = [rt for rt in ranks if rt.actions.height]
     if not with_actions or any(rt.source != "inferred" for rt in with_actions):
         return None
@@ -86,18 +94,46 @@ def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int
                    and CATALOGUE[nm].placement == "loop" and set(CATALOGUE[nm].kinds) == {"F", "B"}]
     if stated_multi and stated in interleaved:
         interleaved = [stated] + [nm for nm in interleaved if nm != stated]
-    for v in range(2, n + 1):
+    fits = []  # (v, name, schedule): every chunk count and schedule the kinds allow
+    for v in range(2, min(n, MAX_CHUNKS) + 1):
         if n % v:
             continue
         for name in interleaved:
             sched = _fits(name, P, n // v, v, kinds)
-            if sched is None:
-                continue
-            for rt in with_actions:
-                _relabel(rt, sched.orders[positions[rt.rank]])
-            return (f"virtual stages told apart by the order: every rank's F/B sequence is "
-                    f"{name}'s with v={v} chunks and M={n // v} (not one stage over M={n})")
-    return None
+            if sched is not None:
+                fits.append((v, name, sched))
+    if not fits:
+        return None
+    fits = _by_gradients_sent(fits, n, with_actions, grads_back or {})
+    chunk_counts = sorted({v for v, _, _ in fits})
+    stated_fit = next((f for f in fits if f[1] == stated), None)
+    if len(chunk_counts) > 1 and stated_fit is None:
+        # the kinds alone cannot tell v chunks of M from v' chunks of M': say so, guess none
+        shown = ", ".join(f"v={v} M={n // v}" for v in chunk_counts)
+        return (f"{AMBIGUOUS_PREFIX} every rank's F/B sequence fits {shown} "
+                "(state the schedule with --run-schedule and M with --run-microbatches)")
+    v, name, sched = stated_fit or fits[0]
+    for rt in with_actions:
+        _relabel(rt, sched.orders[positions[rt.rank]])
+    return (f"virtual stages told apart by the order: every rank's F/B sequence is "
+            f"{name}'s with v={v} chunks and M={n // v} (not one stage over M={n})")
+
+
+def _by_gradients_sent(fits: list, n: int, ranks: Sequence[RankTimeline],
+                       grads_back: dict[int, int]) -> list:
+    """The fits whose M the first position's gradients sent back give, (v - 1)·M a step with
+    n = v·M forwards: M = n - sent; all of them where that says nothing or keeps none."""
+    per_step = set()
+    for rt in ranks:
+        if rt.rank in grads_back:
+            steps = rt.actions.filter(pl.col("step") >= 0)["step"].n_unique()
+            if steps and grads_back[rt.rank] % steps == 0:
+                per_step.add(grads_back[rt.rank] // steps)
+    if len(per_step) != 1:
+        return fits
+    m = n - per_step.pop()
+    kept = [f for f in fits if n // f[0] == m]
+    return kept or fits
 
 
 def _relabel(rt: RankTimeline, order) -> None:

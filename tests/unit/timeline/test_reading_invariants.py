@@ -112,3 +112,19 @@ def test_the_flags_the_message_names_are_accepted_by_analyze(tmp_path: Path) -> 
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
     assert (doc["schedule"], doc["schedule_source"], doc["num_microbatches"]) == ("1f1b", "declared", 3)
+
+
+def test_chunk_counts_the_order_cannot_tell_apart_are_told_by_the_gradients_sent_back(
+        tmp_path: Path) -> None:
+    """Looped BFS at P = 2 runs F^vM then B^vM on every rank, whatever v: v = 2, M = 4 and
+    v = 4, M = 2 are the same kind sequence. The first rank sends (v - 1)·M gradients back a
+    step, which settles it; without that count the reading says it cannot tell."""
+    from pipeaudit.conformance.strip import strip_run
+    from pipeaudit.timeline.virtual import split_virtual_stages  # noqa: F401 (the pass tested)
+    from tests.support.paths import SAMPLES
+
+    bare = strip_run(SAMPLES / "looped-bfs_p2_m4_v2", tmp_path / "bare")
+    a = pipeaudit.load(str(bare)).audit()
+    assert (a.schedule, a.num_chunks, a.num_microbatches, a.uncertain) == ("looped-bfs", 2, 4, [])
+    twin = pipeaudit.load(str(SAMPLES / "looped-bfs_p2_m4_v2")).audit()
+    assert [round(r.bubble, 4) for r in a.ranks] == [round(r.bubble, 4) for r in twin.ranks]

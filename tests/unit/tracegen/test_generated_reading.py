@@ -14,30 +14,27 @@ import time
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 
 from tests.support.tracegen import Case
 from tests.support.tracegen.check import run_case
 from tests.support.tracegen.strategies import cases
 
-EXAMPLES = int(os.environ.get("TRACEGEN_EXAMPLES", "1000"))
-#: filled while the test runs; conftest.py prints it in the terminal summary
+#: cases of each test held to the truth (CI: a few minutes in all on two cores; the reader takes
+#: 0.1-1 s a case there); the whole space's xfail test takes EXAMPLES // 4
+EXAMPLES = int(os.environ.get("TRACEGEN_EXAMPLES", "120"))
+#: filled while the tests run; tests/support/tracegen/pytest_tally.py prints it in the summary
 TALLY: dict = {"cases": 0, "seconds": 0.0, "verdicts": Counter(), "cannot_tell": Counter()}
+#: the subspaces the reader is held to today: one stage per rank on every P2P kind and grid,
+#: annotated or not; every catalogue schedule with its spans; looped and interleaved from the ops
+HELD = {
+    "one stage per rank": dict(schedules=("gpipe", "1f1b"), p2p=("gloo",)),
+    "multi-stage, spans": dict(schedules=("interleaved-1f1b", "looped-bfs", "interleaved-zb",
+                                          "zbv", "dualpipev"), annotated=(True,), p2p=("gloo",)),
+}
 
 
-def _failure_message(case: Case, problems: list[str]) -> str:
-    return (f"generated case read wrong: {case.describe()}\n  " + "\n  ".join(problems) +
-            f"\n  write its traces: python3 -m tests.support.tracegen \"{case!r}\" /tmp/tracegen-case")
-
-
-@pytest.mark.tracegen
-@pytest.mark.xfail(strict=False, reason="issue 50: today's reader misreads some generated shapes "
-                   "(un-annotated interleaved/looped-BFS v and M, GPipe read as interleaved on GPU, "
-                   "zero-kernel actions out of order on GPU, readings over 60 s); remove when fixed")
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck), print_blob=False)
-@given(case=cases())
-def test_generated_case_reads_to_its_truth(case: Case) -> None:
+def _check(case: Case) -> None:
     t0 = time.perf_counter()
     out = run_case(case)
     TALLY["seconds"] += time.perf_counter() - t0
@@ -46,3 +43,36 @@ def test_generated_case_reads_to_its_truth(case: Case) -> None:
     if out.verdict == "cannot tell":
         TALLY["cannot_tell"][case.shape()] += 1
     assert out.verdict != "fail", _failure_message(case, out.problems)
+
+
+def _failure_message(case: Case, problems: list[str]) -> str:
+    return (f"generated case read wrong: {case.describe()}\n  " + "\n  ".join(problems) +
+            f"\n  write its traces: python3 -m tests.support.tracegen \"{case!r}\" /tmp/tracegen-case")
+
+
+@pytest.mark.tracegen
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck), print_blob=False)
+@given(case=cases(**HELD["one stage per rank"]))
+def test_one_stage_per_rank_reads_to_its_truth(case: Case) -> None:
+    _check(case)
+
+
+@pytest.mark.tracegen
+@settings(max_examples=EXAMPLES // 2, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck), print_blob=False)
+@given(case=cases(**HELD["multi-stage, spans"]))
+def test_multi_stage_schedules_with_their_spans_read_to_their_truth(case: Case) -> None:
+    _check(case)
+
+
+@pytest.mark.tracegen
+@pytest.mark.xfail(strict=False, reason="issue 50: today's reader misreads some generated shapes "
+                   "(zero-bubble and V schedules from the ops, GPU readings of several replicas, "
+                   "zero-kernel actions on GPU); benchmarks/generated_reading.py lists them")
+@settings(max_examples=max(EXAMPLES // 4, 1), deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck), print_blob=False,
+          phases=[Phase.explicit, Phase.generate])  # known failures: no time spent shrinking
+@given(case=cases())
+def test_generated_case_reads_to_its_truth(case: Case) -> None:
+    _check(case)

@@ -28,9 +28,8 @@ LIMITS = {
     "max-peak-memory-increase": "Peak memory of each rank, relative increase [0.10].",
     "max-inflight-increase": "Peak in-flight microbatches of each stage, increase [0].",
     "max-host-slowdown": ("A slowdown every stage shares with the pipeline's shape held (a "
-                          "slower or busier host), relative: up to it the step-time and "
-                          "stage-compute checks warn, past it they fail [off: the step "
-                          "time's limit judges it, the stages warn]."),
+                          "slower or busier host), relative: past it the step-time and "
+                          "stage-compute checks fail [off: they warn]."),
     "noise-k": ("A change must also exceed K standard errors of the change of the medians, from "
                 "the baseline's step-to-step spread (scaled MAD) [3]."),
     "max-bubble": "Budget: pipeline bubble (fraction of the step).",

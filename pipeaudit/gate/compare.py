@@ -16,10 +16,9 @@ communication, the rise a step that grew from T to T' gives at the baseline's co
 ((1 - b) (1 - T / T')); for the imbalance, the rise the heaviest stage's growth gives. A
 rank whose own stage got faster idles longer in a step as long: its bubble rises, and that
 is no regression (the check passes, ``cleared``, naming the cause). When every stage slowed
-by about the same factor and the shape held, a slower or busier host explains it: the step
-time's verdict stands (``max_host_slowdown`` may allow such a slowdown up to a limit), the
-stages' compute checks warn, and their explanations and a note name the host rather than a
-heavier stage.
+by about the same factor and the shape held, a slower or busier host explains it: the checks
+of step time and stage compute warn rather than fail (unless past ``max_host_slowdown``),
+and their explanations and a note name the host rather than a heavier stage.
 """
 
 from __future__ import annotations
@@ -312,8 +311,8 @@ class _Compare:
         same = (f"every stage computes {factor} as long as in the baseline and the pipeline's "
                 "shape held (bubble, imbalance, exposed communication)")
         if lo > 1.0 + UNIFORM_MIN:
-            gated = ("the step time's verdict stands; no stage is blamed "
-                     "(max_host_slowdown allows such a slowdown up to a limit)"
+            gated = ("not counted as a regression: the verdict stands on the pipeline's shape "
+                     "(max_host_slowdown sets a limit for such a slowdown)"
                      if self.th.max_host_slowdown is None else
                      "max_host_slowdown "
                      f"{fmt_change(self.th.max_host_slowdown, 'rel', 'us')} limits it")
@@ -364,9 +363,8 @@ class _Compare:
 
     def _host(self, c: Check) -> Check:
         """A failed step-time or stage-compute check when every stage slowed alike and the
-        shape held. The step time's verdict stands (it names the host as the likely cause)
-        unless ``max_host_slowdown`` allows the slowdown; a stage's check warns (no stage got
-        heavier than another), past ``max_host_slowdown`` it fails."""
+        shape held: it warns, naming the host, unless it also exceeds ``max_host_slowdown``
+        (a stage's check says it briefly: the step time's says it all)."""
         if self.uniform is None or c.verdict != "fail" or c.change is None:
             return c
         lim = self.th.max_host_slowdown
@@ -375,15 +373,11 @@ class _Compare:
         head = (f"{c.name} {fmt_value(c.baseline, c.unit)} -> {fmt_value(c.now, c.unit)} "
                 f"({fmt_change(c.change, c.mode, c.unit)}, limit "
                 f"{fmt_change(c.limit, c.mode, c.unit)}): {cause}")
-        if lim is None and c.metric == "step_time":
-            # the verdict stands: the step is slower, whatever made it so; the note says why
-            c.explanation = head + " (max_host_slowdown allows a slowdown every stage shares)"
-            return c
         if lim is not None and c.change > lim:
             c.explanation = head + f", past max_host_slowdown {fmt_change(lim, 'rel', 'us')}"
             return c
         c.verdict = "warn"
-        c.explanation = head + ("; not counted as a regression: the step time's check judges it"
+        c.explanation = head + ("; not counted as a regression (max_host_slowdown gates it)"
                                 if lim is None else
                                 f"; within max_host_slowdown {fmt_change(lim, 'rel', 'us')}")
         return c

@@ -37,8 +37,7 @@ class Thresholds:
     max_inflight_increase: float | None = 0.0  # microbatches, per stage
     noise_k: float = 3.0  # a change must also exceed noise_k standard errors of the medians' change
     #: relative: a slowdown every stage shares with the pipeline's shape held (a slower or
-    #: busier host) fails the step-time and stage-compute checks only past this; None: the
-    #: step-time check judges it as any slowdown (its verdict stands), the stages' warn
+    #: busier host) fails the step-time and stage-compute checks past this; None: it warns
     max_host_slowdown: float | None = None
     # budgets (no baseline needed)
     max_bubble: float | None = None

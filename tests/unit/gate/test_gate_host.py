@@ -77,20 +77,20 @@ def test_a_bubble_rise_in_a_step_as_long_passes_with_its_cause(tmp, base):
     assert result.exit_code == 0
 
 
-def test_every_stage_slower_alike_names_the_host_and_the_step_time_decides(tmp, base):
+def test_every_stage_slower_alike_names_the_host_and_the_shape_decides(tmp, base):
     """Every stage 1.5x as long: the pipeline's shape holds (bubble, imbalance, exposed
-    communication unchanged), the step is 1.5x as long. The step time's verdict stands (the
-    step is slower, whatever made it so) and names the host, not a heavier stage; the stages'
-    checks warn; max_host_slowdown allows such a slowdown up to a limit."""
+    communication unchanged), the step is 1.5x as long. The verdict stands on the shape: the
+    step-time and stage-compute checks warn, naming the host, not a heavier stage; with
+    max_host_slowdown they fail past it."""
     run = snap(tmp, "all_slower", dur=dur(every=1.5))
     result = gate(run, base, Thresholds())
     checks = by(result)
-    assert result.verdict == "fail" and result.exit_code == 1
+    assert result.verdict == "warn" and result.exit_code == 0
     step = checks[("step_time", None)]
-    assert step.verdict == "fail" and step.change == pytest.approx(0.5, rel=0.01)
+    assert step.verdict == "warn" and step.change == pytest.approx(0.5, rel=0.01)
     assert "every stage slowed alike (+50%) and the pipeline's shape held: the host looks " \
         "slower or busier than the baseline's" in step.explanation
-    assert "(max_host_slowdown allows a slowdown every stage shares)" in step.explanation
+    assert "not counted as a regression (max_host_slowdown gates it)" in step.explanation
     for s in range(P):
         c = checks[("stage_compute", s)]
         assert c.verdict == "warn" and c.change == pytest.approx(0.5, rel=1e-3)
@@ -98,13 +98,11 @@ def test_every_stage_slower_alike_names_the_host_and_the_step_time_decides(tmp, 
     for key in (("bubble", None), ("imbalance", None), ("exposed_comm", None)):
         assert checks[key].verdict == "pass" and abs(checks[key].change) < 0.005
     assert not [c for c in result.checks if " got heavier" in c.explanation]
+    assert result.noisy_line() is None  # the noise did not decide these warnings
     note, = result.notes
     assert note.startswith("every stage computes 1.50x as long as in the baseline and the "
                            "pipeline's shape held")
     assert "the host looks slower or busier than the baseline's" in note
-    assert "the step time's verdict stands" in note
-    # allowed up to a limit: within it the checks warn, past it they fail, naming the host
-    assert gate(run, base, Thresholds(max_host_slowdown=0.6)).exit_code == 0
     # a limit for a host's slowdown: past it the checks fail, still naming the host
     strict = gate(run, base, Thresholds(max_host_slowdown=0.2))
     assert strict.exit_code == 1

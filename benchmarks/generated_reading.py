@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--p2p", default="gloo,nccl", help="comma-separated P2P kinds (gloo, nccl)")
     ap.add_argument("--chunk", type=int, default=20, help="cases per task")
     ap.add_argument("--limit", type=int, default=60, help="seconds a reading may take (0: none)")
+    ap.add_argument("--seconds", type=float, default=0,
+                    help="stop after this wall time and report the cases done (0: none)")
     a = ap.parse_args(argv)
 
     from tests.support.tracegen.orders import SCHEDULES
@@ -103,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                             g[1], g[2] = case, problems
             if sys.stderr.isatty():
                 print(f"\r{done}/{a.cases}", end="", file=sys.stderr)
+            if a.seconds and time.perf_counter() - t0 > a.seconds:
+                pool.terminate()  # the budget is spent: report what was done
+                break
     wall = time.perf_counter() - t0
     print(f"{done} cases in {wall:.1f} s wall, {1000 * seconds / max(1, done):.0f} ms a case "
           f"(generate + write + read), {a.jobs} jobs, seed {a.seed}")

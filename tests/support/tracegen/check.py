@@ -63,7 +63,7 @@ def read_case(g: Generated, folder: Path):
 
     g.write(folder)
     c = g.case
-    run = pipeaudit.load(str(folder),
+    run = pipeaudit.load(str(folder), jobs=1,
                          num_steps=c.steps if c.state_steps else None,
                          num_microbatches=c.m if c.state_microbatches else None,
                          allow_missing=c.one_rank is not None)

@@ -118,9 +118,8 @@ def test_chunk_counts_the_order_cannot_tell_apart_are_told_by_the_gradients_sent
         tmp_path: Path) -> None:
     """Looped BFS at P = 2 runs F^vM then B^vM on every rank, whatever v: v = 2, M = 4 and
     v = 4, M = 2 are the same kind sequence. The first rank sends (v - 1)·M gradients back a
-    step, which settles it; without that count the reading says it cannot tell."""
+    step, which settles it (where nothing settles it, the reading says it cannot tell)."""
     from pipeaudit.conformance.strip import strip_run
-    from pipeaudit.timeline.virtual import split_virtual_stages  # noqa: F401 (the pass tested)
     from tests.support.paths import SAMPLES
 
     bare = strip_run(SAMPLES / "looped-bfs_p2_m4_v2", tmp_path / "bare")

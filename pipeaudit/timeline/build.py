@@ -26,7 +26,7 @@ from pipeaudit.timeline.single_process import single_process, split_by_device
 from pipeaudit.timeline.stepping import settle_steps
 from pipeaudit.timeline.conservation import settle_accounts
 from pipeaudit.timeline.invariants import first_positions_fed, gradients_sent_back, reading_doubts
-from pipeaudit.timeline.virtual import AMBIGUOUS_PREFIX, split_virtual_stages
+from pipeaudit.timeline.virtual import split_virtual_stages
 
 
 def stage_hints(manifest: dict[str, Any] | None) -> dict[int, int]:
@@ -108,18 +108,17 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
         positions[rt.rank] = where[1]
         if rt.stage_from_rank and rt.actions.height:
             rt.actions = rt.actions.with_columns(stage=pl.lit(where[1], dtype=pl.Int64))
-    fed_first = first_positions_fed(values, positions)
     grads_back = gradients_sent_back(values, positions)
+    fed_first = first_positions_fed(values, grads_back)
     clock = settle_transfers(values, lay, positions)
     decision = settle_steps(values, positions=positions, num_stages=lay.pp,
                             stated_microbatches=o.num_microbatches, stated_steps=o.num_steps,
                             manifest_microbatches=_manifest_microbatches(manifest))
-    virtual_note = split_virtual_stages(values, positions, lay.pp, looped=bool(fed_first),
+    virtual_note, chunks_ambiguous = split_virtual_stages(values, positions, lay.pp, looped=bool(fed_first),
                                         stated=o.schedule, grads_back=grads_back)
     settle_accounts(values)
     doubts = reading_doubts(values, positions, replicas=lay.replicas, fed_first=fed_first,
-                            chunks_ambiguous=bool(virtual_note and virtual_note.startswith(
-                                AMBIGUOUS_PREFIX)))
+                            chunks_ambiguous=chunks_ambiguous)
     warnings = list(set_warnings)
     for rt in values:
         warnings.extend(w for w in rt.warnings if w not in warnings)

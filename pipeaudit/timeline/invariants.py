@@ -83,21 +83,15 @@ def gradients_sent_back(ranks: Sequence[RankTimeline], positions: Mapping[int, i
     return out
 
 
-def first_positions_fed(ranks: Sequence[RankTimeline], positions: Mapping[int, int]) -> set[int]:
-    """The guessed ranks at the first stage position that send gradients back (read before the
-    transfers are settled, from the action each send follows): the first stage of a pipeline
-    has no stage before it, so such a rank holds a later stage too (a looped, interleaved or
-    V-shaped schedule)."""
+def first_positions_fed(ranks: Sequence[RankTimeline], grads_back: Mapping[int, int]) -> set[int]:
+    """The guessed ranks at the first stage position that send gradients back
+    (``grads_back``, :func:`gradients_sent_back`), a :data:`LOOP_SEND_SHARE` of their
+    backwards or more: the first stage of a pipeline has no stage before it, so such a rank
+    holds a later stage too (a looped, interleaved or V-shaped schedule)."""
     out = set()
     for rt in ranks:
-        if rt.source not in CHECKED_SOURCES or positions.get(rt.rank) != 0:
-            continue
-        tags = rt.p2p_tags
-        backwards = int(rt.actions["kind"].is_in(["B", "I"]).sum())
-        if not tags.height or not backwards:
-            continue
-        grads_sent = int(((tags["dir"] == "send") & (tags["kind"] == "B")).sum())
-        if grads_sent >= LOOP_SEND_SHARE * backwards:
+        backwards = int(rt.actions["kind"].is_in(["B", "I"]).sum()) if rt.rank in grads_back else 0
+        if backwards and grads_back[rt.rank] >= LOOP_SEND_SHARE * backwards:
             out.add(rt.rank)
     return out
 

@@ -28,8 +28,6 @@ MAX_FORWARDS = 4096
 #: Chunks per rank tried at most (each divisor builds every interleaved schedule of the
 #: catalogue: without a bound a rank of thousands of forwards took minutes).
 MAX_CHUNKS = 8
-#: How the note starts when the kinds fit several chunk counts (the reading is then uncertain).
-AMBIGUOUS_PREFIX = "virtual stages not told apart:"
 
 
 def _kinds_per_position(ranks: Sequence[RankTimeline], positions: dict[int, int]
@@ -63,9 +61,11 @@ def _fits(name: str, P: int, M: int, v: int, kinds: dict[int, tuple[str, ...]]):
 def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int],
                          num_positions: int, *, looped: bool = False,
                          stated: str | None = None,
-                         grads_back: dict[int, int] | None = None) -> str | None:
+                         grads_back: dict[int, int] | None = None) -> tuple[str | None, bool]:
     """Relabel the inferred actions' stages and microbatches (in place) when the kinds follow
-    an interleaved schedule and no one-stage schedule; returns a note saying so, or None.
+    an interleaved schedule and no one-stage schedule; returns a note saying so (or None) and
+    whether the kinds fit several chunk counts that nothing settles (the reading is then
+    uncertain).
     ``looped``: the first position sends gradients back (it holds a later stage too), so no
     one-stage schedule ran, whatever the kinds; ``stated``: the schedule the user says ran
     (``--schedule``), tried first and, when it holds several stages per rank, instead of
@@ -74,22 +74,22 @@ def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int
     they give is kept)."""
     with_actions = [rt for rt in ranks if rt.actions.height]
     if not with_actions or any(rt.source != "inferred" for rt in with_actions):
-        return None
+        return None, False
     kinds = _kinds_per_position(with_actions, positions)
     if not kinds:
-        return None
+        return None, False
     forwards = {k.count("F") for k in kinds.values()}
     if len(forwards) != 1:
-        return None
+        return None, False
     n = forwards.pop()
     if n < 2 or n > MAX_FORWARDS or any(set(k) - {"F", "B"} for k in kinds.values()):
-        return None
+        return None, False
     P = num_positions
     one_stage = [nm for nm in SCHEDULE_NAMES if CATALOGUE[nm].fixed_chunks == 1
                  and set(CATALOGUE[nm].kinds) == {"F", "B"}]
     stated_multi = stated in CATALOGUE and CATALOGUE[stated].fixed_chunks != 1
     if not looped and not stated_multi and any(_fits(nm, P, n, 1, kinds) for nm in one_stage):
-        return None
+        return None, False
     interleaved = [nm for nm in SCHEDULE_NAMES if CATALOGUE[nm].fixed_chunks != 1
                    and CATALOGUE[nm].placement == "loop" and set(CATALOGUE[nm].kinds) == {"F", "B"}]
     if stated_multi and stated in interleaved:
@@ -103,20 +103,20 @@ def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int
             if sched is not None:
                 fits.append((v, name, sched))
     if not fits:
-        return None
+        return None, False
     fits = _by_gradients_sent(fits, n, with_actions, grads_back or {})
     chunk_counts = sorted({v for v, _, _ in fits})
     stated_fit = next((f for f in fits if f[1] == stated), None)
     if len(chunk_counts) > 1 and stated_fit is None:
         # the kinds alone cannot tell v chunks of M from v' chunks of M': say so, guess none
         shown = ", ".join(f"v={v} M={n // v}" for v in chunk_counts)
-        return (f"{AMBIGUOUS_PREFIX} every rank's F/B sequence fits {shown} "
-                "(state the schedule with --run-schedule and M with --run-microbatches)")
+        return (f"virtual stages not told apart: every rank's F/B sequence fits {shown} "
+                "(state the schedule with --run-schedule and M with --run-microbatches)"), True
     v, name, sched = stated_fit or fits[0]
     for rt in with_actions:
         _relabel(rt, sched.orders[positions[rt.rank]])
     return (f"virtual stages told apart by the order: every rank's F/B sequence is "
-            f"{name}'s with v={v} chunks and M={n // v} (not one stage over M={n})")
+            f"{name}'s with v={v} chunks and M={n // v} (not one stage over M={n})"), False
 
 
 def _by_gradients_sent(fits: list, n: int, ranks: Sequence[RankTimeline],

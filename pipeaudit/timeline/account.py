@@ -17,17 +17,22 @@ class OpAccount:
     loose_starts: np.ndarray  #: compute ops in no action, by start
     loose_ends: np.ndarray
     loose_scaling: np.ndarray  #: ... which of them scale gradients in place
+    #: ... each one's name (a code within the rank); None: unknown
+    loose_names: np.ndarray | None = None
     start_up_ns: int = 0
     grad_scaling_ns: int = 0
     wrap_up_ns: int = 0
     unexplained_ns: int = 0
+    #: ... each op of it at the least time its name takes in no action on the rank (what the
+    #: coverage counts: one descheduled bookkeeping op is no missed work)
+    missed_ns: int = 0
 
     @property
     def coverage(self) -> float | None:
         """Share of the compute in an action or a named category."""
         if not self.compute_ns:
             return None
-        return 1.0 - self.unexplained_ns / self.compute_ns
+        return 1.0 - self.missed_ns / self.compute_ns
 
     def to_dict(self, rank: int) -> dict[str, float | int]:
         us = 1000.0

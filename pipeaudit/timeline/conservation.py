@@ -14,7 +14,9 @@ action has its step:
   (torch scales a chunk's gradients after its last backward, mid-step under a looped
   schedule).
 
-Compute in no action *between* a step's first and last action is work the reading missed. The
+Compute in no action *between* a step's first and last action is work the reading missed (each
+op at the least time its name takes in no action on the rank: one descheduled bookkeeping op is
+no missed work). The
 coverage the report prints is the share of the thread's compute that is accounted for: in an
 action, or in start-up or wrap-up.
 """
@@ -53,6 +55,19 @@ def settle_accounts(ranks: Sequence[RankTimeline]) -> None:
         inside &= ~scaling
         has &= ~scaling
         acc.unexplained_ns = int(dur[inside].sum())
+        acc.missed_ns = int(_least_by_name(dur, acc.loose_names)[inside].sum())
         acc.start_up_ns = int(dur[~has & ~scaling].sum())  # before the first step's first action
         acc.wrap_up_ns = int(dur[has & ~inside].sum())  # after a step's last action
         rt.coverage = acc.coverage
+
+
+def _least_by_name(dur: np.ndarray, names: np.ndarray | None) -> np.ndarray:
+    """Each loose op's time as the least of its name's loose ops on the rank: a host
+    descheduled in one bookkeeping op lends it milliseconds once, never every time, and one
+    such op is no missed work."""
+    if names is None or names.size != dur.size or dur.size == 0:
+        return dur
+    order = np.argsort(names, kind="stable")
+    uniq, first = np.unique(names[order], return_index=True)
+    least = np.minimum.reduceat(dur[order], first)
+    return least[np.searchsorted(uniq, names)]

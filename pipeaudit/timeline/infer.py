@@ -70,10 +70,10 @@ class Inferred:
     #: reading (one backward of a stage whose layers repeat) is ``infer_actions(split=False)``
     split: bool = False
     #: the thread's compute ops that lie in no action (starts, ends, whether each scales
-    #: gradients in place; by start): gradient scaling, the step's start-up and wrap-up once
+    #: gradients in place, its name's code; by start): gradient scaling, the step's start-up and wrap-up once
     #: steps are known (:mod:`pipeaudit.timeline.conservation`), else work the reading missed
     loose: tuple[np.ndarray, ...] = (np.empty(0, np.int64), np.empty(0, np.int64),
-                                     np.empty(0, bool))
+                                     np.empty(0, bool), np.empty(0, np.int64))
 
     def account(self) -> OpAccount:
         """Where the thread's compute went, for :func:`~pipeaudit.timeline.conservation.settle_accounts`."""
@@ -166,7 +166,7 @@ def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
     return Inferred(spans, int(busy[compute_mask].sum()), int(busy[compute_mask & in_action].sum()),
                     how, split=len(backward) > len(backward_blocks),
                     loose=(starts[loose].astype(np.int64), ends[loose].astype(np.int64),
-                           scaling[loose]))
+                           scaling[loose], codes[loose]))
 
 
 def _name_codes(names: pl.Series) -> np.ndarray:

@@ -75,6 +75,12 @@ def test_compute_in_no_action_is_start_up_wrap_up_or_missed() -> None:
     acc.loose_scaling = np.array([False, True, False, False])
     settle_accounts([rank])
     assert (acc.grad_scaling_ns, acc.unexplained_ns) == (20, 30)
+    # an op the host was descheduled in once counts at the least its name takes in no action
+    acc.loose_scaling = np.zeros(4, dtype=bool)
+    acc.loose_names = np.array([7, 7, 3, 7])  # 20, 20, 60, 30 ns; the two inside are 7s
+    settle_accounts([rank])
+    assert (acc.unexplained_ns, acc.missed_ns) == (20 + 30, 20 + 20)
+    assert rank.coverage == 1 - 40 / 1000
 
 
 def test_an_annotated_run_is_never_doubted(tmp_path: Path) -> None:

@@ -118,10 +118,9 @@ class Cell:
         return None
 
 
-#: Runs whose reading from the ops alone may be "cannot tell": torch's zero-bubble schedules
-#: split each backward into an input-gradient and a weight-gradient action whose ops the reader
-#: does not tell apart (docs/conformance.md lists them).
-CANNOT_SETTLE = frozenset({("torch", "interleaved-zb"), ("torch", "zbv"), ("torch", "dualpipev")})
+#: Runs whose reading from the ops alone may be "cannot tell" (framework, schedule): none of
+#: the grid's today (docs/conformance.md lists the shapes the reader cannot settle).
+CANNOT_SETTLE: frozenset[tuple[str, str]] = frozenset()
 #: torch's multi-stage schedules, read from the ops alone (their ``PP:`` spans removed, as in a
 #: trace of an older torch or of a user's own V schedule).
 MULTI_STAGE = ("interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev")

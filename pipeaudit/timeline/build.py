@@ -26,6 +26,7 @@ from pipeaudit.timeline.single_process import single_process, split_by_device
 from pipeaudit.timeline.stepping import settle_steps
 from pipeaudit.timeline.conservation import settle_accounts
 from pipeaudit.timeline.invariants import first_positions_fed, gradients_sent_back, reading_doubts
+from pipeaudit.timeline.split_backward import choose_split_readings, fit_split_backward
 from pipeaudit.timeline.virtual import split_virtual_stages
 
 
@@ -103,9 +104,13 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
     positions = {}
     for rt in values:
         where = lay.position(rt.rank)
+        if where is not None:
+            positions[rt.rank] = where[1]
+    values = choose_split_readings(values, positions, lay.pp)
+    for rt in values:
+        where = lay.position(rt.rank)
         if where is None:
             continue
-        positions[rt.rank] = where[1]
         if rt.stage_from_rank and rt.actions.height:
             rt.actions = rt.actions.with_columns(stage=pl.lit(where[1], dtype=pl.Int64))
     grads_back = gradients_sent_back(values, positions)
@@ -114,8 +119,10 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
     decision = settle_steps(values, positions=positions, num_stages=lay.pp,
                             stated_microbatches=o.num_microbatches, stated_steps=o.num_steps,
                             manifest_microbatches=_manifest_microbatches(manifest))
+    split_note, split_ambiguous = fit_split_backward(values, positions, lay.pp, stated=o.schedule)
     virtual_note, chunks_ambiguous = split_virtual_stages(values, positions, lay.pp, looped=bool(fed_first),
                                         stated=o.schedule, grads_back=grads_back)
+    virtual_note, chunks_ambiguous = virtual_note or split_note, chunks_ambiguous or split_ambiguous
     settle_accounts(values)
     doubts = reading_doubts(values, positions, replicas=lay.replicas, fed_first=fed_first,
                             chunks_ambiguous=chunks_ambiguous)

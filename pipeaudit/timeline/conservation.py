@@ -41,8 +41,12 @@ def settle_accounts(ranks: Sequence[RankTimeline]) -> None:
         acc = rt.account
         if acc is None or rt.actions.height == 0:
             continue
+        # the ops ran on the host: the actions' host spans (on GPU ``start``/``end`` are the
+        # device's, which a host running ahead of its kernels does not match)
+        host = "host_start" in rt.actions.columns
+        lo_col, hi_col = ("host_start", "host_end") if host else ("start", "end")
         per_step = (rt.actions.filter(pl.col("step") >= 0).group_by("step")
-                    .agg(lo=pl.col("start").min(), hi=pl.col("end").max()).sort("lo"))
+                    .agg(lo=pl.col(lo_col).min(), hi=pl.col(hi_col).max()).sort("lo"))
         lo, hi = per_step["lo"].to_numpy(), per_step["hi"].to_numpy()
         starts, ends = acc.loose_starts, acc.loose_ends
         k = np.searchsorted(lo, starts, side="right") - 1  # the last step begun before the op

@@ -42,6 +42,10 @@ import numpy as np
 import polars as pl
 
 from pipeaudit.timeline.account import OpAccount
+from pipeaudit.timeline.engine_calls import (
+    ACCUMULATE, ACCUMULATE_GLUE_RE, HANDOFF, HANDOFF_GLUE_RE, IN_PLACE, IN_PLACE_GLUE_RE, NO_GLUE,
+    PREP, PREP_GLUE_RE, backward_actions, split_calls,
+)
 from pipeaudit.timeline.framework_work import framework_spans, inside
 from pipeaudit.timeline.ops import RankOps
 from pipeaudit.timeline.recognise import SPAN_SCHEMA
@@ -98,17 +102,22 @@ def pipeline_thread(ops: RankOps) -> str | None:
     return str(by_tid["tid"][0])
 
 
-def infer_actions(ops: RankOps, stage: int, split: bool = True) -> Inferred:
+def infer_actions(ops: RankOps, stage: int, split: bool = True, calls: bool = False) -> Inferred:
     """F/B action spans of one rank (one stage per rank), inferred from its ops. ``split``:
-    whether a backward block that is one sequence k times over may be k backwards."""
+    whether a backward block that is one sequence k times over may be k backwards; ``calls``:
+    the reading of a split backward (:mod:`pipeaudit.timeline.engine_calls`): engine calls with
+    only glue between them are grouped into actions, each forward may have one or two of them
+    (kind ``B`` for all: which are I and which W is the schedule's order to say,
+    :mod:`pipeaudit.timeline.split_backward`), and a reading without an exact forward signature
+    is none."""
     try:
-        return _infer(ops, stage, split)
+        return _infer(ops, stage, split, calls)
     finally:  # the op sequences seen are this rank's: not kept past its reading
         _primitive.cache_clear()
         _bag.cache_clear()
 
 
-def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
+def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     empty = Inferred(pl.DataFrame(schema=SPAN_SCHEMA), 0, 0, "none")
     tid = pipeline_thread(ops)
     if tid is None or not bool(ops.cpu_ops["p2p"].any()):
@@ -133,23 +142,40 @@ def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
     codes = _name_codes(seq["name"])
     busy = ends - starts
 
-    blocks = _blocks(cls, _step_ids(starts, ops))
+    step_ids = _step_ids(starts, ops)
+    blocks = _blocks(cls, step_ids)
     backward_blocks = [b for b in blocks if cls[b[0]] == _BACKWARD]
-    backward = _split_repeats(backward_blocks, codes) if split else backward_blocks
-    # Every microbatch crosses the stage: its input or its output is a tensor of its own sent
-    # or received, so there are no more backwards than sends or than recvs, whichever is more
-    # (one side may be batched into one op). A block split into more is one backward of a
-    # model whose layers repeat, not several backwards.
-    if len(backward) > max(int((p2p & send).sum()), int((p2p & ~send).sum())):
-        backward = backward_blocks
-    forward_blocks = [b for b in blocks if cls[b[0]] == _COMPUTE]
-    forward, how = _forwards(forward_blocks, backward, codes, busy)
-    forward = _without_leading_collectives(forward, cls)
-    forward, backward = _seeds_to_backward(forward, backward, cls,
-                                           seq["name"].is_in(list(GRAD_SEED_OPS)).to_numpy())
-    forward = _loss_to_forward(forward, backward, cls)
+    if calls:
+        glue = np.where(cls == _COMPUTE, _glue_classes(seq["name"]), NO_GLUE)
+        backward = backward_actions(split_calls(backward_blocks, codes), glue, codes, step_ids)
+        ends_at = cls.copy()  # the glue an action took is the action's
+        for a, b in backward:
+            ends_at[a:b + 1][ends_at[a:b + 1] == _COMPUTE] = _BACKWARD
+        blocks = _blocks(ends_at, step_ids)
+        forward_blocks = [b for b in blocks if ends_at[b[0]] == _COMPUTE]
+        n = len(backward)  # each forward has one backward action (B, or W alone) or two (I, W)
+        forward, how = _forwards(forward_blocks, backward, codes, busy, allowed=range((n + 1) // 2, n + 1))
+        if how != "forward signature":
+            return empty
+        forward = _without_leading_collectives(forward, cls)
+        forward = _loss_to_forward(forward, backward, ends_at)
+    else:
+        backward = _split_repeats(backward_blocks, codes) if split else backward_blocks
+        # Every microbatch crosses the stage: its input or its output is a tensor of its own
+        # sent or received, so there are no more backwards than sends or than recvs, whichever
+        # is more (one side may be batched into one op). A block split into more is one
+        # backward of a model whose layers repeat, not several backwards.
+        if len(backward) > max(int((p2p & send).sum()), int((p2p & ~send).sum())):
+            backward = backward_blocks
+        forward_blocks = [b for b in blocks if cls[b[0]] == _COMPUTE]
+        forward, how = _forwards(forward_blocks, backward, codes, busy)
+        forward = _without_leading_collectives(forward, cls)
+        forward, backward = _seeds_to_backward(forward, backward, cls,
+                                               seq["name"].is_in(list(GRAD_SEED_OPS)).to_numpy())
+        forward = _loss_to_forward(forward, backward, cls)
     forward = _losses_to_forward(forward, backward, blocks,
                                  seq["name"].str.contains(LOSS_OP_RE).fill_null(False).to_numpy())
+    forward = _local_handoffs_to_forward(forward, cls, (seq["name"] == LOCAL_HANDOFF_OP).to_numpy())
 
     rows = []
     for kind, found in (("F", forward), ("B", backward)):
@@ -167,6 +193,16 @@ def _infer(ops: RankOps, stage: int, split: bool) -> Inferred:
                     how, split=len(backward) > len(backward_blocks),
                     loose=(starts[loose].astype(np.int64), ends[loose].astype(np.int64),
                            scaling[loose], codes[loose]))
+
+
+def _glue_classes(names: pl.Series) -> np.ndarray:
+    """Each op's glue class (:mod:`pipeaudit.timeline.engine_calls`)."""
+    prep = names.str.contains(PREP_GLUE_RE).fill_null(False).to_numpy()
+    in_place = names.str.contains(IN_PLACE_GLUE_RE).fill_null(False).to_numpy()
+    accumulate = names.str.contains(ACCUMULATE_GLUE_RE).fill_null(False).to_numpy()
+    handoff = names.str.contains(HANDOFF_GLUE_RE).fill_null(False).to_numpy()
+    return np.select([prep, in_place, accumulate, handoff], [PREP, IN_PLACE, ACCUMULATE, HANDOFF],
+                     NO_GLUE).astype(np.int8)
 
 
 def _name_codes(names: pl.Series) -> np.ndarray:
@@ -347,15 +383,20 @@ def _occurrences(unit: tuple, blocks: list[tuple[int, int]], codes: np.ndarray) 
 
 
 def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], codes: np.ndarray,
-              busy: np.ndarray) -> tuple[list[tuple[int, int]], str]:
+              busy: np.ndarray, allowed: range | None = None) -> tuple[list[tuple[int, int]], str]:
     """``wanted`` forwards among the non-backward blocks (see the module docstring).
 
     The candidates for the forward's op sequence are the primitive roots of the largest
     blocks and the units of their longest repeated stretches (a block of several forwards
     with nothing between them is one sequence repeated, with maybe other ops around it); the
     one that occurs exactly ``wanted`` times and does the most work is the forward. Failing
-    that, the family of like blocks with one member per backward (:func:`_similar_blocks`)."""
-    wanted = len(backward)
+    that, the family of like blocks with one member per backward (:func:`_similar_blocks`).
+
+    ``allowed``: the numbers of forwards a split backward allows (one or two backward actions
+    per forward); then only an op sequence that occurs one of these many times is the forward
+    (the most work, then the fewest occurrences: a forward of repeated layers, not its layer),
+    or none."""
+    wanted = len(backward) if allowed is None else max(allowed, default=0)
     if wanted == 0 or not blocks:
         return [], "none"
 
@@ -372,12 +413,18 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
                                if b - a < TANDEM_MAX_OPS) if u}
     candidates |= _common_cores(largest[:COMMON_CORE_BLOCKS], codes)
     b_starts = sorted(b[0] for b in backward)
+    counts = {wanted} if allowed is None else set(allowed)
+    ordered = _each_before if allowed is None else _at_most_two_before
+    best_key: tuple[int, int] | None = None
     for unit in candidates:
         found = _grown(_occurrences(unit, blocks, codes), unit, blocks, codes, busy)
-        if len(found) == wanted and _each_before(found, b_starts):
+        if len(found) in counts and ordered(found, b_starts):
             total = sum(work(b) for b in found)
-            if best is None or total > best[0]:
-                best = (total, found)
+            key = (total, -len(found))
+            if best_key is None or (key > best_key if allowed is not None else total > best_key[0]):
+                best, best_key = (total, found), key
+    if allowed is not None:
+        return (best[1], "forward signature") if best is not None else ([], "none")
     similar = _similar_blocks(blocks, backward, codes, work)
     if best is not None:
         # an op sequence that occurs as often as the backwards may be a chunk's last layer
@@ -474,6 +521,25 @@ def _losses_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[in
     return out
 
 
+#: The op a stage hands its output to the next stage on the same rank with (torch detaches
+#: it: the turn of a V placement, where stage P - 1 feeds stage P without a transfer).
+LOCAL_HANDOFF_OP = "aten::detach"
+
+
+def _local_handoffs_to_forward(forwards: list[tuple[int, int]], cls: np.ndarray,
+                               handoff: np.ndarray) -> list[tuple[int, int]]:
+    """A forward right followed by the detach of its output, with no transfer after it (a
+    detach before a send is the transfer's), hands the output to a stage of the same rank:
+    the detach is the forward's, as torch's runtime runs it."""
+    out = []
+    for a, b in forwards:
+        j = b
+        while j + 1 < cls.size and cls[j + 1] == _COMPUTE and handoff[j + 1]:
+            j += 1
+        out.append((a, j))
+    return out
+
+
 def _without_leading_collectives(forwards: list[tuple[int, int]],
                                  cls: np.ndarray) -> list[tuple[int, int]]:
     """Forwards less what precedes a collective that the other forwards lack.
@@ -505,6 +571,13 @@ def _each_before(forwards: list[tuple[int, int]], b_starts: list[int]) -> bool:
     whose members come after the backwards (the optimizer's or the gradient norm's block, once
     per step) is not the forwards."""
     return all(f[0] < b for f, b in zip(sorted(forwards), b_starts))
+
+
+def _at_most_two_before(forwards: list[tuple[int, int]], b_starts: list[int]) -> bool:
+    """Whether at most 2k backward actions start before the k-th forward (from 0): each
+    backward action of a split backward belongs to an earlier forward, one or two to each."""
+    starts = np.asarray(b_starts)
+    return all(int(np.searchsorted(starts, f[0])) <= 2 * k for k, f in enumerate(sorted(forwards)))
 
 
 #: Blocks whose ops, as multisets, share at least this share (Jaccard) are the same work: one

@@ -133,6 +133,11 @@ class RankTimeline:
     #: repeated (k backwards, or one backward of a stage whose layers repeat), reduced the same
     #: way; the job keeps the reading whose forwards per step agree with the other ranks'
     alternative: "RankTimeline | None" = None
+    #: inferred ranks only: the reading of a split backward (engine calls grouped into
+    #: actions, one or two per forward: :mod:`pipeaudit.timeline.split_backward`), where it
+    #: differs from the plain one; the job keeps it when some rank's plain reading runs other
+    #: than one backward per forward
+    split_reading: "RankTimeline | None" = None
     #: inferred ranks only: where the schedule thread's compute went
     #: (:class:`~pipeaudit.timeline.conservation.OpAccount`), settled once steps are known
     account: Any = None
@@ -228,7 +233,23 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
         rt.account = account
         if alternative is not None:
             alternative.account = other.account()
+        rt.split_reading = _split_reading(trace, ops, steps, step_evidence, default_stage,
+                                          stage_from_rank, spans)
     return rt
+
+
+def _split_reading(trace, ops, steps, step_evidence, stage: int, stage_from_rank: bool,
+                   plain: pl.DataFrame) -> RankTimeline | None:
+    """The rank's reading of a split backward, where it differs from the plain reading
+    ``plain``; None when it does not or finds no forward signature."""
+    calls = infer_actions(ops, stage, calls=True)
+    if calls.spans.height == 0 or calls.spans.select("kind", "start", "end").equals(
+            plain.sort("start").select("kind", "start", "end")):
+        return None
+    split = _finish(trace, ops, steps, step_evidence, calls.spans, "inferred", stage_from_rank,
+                    calls.coverage, None)
+    split.account = calls.account()
+    return split
 
 
 def _finish(trace, ops, steps, step_evidence, spans, source, stage_from_rank, coverage,

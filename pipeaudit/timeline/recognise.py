@@ -27,6 +27,9 @@ from pipeaudit.timeline.ops import RankOps
 
 PP_ACTION_RE = r"^PP:(\d+)([FBIW])(\d+)$"
 PP_OVERLAP_RE = r"^PP:\((.*)\)OVERLAP_F_B$"
+#: The ops torch runs before a backward's first autograd op: the loss gradient's seed and the
+#: views of the gradients handed to the engine.
+GRADIENT_PREP_OPS = ("aten::ones_like", "aten::view_as")
 GPIPE_RE = r"^(Forward|Backward) (\d+)$"
 
 #: Stage and microbatch numbers at or above this are not pipeline actions (a name such as
@@ -86,10 +89,16 @@ def _split_overlap(overlap: pl.DataFrame, ops: RankOps) -> pl.DataFrame:
     """Split each OVERLAP_F_B span into its sub-actions.
 
     torch runs the sub-actions one after another inside the span; the forward
-    part ends where the first autograd op of the backward part starts.
+    part ends where the backward part starts: its first autograd op, or the seed and views
+    of the gradient right before it (``ones_like``, ``view_as``: what torch's own I and B
+    spans begin with).
     """
     bwd = ops.cpu_ops.filter(pl.col("backward")).sort("start")
     bwd_starts = bwd["start"].to_numpy()
+    top = ops.cpu_ops.filter(~pl.col("backward")).sort("start")
+    top_starts, top_ends = top["start"].to_numpy(), top["end"].to_numpy()
+    top_tids = top["tid"].to_list()
+    glue = top["name"].is_in(list(GRADIENT_PREP_OPS)).to_numpy()
     rows = []
     for name, tid, start, end, ext in overlap.select("name", "tid", "start", "end",
                                                       "external_id").iter_rows():
@@ -103,6 +112,12 @@ def _split_overlap(overlap: pl.DataFrame, ops: RankOps) -> pl.DataFrame:
             continue
         i = int(np.searchsorted(bwd_starts, start, side="left"))
         split = int(bwd_starts[i]) if i < bwd_starts.size and bwd_starts[i] < end else end
+        if split < end:  # the gradient's seed and views before the first autograd op
+            k = int(np.searchsorted(top_starts, split, side="left")) - 1
+            while k >= 0 and top_starts[k] >= start and glue[k] and top_tids[k] == tid \
+                    and top_ends[k] <= split:
+                split = int(top_starts[k])
+                k -= 1
         bounds = _sub_bounds(acts, start, end, split)
         for (stage, kind, mb), (a, b) in zip(acts, bounds):
             rows.append((stage, kind, mb, tid, a, b, "annotation", name, ext))

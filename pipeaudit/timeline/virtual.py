@@ -30,7 +30,7 @@ MAX_FORWARDS = 4096
 MAX_CHUNKS = 8
 
 
-def _kinds_per_position(ranks: Sequence[RankTimeline], positions: dict[int, int]
+def kinds_per_position(ranks: Sequence[RankTimeline], positions: dict[int, int]
                         ) -> dict[int, tuple[str, ...]] | None:
     """Each position's kind sequence in a step (the same in every step), or None."""
     out: dict[int, tuple[str, ...]] = {}
@@ -75,7 +75,7 @@ def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int
     with_actions = [rt for rt in ranks if rt.actions.height]
     if not with_actions or any(rt.source != "inferred" for rt in with_actions):
         return None, False
-    kinds = _kinds_per_position(with_actions, positions)
+    kinds = kinds_per_position(with_actions, positions)
     if not kinds:
         return None, False
     forwards = {k.count("F") for k in kinds.values()}

@@ -10,6 +10,7 @@ import pipeaudit
 from pipeaudit.conformance.compare import (BUBBLE_TOL, FORWARDS, LAST_STAGE, NOWHERE, Truth,
                                            compare, same_order)
 from tests.support.paths import SAMPLES
+from tests.support.tracegen import Case, generate
 
 RUN = SAMPLES / "1f1b_p2_m4"
 
@@ -73,15 +74,28 @@ def test_schedules_that_run_one_order_are_one_truth():
     assert same_order("naive", last_stage_only) and not same_order("gpipe", last_stage_only)
 
 
-def test_a_reading_that_cannot_tell_passes_only_where_the_cell_allows_it(tmp_path):
-    """A zero-bubble run with its spans removed: READING_UNCERTAIN, no schedule, no M."""
-    from pipeaudit.conformance.strip import strip_run
+#: A generated ZBV run whose reading from the ops cannot tell (docs/conformance.md): three
+#: layers of distinct ops per stage and nothing between the two stages' backwards at the V's
+#: turn (torch detaches the handed-over gradient there; this run does not).
+CANNOT_TELL = Case(schedule="zbv", pp=3, v=2, m=7, steps=1, profiler_steps=True, batched=True,
+                   optimizer=False, batch_split=False, op_shape="distinct", layers=3, nested=True,
+                   loss=False, heavy_stage=5, heavy_chunk=1, heavy_factor=1.5, latency_us=5.0,
+                   named_groups=False, state_steps=True, state_microbatches=True, seed=505913792)
 
-    bare_dir = strip_run(SAMPLES / "zbv_p2_m4", tmp_path / "zbv")
-    twin_run, bare_run = pipeaudit.load(str(SAMPLES / "zbv_p2_m4")), pipeaudit.load(str(bare_dir))
+
+def test_a_reading_that_cannot_tell_passes_only_where_the_cell_allows_it(tmp_path):
+    """A V-shaped run read from its ops, READING_UNCERTAIN (no schedule, no M), held to the
+    same run with its spans."""
+    g_bare = generate(CANNOT_TELL)
+    g_twin = generate(dataclasses.replace(CANNOT_TELL, annotated=True))
+    bare_dir, twin_dir = tmp_path / "bare", tmp_path / "twin"
+    g_bare.write(str(bare_dir))
+    g_twin.write(str(twin_dir))
+    twin_run, bare_run = pipeaudit.load(str(twin_dir)), pipeaudit.load(str(bare_dir))
     twin, bare = twin_run.audit(), bare_run.audit()
+    assert twin.schedule == "zbv" and not twin.uncertain
     assert bare.uncertain and bare.schedule is None and bare.num_microbatches is None
-    truth = Truth("zbv", 2, 2, 4, twin.num_steps, 1, (0, 1))
+    truth = Truth("zbv", 3, 2, 7, twin.num_steps, 1, (0, 1, 2))
     strict = compare(truth, twin, twin_run.actions(), bare, bare_run.actions())
     assert strict.uncertain and strict.problems[0].startswith("reading uncertain: rank ")
     allowed = compare(dataclasses.replace(truth, may_be_uncertain=True), twin, twin_run.actions(),

@@ -68,27 +68,10 @@ def runs_of_calls(calls: list[tuple[int, int]], glue: np.ndarray,
 def split_runs(runs: list[list[tuple[int, int]]], codes: np.ndarray) -> list[list[list[tuple[int, int]]]]:
     """Each run as its actions, each action a list of calls (see the module docstring)."""
     sig: dict[tuple, int] = {}
-
-    def word(run: list[tuple[int, int]]) -> tuple[int, ...]:
-        return tuple(sig.setdefault(tuple(codes[a:b + 1].tolist()), len(sig)) for a, b in run)
-
-    words = [word(r) for r in runs]
-    dictionary: list[tuple[int, ...]] = []
-    parts: dict[tuple[int, ...], list[int] | None] = {}
-    for w in sorted(set(words), key=lambda w: (len(w), w)):
-        cut = _decompose(w, dictionary) if len(w) <= MAX_RUN_CALLS else None
-        parts[w] = cut
-        if cut is None and len(dictionary) < MAX_WORDS:
-            dictionary.append(w)
-    out = []
-    for run, w in zip(runs, words):
-        cut = parts[w]
-        if cut is None:
-            out.append([run])
-        else:
-            bounds = [0] + cut + [len(run)]
-            out.append([run[i:j] for i, j in zip(bounds[:-1], bounds[1:])])
-    return out
+    words = [tuple(sig.setdefault(tuple(codes[a:b + 1].tolist()), len(sig)) for a, b in run)
+             for run in runs]
+    cuts = concatenations(words, MAX_RUN_CALLS)
+    return [[run[i:j] for i, j in _pieces(cuts[w], len(run))] for run, w in zip(runs, words)]
 
 
 def split_calls(calls: list[tuple[int, int]], codes: np.ndarray) -> list[tuple[int, int]]:
@@ -96,18 +79,28 @@ def split_calls(calls: list[tuple[int, int]], codes: np.ndarray) -> list[tuple[i
     is the concatenation of blocks seen alone (the same op sequences) is those calls (two Ws of
     a first stage, whose Is run no op; a W and the next I with no transfer between)."""
     seqs = [tuple(codes[a:b + 1].tolist()) for a, b in calls]
+    cuts = concatenations(seqs, MAX_BLOCK_OPS)
+    return [(a + i, a + j - 1) for (a, _), w in zip(calls, seqs) for i, j in _pieces(cuts[w], len(w))]
+
+
+def concatenations(words: list[tuple[int, ...]], longest: int) -> dict[tuple[int, ...], list[int]]:
+    """Each distinct word's cut points into the fewest (two or more) shorter words of the list
+    that are no such concatenation themselves ([] for a word that is none, or longer than
+    ``longest``)."""
     dictionary: list[tuple[int, ...]] = []
-    cuts: dict[tuple[int, ...], list[int] | None] = {}
-    for w in sorted(set(seqs), key=lambda w: (len(w), w)):
-        cut = _decompose(w, dictionary) if len(w) <= MAX_BLOCK_OPS else None
-        cuts[w] = cut
+    cuts: dict[tuple[int, ...], list[int]] = {}
+    for w in sorted(set(words), key=lambda w: (len(w), w)):
+        cut = _decompose(w, dictionary) if len(w) <= longest else None
+        cuts[w] = cut or []
         if cut is None and len(dictionary) < MAX_WORDS:
             dictionary.append(w)
-    out = []
-    for (a, b), w in zip(calls, seqs):
-        bounds = [0] + (cuts[w] or []) + [len(w)]
-        out.extend((a + i, a + j - 1) for i, j in zip(bounds[:-1], bounds[1:]))
-    return out
+    return cuts
+
+
+def _pieces(cuts: list[int], n: int) -> list[tuple[int, int]]:
+    """(start, stop) of the pieces that ``cuts`` make of ``n`` items."""
+    bounds = [0] + cuts + [n]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def _decompose(w: tuple[int, ...], dictionary: list[tuple[int, ...]]) -> list[int] | None:

@@ -14,7 +14,7 @@ from pipeaudit.audit import findings as F
 from pipeaudit.audit.result import Finding
 from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, replay, theory
-from pipeaudit.schedules.catalogue import CATALOGUE, checked_config
+from pipeaudit.schedules.catalogue import CATALOGUE, checked_config, chunks_for
 from pipeaudit.schedules.model import flatten_steps
 from pipeaudit.timeline.model import Timeline
 
@@ -55,7 +55,7 @@ class _Signature:
 def _signature(name: str, P: int, M: int, v: int) -> _Signature | None:
     """The :class:`_Signature` of catalogue schedule ``name`` (None where it cannot run)."""
     try:
-        canon, P, M, v = checked_config(name, P, M, v if v > 1 else None)
+        canon, P, M, v = checked_config(name, P, M, chunks_for(name, v))
     except ScheduleError:
         return None
     return _Signature(canon, P, M, v)
@@ -80,8 +80,11 @@ def detect_on_positions(orders: dict[int, list], stage_pos: dict[int, int], P: i
         sig = _signature(name, P, M, v)
         if sig is None or not _may_fit(sig, stage_pos, hashes, stages, kinds):
             continue
+        if v == 1 and CATALOGUE[name].fixed_chunks is None and any(
+                CATALOGUE[f].fixed_chunks == 1 for f in found):
+            continue  # a schedule of free chunks at one chunk, where a one-stage one ran its order
         try:
-            sched = build_schedule(name, P, M, v if v > 1 else None)
+            sched = build_schedule(name, P, M, chunks_for(name, v))
         except ScheduleError:
             continue
         if _fits(sched.placement, sched.orders, stage_pos, observed):
@@ -154,7 +157,7 @@ def choose_schedule(tl: Timeline, declared, P, M, v, representatives, stage_pos,
         notes.append("schedule not recognised from the action order: no closed-form theory")
         return None, "unknown", detected, None
     try:
-        sched = build_schedule(name, P, M, v if v > 1 else None)
+        sched = build_schedule(name, P, M, chunks_for(name, v))
     except ScheduleError as exc:
         notes.append(f"schedule {name}: {exc}")
         sched = None

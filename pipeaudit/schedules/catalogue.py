@@ -276,6 +276,14 @@ def free_chunks(name: str) -> bool:
     return get_def(name).fixed_chunks is None
 
 
+def chunks_for(name: str, v: int) -> int | None:
+    """The chunk count to build ``name`` with for a run of ``v`` stages per rank: ``v`` itself,
+    but None (the schedule's own) at one stage per rank for a schedule of fixed chunks (a
+    one-stage schedule, or ZBV's two). A schedule of free chunks at one chunk is built with one
+    (looped BFS over one chunk is not its default two)."""
+    return v if v > 1 or free_chunks(name) else None
+
+
 def config_problem(name: str, num_ranks: int, num_microbatches: int, chunks: int,
                    terms: Terms = ANALYSIS) -> str | None:
     """Why schedule ``name`` (canonical) cannot run with (P, M, v), in one sentence; None if

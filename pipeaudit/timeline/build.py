@@ -84,7 +84,7 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
         manifest, inputs, set_warnings = ts.manifest, [str(t.path) for t in ts.ranks], ts.warnings
         headers = [t.header for t in ts.ranks]
         salvaged = ts.salvaged
-    values = consistent_counts(values)
+    values = consistent_counts(values, o.num_microbatches)
     world = next((rt.world_size for rt in values if rt.world_size is not None), None)
     process_note, shared_device = None, None
     if single_process(values, world):
@@ -141,19 +141,28 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
                     shared_device=shared_device, doubts=doubts)
 
 
-def consistent_counts(values: list[RankTimeline]) -> list[RankTimeline]:
+def consistent_counts(values: list[RankTimeline], stated_microbatches: int | None = None
+                      ) -> list[RankTimeline]:
     """Each inferred rank with two readings (:attr:`RankTimeline.alternative`) keeps the one
     whose forwards agree in number with the other ranks': every rank of a pipeline runs as
     many forwards as its neighbours hand it activations, so a rank whose block of repeated
-    layers was read as several forwards stands out."""
+    layers was read as several forwards stands out. Where no other rank says (one rank's
+    file), the one whose forwards per step are the M the user stated."""
     def forwards(rt: RankTimeline) -> int:
         return int((rt.actions["kind"] == "F").sum())
+
+    def per_step(rt: RankTimeline) -> float | None:
+        steps = rt.actions.filter(pl.col("step") >= 0)["step"].n_unique()
+        return forwards(rt) / steps if steps else None
 
     counts = Counter(forwards(rt) for rt in values if rt.actions.height and rt.alternative is None)
     out = []
     for rt in values:
         alt, rt.alternative = rt.alternative, None
         if alt is not None and counts and forwards(rt) not in counts and forwards(alt) in counts:
+            rt = alt
+        elif alt is not None and not counts and stated_microbatches is not None \
+                and per_step(rt) != stated_microbatches and per_step(alt) == stated_microbatches:
             rt = alt
         out.append(rt)
     return out

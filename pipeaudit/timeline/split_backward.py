@@ -25,7 +25,7 @@ import polars as pl
 
 from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule
-from pipeaudit.schedules.catalogue import CATALOGUE
+from pipeaudit.schedules.catalogue import CATALOGUE, chunks_for
 from pipeaudit.timeline.rank import RankTimeline
 from pipeaudit.timeline.virtual import MAX_CHUNKS, MAX_FORWARDS, kinds_per_position
 
@@ -107,7 +107,7 @@ def _fits(n: int, P: int, kinds: dict[int, tuple[str, ...]]) -> list[tuple]:
             if n % v:
                 continue
             try:
-                sched = build_schedule(name, P, n // v, v if v > 1 else None)
+                sched = build_schedule(name, P, n // v, chunks_for(name, v))
             except ScheduleError:
                 continue
             for drop in (True, False):

@@ -202,3 +202,23 @@ def test_schedule_detection_finds_each_catalogue_order_and_keeps_only_what_it_fo
         assert name not in detect_on_positions(swapped, stage_pos, P, M, v)
         checked += 1
     assert checked >= 3
+
+
+@pytest.mark.parametrize("P,M", [(3, 3), (4, 6)])
+def test_a_schedule_of_free_chunks_at_one_chunk_is_detected_where_no_one_stage_schedule_runs_it(P, M):
+    """Looped BFS over one chunk per rank runs its backwards in reverse: no one-stage order, so
+    it is detected as itself (built with one chunk, not its default two); interleaved 1F1B over
+    one chunk runs a one-stage schedule's order (eager 1F1B's), which is reported alone."""
+    from pipeaudit.audit.schedule_fit import detect_on_positions
+    from pipeaudit.schedules import build_schedule
+    from pipeaudit.schedules.catalogue import CATALOGUE
+
+    found = {}
+    for name in ("looped-bfs", "interleaved-1f1b"):
+        sched = build_schedule(name, P, M, 1)
+        assert sched.chunks == 1
+        orders = {p: list(o) for p, o in enumerate(sched.orders)}
+        found[name] = detect_on_positions(orders, dict(enumerate(sched.placement)), P, M, 1)
+    assert found["looped-bfs"] == ["looped-bfs"]
+    assert found["interleaved-1f1b"] and all(CATALOGUE[n].fixed_chunks == 1
+                                             for n in found["interleaved-1f1b"])

@@ -84,7 +84,8 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
         manifest, inputs, set_warnings = ts.manifest, [str(t.path) for t in ts.ranks], ts.warnings
         headers = [t.header for t in ts.ranks]
         salvaged = ts.salvaged
-    values = consistent_counts(values, o.num_microbatches)
+    repeats_undecided: set[int] = set()
+    values = consistent_counts(values, o.num_microbatches, repeats_undecided)
     world = next((rt.world_size for rt in values if rt.world_size is not None), None)
     process_note, shared_device = None, None
     if single_process(values, world):
@@ -106,7 +107,7 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
         where = lay.position(rt.rank)
         if where is not None:
             positions[rt.rank] = where[1]
-    values = choose_split_readings(values, positions, lay.pp)
+    values, sends = choose_split_readings(values, positions, lay.pp)
     for rt in values:
         where = lay.position(rt.rank)
         if where is None:
@@ -119,13 +120,14 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
     decision = settle_steps(values, positions=positions, num_stages=lay.pp,
                             stated_microbatches=o.num_microbatches, stated_steps=o.num_steps,
                             manifest_microbatches=_manifest_microbatches(manifest))
-    split_note, split_ambiguous = fit_split_backward(values, positions, lay.pp, stated=o.schedule)
+    split_note, split_ambiguous = fit_split_backward(values, positions, lay.pp, sends=sends,
+                                                     stated=o.schedule)
     virtual_note, chunks_ambiguous = split_virtual_stages(values, positions, lay.pp, looped=bool(fed_first),
                                         stated=o.schedule, grads_back=grads_back)
     virtual_note, chunks_ambiguous = virtual_note or split_note, chunks_ambiguous or split_ambiguous
     settle_accounts(values)
     doubts = reading_doubts(values, positions, replicas=lay.replicas, fed_first=fed_first,
-                            chunks_ambiguous=chunks_ambiguous)
+                            chunks_ambiguous=chunks_ambiguous, repeats_undecided=repeats_undecided)
     warnings = list(set_warnings)
     for rt in values:
         warnings.extend(w for w in rt.warnings if w not in warnings)
@@ -141,13 +143,14 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
                     shared_device=shared_device, doubts=doubts)
 
 
-def consistent_counts(values: list[RankTimeline], stated_microbatches: int | None = None
-                      ) -> list[RankTimeline]:
+def consistent_counts(values: list[RankTimeline], stated_microbatches: int | None = None,
+                      undecided: set[int] | None = None) -> list[RankTimeline]:
     """Each inferred rank with two readings (:attr:`RankTimeline.alternative`) keeps the one
     whose forwards agree in number with the other ranks': every rank of a pipeline runs as
     many forwards as its neighbours hand it activations, so a rank whose block of repeated
     layers was read as several forwards stands out. Where no other rank says (one rank's
-    file), the one whose forwards per step are the M the user stated."""
+    file), the one whose forwards per step are the M the user stated; where nothing says, the
+    rank is added to ``undecided`` (its reading is uncertain)."""
     def forwards(rt: RankTimeline) -> int:
         return int((rt.actions["kind"] == "F").sum())
 
@@ -161,9 +164,12 @@ def consistent_counts(values: list[RankTimeline], stated_microbatches: int | Non
         alt, rt.alternative = rt.alternative, None
         if alt is not None and counts and forwards(rt) not in counts and forwards(alt) in counts:
             rt = alt
-        elif alt is not None and not counts and stated_microbatches is not None \
-                and per_step(rt) != stated_microbatches and per_step(alt) == stated_microbatches:
-            rt = alt
+        elif alt is not None and not counts:
+            if stated_microbatches is None or stated_microbatches not in (per_step(rt), per_step(alt)):
+                if undecided is not None and forwards(rt) != forwards(alt):
+                    undecided.add(rt.rank)
+            elif per_step(rt) != stated_microbatches:
+                rt = alt
         out.append(rt)
     return out
 

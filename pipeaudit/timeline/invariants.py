@@ -98,13 +98,16 @@ def first_positions_fed(ranks: Sequence[RankTimeline], grads_back: Mapping[int, 
 
 def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], *,
                    replicas: Sequence[Sequence[Sequence[int]]] = (), fed_first: set[int] = frozenset(),
-                   chunks_ambiguous: bool = False,
+                   chunks_ambiguous: bool = False, repeats_undecided: set[int] = frozenset(),
                    coverage_floor: float = COVERAGE_FLOOR) -> list[Doubt]:
     """The doubts about the guessed readings of ``ranks`` (one per rank at most, first reason
     found). ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
     list of positions, each a tuple of tensor-parallel peers; ``fed_first``: ranks of the first
     position that send gradients back (:func:`first_positions_fed`); ``chunks_ambiguous``: the
-    order of the actions fits several chunk counts (:mod:`pipeaudit.timeline.virtual`)."""
+    order of the actions fits several chunk counts (:mod:`pipeaudit.timeline.virtual`);
+    ``repeats_undecided``: ranks whose backward blocks of one op sequence repeated read as
+    several backwards or as one, with no other rank and no stated M to say which
+    (:func:`pipeaudit.timeline.build.consistent_counts`)."""
     checked = [rt for rt in ranks if rt.source in CHECKED_SOURCES and rt.actions.height]
     if not checked:
         return []
@@ -119,6 +122,10 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
         if why is None and rt.rank in fed_first and rt.actions["stage"].n_unique() == 1:
             why = ("it runs the first stage yet sends gradients back, so it holds a later stage "
                    "too, but the reading gives it one stage")
+        if why is None and rt.rank in repeats_undecided:
+            why = ("each of its backward blocks is one op sequence repeated: that many "
+                   "backwards, or one backward of alike layers; no other rank's trace and no "
+                   "stated M tells which")
         if why is None and chunks_ambiguous:
             why = ("its order of forwards and backwards fits several numbers of chunks per rank "
                    "(v) and microbatches (M): the reading cannot tell which ran")

@@ -378,7 +378,8 @@ def _split_marks(ops, actions: pl.DataFrame) -> list[int]:
 def _device_spans(actions: pl.DataFrame, copies: pl.DataFrame | None) -> pl.DataFrame:
     """GPU traces: an action's ``start``/``end`` become its span on the device (its kernels and
     its GPU copies, which Kineto widens by 1 ns on each side of the kernels they cover); one
-    with neither keeps its host span."""
+    with neither keeps its host span's length, from its host start or, where the device was
+    still running what the host issued before it, from the end of that."""
     has_compute = pl.col("compute_ns") > 0
     if copies is not None and copies.height:
         bounds = copies.group_by("action").agg(copy_start=pl.col("start").min() + 1,
@@ -387,9 +388,17 @@ def _device_spans(actions: pl.DataFrame, copies: pl.DataFrame | None) -> pl.Data
     else:
         actions = actions.with_columns(copy_start=pl.lit(None, dtype=pl.Int64),
                                        copy_end=pl.lit(None, dtype=pl.Int64))
-    return actions.with_columns(
-        start=pl.min_horizontal(pl.when(has_compute).then(pl.col("compute_start")), "copy_start")
-        .fill_null(pl.col("host_start")),
-        end=pl.max_horizontal(pl.when(has_compute).then(pl.col("compute_end")), "copy_end")
-        .fill_null(pl.col("host_end")),
+    device = actions.with_columns(
+        start=pl.min_horizontal(pl.when(has_compute).then(pl.col("compute_start")), "copy_start"),
+        end=pl.max_horizontal(pl.when(has_compute).then(pl.col("compute_end")), "copy_end"),
     ).drop("copy_start", "copy_end")
+    # an action that ran nothing on the device (a first stage's input gradient) is drawn where
+    # the device got to it: after what the host issued before it, not at the host's time,
+    # which runs ahead of the kernels
+    before = (device.with_row_index("_row").sort("host_start")
+              .with_columns(_after=pl.col("end").cum_max().forward_fill().shift(1)).sort("_row"))
+    at = pl.max_horizontal("host_start", "_after")
+    return before.with_columns(
+        start=pl.col("start").fill_null(at),
+        end=pl.col("end").fill_null(at + pl.col("host_end") - pl.col("host_start")),
+    ).drop("_row", "_after")

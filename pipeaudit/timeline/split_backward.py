@@ -34,20 +34,24 @@ SPLIT_SCHEDULES = tuple(nm for nm in SCHEDULE_NAMES if "I" in CATALOGUE[nm].kind
 
 
 def choose_split_readings(values: list[RankTimeline], positions: dict[int, int],
-                          num_positions: int) -> list[RankTimeline]:
+                          num_positions: int) -> tuple[list[RankTimeline], dict[int, float]]:
     """Each rank's reading of a split backward (:attr:`RankTimeline.split_reading`) replaces
     its plain one when, so replaced, every position's order of forwards and backwards is a
     split-backward schedule's (:func:`fit_split_backward` then tells the kinds apart);
-    otherwise the plain readings stand. Every rank drops the reading it does not keep."""
+    otherwise the plain readings stand. Every rank drops the reading it does not keep.
+    Returns the readings and, for :func:`fit_split_backward`, each position's sends per step
+    (read here: the transfers' tags are gone once they are matched)."""
     split = [rt.split_reading if rt.split_reading is not None else rt for rt in values]
-    use = any(rt.split_reading is not None for rt in values) and _fits_any(split, positions,
-                                                                            num_positions)
+    sends = _sends_per_step([rt for rt in split if rt.actions.height], positions)
+    use = any(rt.split_reading is not None for rt in values) and _fits_any(
+        split, positions, num_positions, sends)
     for rt in values:
         rt.split_reading = None
-    return split if use else values
+    return (split, sends) if use else (values, {})
 
 
-def _fits_any(ranks: Sequence[RankTimeline], positions: dict[int, int], num_positions: int) -> bool:
+def _fits_any(ranks: Sequence[RankTimeline], positions: dict[int, int], num_positions: int,
+              sends: dict[int, float]) -> bool:
     with_actions = [rt for rt in ranks if rt.actions.height]
     if not with_actions or any(rt.source != "inferred" for rt in with_actions):
         return False
@@ -58,13 +62,45 @@ def _fits_any(ranks: Sequence[RankTimeline], positions: dict[int, int], num_posi
     if len(forwards) != 1:
         return False
     n = forwards.pop()
-    return 1 <= n <= MAX_FORWARDS and bool(_fits(n, num_positions, kinds))
+    if not 1 <= n <= MAX_FORWARDS:
+        return False
+    return any(_sends_suffice(f[4], sends) for f in _fits(n, num_positions, kinds))
+
+
+def _sends_per_step(ranks: Sequence[RankTimeline], positions: dict[int, int]) -> dict[int, float]:
+    """Position -> the fewest sends per step a rank there made (over the trace: its sends over
+    its steps); positions whose ranks' transfers are not tagged (GPU traces) are left out."""
+    out: dict[int, float] = {}
+    for rt in ranks:
+        steps = rt.actions.filter(pl.col("step") >= 0)["step"].n_unique()
+        if steps and rt.rank in positions and rt.p2p_tags.height:
+            sent = int((rt.p2p_tags["dir"] == "send").sum()) / steps
+            out[positions[rt.rank]] = min(out.get(positions[rt.rank], sent), sent)
+    return out
+
+
+def _sends_suffice(sched, sends: dict[int, float]) -> bool:
+    """Whether every position sent at least what the schedule hands to another rank in a step:
+    a forward's output where the next stage is elsewhere, an I's or B's input gradient where
+    the previous stage is. A stage of alike layers read as several stages on one rank (no
+    transfer between them) asks for sends the trace does not have."""
+    placement = sched.placement
+    last = len(placement) - 1
+    for p, sent in sends.items():
+        need = sum(1 for a in sched.orders[p]
+                   if (a.kind == "F" and a.stage < last and placement[a.stage + 1] != p)
+                   or (a.kind in ("B", "I") and a.stage > 0 and placement[a.stage - 1] != p))
+        if sent < need:
+            return False
+    return True
 
 
 def fit_split_backward(ranks: Sequence[RankTimeline], positions: dict[int, int], num_positions: int,
-                       *, stated: str | None = None) -> tuple[str | None, bool]:
-    """Relabel the inferred actions (in place) when their order is a split-backward schedule's;
-    returns a note saying which (or None) and whether several readings fit (uncertain)."""
+                       *, sends: dict[int, float], stated: str | None = None) -> tuple[str | None, bool]:
+    """Relabel the inferred actions (in place) when their order is a split-backward schedule's
+    and each position sent (``sends``: per step, :func:`choose_split_readings`) what the
+    schedule hands to other ranks; returns a note saying which (or None) and whether several
+    readings fit (uncertain)."""
     with_actions = [rt for rt in ranks if rt.actions.height]
     if not with_actions or any(rt.source != "inferred" for rt in with_actions):
         return None, False
@@ -79,7 +115,7 @@ def fit_split_backward(ranks: Sequence[RankTimeline], positions: dict[int, int],
     n = forwards.pop()
     if n < 1 or n > MAX_FORWARDS:
         return None, False
-    fits = _fits(n, num_positions, kinds)
+    fits = [f for f in _fits(n, num_positions, kinds) if _sends_suffice(f[4], sends)]
     if not fits:
         return None, False
     chosen = next((f for f in fits if f[0] == stated), None)

@@ -379,7 +379,8 @@ def _device_spans(actions: pl.DataFrame, copies: pl.DataFrame | None) -> pl.Data
     """GPU traces: an action's ``start``/``end`` become its span on the device (its kernels and
     its GPU copies, which Kineto widens by 1 ns on each side of the kernels they cover); one
     with neither keeps its host span's length, from its host start or, where the device was
-    still running what the host issued before it, from the end of that."""
+    still running what the host issued before it, from the end of that, and ends before what
+    the host issued after it begins."""
     has_compute = pl.col("compute_ns") > 0
     if copies is not None and copies.height:
         bounds = copies.group_by("action").agg(copy_start=pl.col("start").min() + 1,
@@ -395,10 +396,16 @@ def _device_spans(actions: pl.DataFrame, copies: pl.DataFrame | None) -> pl.Data
     # an action that ran nothing on the device (a first stage's input gradient) is drawn where
     # the device got to it: after what the host issued before it, not at the host's time,
     # which runs ahead of the kernels
-    before = (device.with_row_index("_row").sort("host_start")
-              .with_columns(_after=pl.col("end").cum_max().forward_fill().shift(1)).sort("_row"))
-    at = pl.max_horizontal("host_start", "_after")
-    return before.with_columns(
+    # (and before what it issued after it: the kernels' spans touch, a copy's is 1 ns wider)
+    before = (device.with_row_index("_row").sort("host_start").with_columns(
+        _after=pl.col("end").cum_max().forward_fill().shift(1),
+        _next=pl.col("start").cum_min(reverse=True).backward_fill().shift(-1)).sort("_row"))
+    at = pl.min_horizontal(pl.max_horizontal("host_start", "_after"), pl.col("_next") - 1)
+    placed = before.with_columns(
         start=pl.col("start").fill_null(at),
-        end=pl.col("end").fill_null(at + pl.col("host_end") - pl.col("host_start")),
-    ).drop("_row", "_after")
+        end=pl.col("end").fill_null(pl.min_horizontal(
+            at + pl.col("host_end") - pl.col("host_start"), pl.max_horizontal(at, "_next"))),
+    ).drop("_row", "_after", "_next")
+    return placed.with_columns(  # where the order reads it (by compute start)
+        compute_start=pl.when(has_compute).then("compute_start").otherwise("start"),
+        compute_end=pl.when(has_compute).then("compute_end").otherwise("start"))

@@ -27,6 +27,13 @@ FOUND = {
         batched=True, profiler_steps=True, optimizer=False, batch_split=False, op_shape="dominant",
         nested=False, loss=False, heavy_factor=3.0, heavy_by_layers=True, deschedule="compute",
         state_steps=True, latency_us=200.0, seed=882552464),
+    # ZBV on GPU (NCCL-like kernels) with its spans: the first stage's I launches no kernel,
+    # and drawn at its host time (ahead of the device) it came before the forward it follows
+    "zbv on GPU, kernel-less I": Case(
+        schedule='zbv', pp=4, v=2, m=13, steps=2, named_groups=False, annotated=True, p2p='nccl',
+        batched=True, optimizer=False, op_shape='dominant', nested=False, data_load=True,
+        heavy_factor=2.0, heavy_by_layers=True, deschedule='prep', shuffle=True, state_steps=True,
+        seed=2045534180),
 }
 
 

@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--schedules", default="", help="comma-separated subset (default: all)")
     ap.add_argument("--annotated", choices=("both", "yes", "no"), default="both")
     ap.add_argument("--p2p", default="gloo,nccl", help="comma-separated P2P kinds (gloo, nccl)")
+    ap.add_argument("--step-marks", choices=("both", "yes", "no"), default="both",
+                    help="cases with ProfilerStep marks, without, or either")
+    ap.add_argument("--no-one-rank", action="store_true", help="no case of one rank's file")
     ap.add_argument("--chunk", type=int, default=20, help="cases per task")
     ap.add_argument("--limit", type=int, default=60, help="seconds a reading may take (0: none)")
     ap.add_argument("--seconds", type=float, default=0,
@@ -74,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from tests.support.tracegen.orders import SCHEDULES
 
-    opts = {"budget": a.budget, "p2p": tuple(a.p2p.split(",")),
+    opts = {"budget": a.budget, "p2p": tuple(a.p2p.split(",")), "one_rank_files": not a.no_one_rank,
+            "step_marks": {"both": (False, True), "yes": (True,), "no": (False,)}[a.step_marks],
             "annotated": {"both": (False, True), "yes": (True,), "no": (False,)}[a.annotated]}
     if a.schedules:
         opts["schedules"] = tuple(s for s in a.schedules.split(",") if s in SCHEDULES)

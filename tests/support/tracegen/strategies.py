@@ -31,10 +31,12 @@ class Chooser:
 
 def build_case(ch: Chooser, schedules: Sequence[str] = SCHEDULES, p2p: Sequence[str] = ("gloo", "nccl"),
                annotated: Sequence[bool] = (False, True), max_pp: int = 8,
-               budget: int = CI_BUDGET) -> Case:
+               budget: int = CI_BUDGET, step_marks: Sequence[bool] = (False, True),
+               one_rank_files: bool = True) -> Case:
     """A case: schedule, P 2..8, v 1..4 (as the schedule allows), M 1..4P (as it accepts, and
     P·v·M within ``budget``), grid, annotations, P2P kind, op shapes, heavy stages and chunks, a
-    descheduled op, steps, what the user states."""
+    descheduled op, steps, what the user states. ``step_marks``: with ``ProfilerStep`` marks,
+    without, or either; ``one_rank_files``: whether a case may be one rank's file."""
     schedule = ch.sample(list(schedules))
     pp = ch.integers(2, max_pp)
     if schedule in ("gpipe", "1f1b"):
@@ -54,7 +56,7 @@ def build_case(ch: Chooser, schedules: Sequence[str] = SCHEDULES, p2p: Sequence[
     tp = ch.integers(1, max(1, min(2, MAX_WORLD // (pp * dp), room // dp)))
     n_stages = pp * v
     world = pp * dp * tp
-    one_rank = ch.maybe(0, world - 1) if ch.integers(0, 3) == 0 else None
+    one_rank = ch.maybe(0, world - 1) if ch.integers(0, 3) == 0 and one_rank_files else None
     p2p_kind = ch.sample(list(p2p))
     return Case(
         schedule=schedule, pp=pp, v=v, m=m, steps=steps, dp=dp, tp=tp,
@@ -66,7 +68,7 @@ def build_case(ch: Chooser, schedules: Sequence[str] = SCHEDULES, p2p: Sequence[
         annotated=ch.sample(list(annotated)),
         p2p=p2p_kind,
         batched=ch.boolean(),
-        profiler_steps=ch.boolean(),
+        profiler_steps=ch.boolean() if len(set(step_marks)) == 2 else bool(step_marks[0]),
         optimizer=ch.boolean(),
         batch_split=ch.boolean(),
         op_shape=ch.sample(list(OP_SHAPES)),

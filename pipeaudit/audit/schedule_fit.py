@@ -14,7 +14,7 @@ from pipeaudit.audit import findings as F
 from pipeaudit.audit.result import Finding
 from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule, replay, theory
-from pipeaudit.schedules.catalogue import CATALOGUE, checked_config, chunks_for
+from pipeaudit.schedules.catalogue import CATALOGUE, checked_config, chunks_for, free_chunks
 from pipeaudit.schedules.model import flatten_steps
 from pipeaudit.timeline.model import Timeline
 
@@ -80,8 +80,7 @@ def detect_on_positions(orders: dict[int, list], stage_pos: dict[int, int], P: i
         sig = _signature(name, P, M, v)
         if sig is None or not _may_fit(sig, stage_pos, hashes, stages, kinds):
             continue
-        if v == 1 and CATALOGUE[name].fixed_chunks is None and any(
-                CATALOGUE[f].fixed_chunks == 1 for f in found):
+        if v == 1 and free_chunks(name) and any(CATALOGUE[f].fixed_chunks == 1 for f in found):
             continue  # a schedule of free chunks at one chunk, where a one-stage one ran its order
         try:
             sched = build_schedule(name, P, M, chunks_for(name, v))

@@ -22,6 +22,7 @@ gradient to another stage of the rank (which ends the run). On GPU torch accumul
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
 #: Ops that compute no layer and prepare or take in an engine call's tensors: views, aliases
 #: and fresh tensors (``ones_like`` seeds a loss's gradient). Not ``detach``: a forward's
@@ -46,6 +47,15 @@ MAX_WORDS = 128
 MAX_BLOCK_OPS = 2000
 
 NO_GLUE, PREP, IN_PLACE, ACCUMULATE, HANDOFF = 0, 1, 2, 3, 4
+
+
+def glue_classes(names: pl.Series) -> np.ndarray:
+    """Each op's glue class by its name (:data:`PREP`, :data:`IN_PLACE`, :data:`ACCUMULATE`,
+    :data:`HANDOFF`, else :data:`NO_GLUE`)."""
+    classes = [(PREP_GLUE_RE, PREP), (IN_PLACE_GLUE_RE, IN_PLACE),
+               (ACCUMULATE_GLUE_RE, ACCUMULATE), (HANDOFF_GLUE_RE, HANDOFF)]
+    return np.select([names.str.contains(rx).fill_null(False).to_numpy() for rx, _ in classes],
+                     [c for _, c in classes], NO_GLUE).astype(np.int8)
 
 
 def runs_of_calls(calls: list[tuple[int, int]], glue: np.ndarray,

@@ -42,10 +42,7 @@ import numpy as np
 import polars as pl
 
 from pipeaudit.timeline.account import OpAccount
-from pipeaudit.timeline.engine_calls import (
-    ACCUMULATE, ACCUMULATE_GLUE_RE, HANDOFF, HANDOFF_GLUE_RE, IN_PLACE, IN_PLACE_GLUE_RE, NO_GLUE,
-    PREP, PREP_GLUE_RE, backward_actions, split_calls,
-)
+from pipeaudit.timeline.engine_calls import NO_GLUE, backward_actions, glue_classes, split_calls
 from pipeaudit.timeline.framework_work import framework_spans, inside
 from pipeaudit.timeline.ops import RankOps
 from pipeaudit.timeline.recognise import SPAN_SCHEMA
@@ -146,7 +143,7 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     blocks = _blocks(cls, step_ids)
     backward_blocks = [b for b in blocks if cls[b[0]] == _BACKWARD]
     if calls:
-        glue = np.where(cls == _COMPUTE, _glue_classes(seq["name"]), NO_GLUE)
+        glue = np.where(cls == _COMPUTE, glue_classes(seq["name"]), NO_GLUE)
         backward = backward_actions(split_calls(backward_blocks, codes), glue, codes, step_ids)
         ends_at = cls.copy()  # the glue an action took is the action's
         for a, b in backward:
@@ -193,16 +190,6 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
                     how, split=len(backward) > len(backward_blocks),
                     loose=(starts[loose].astype(np.int64), ends[loose].astype(np.int64),
                            scaling[loose], codes[loose]))
-
-
-def _glue_classes(names: pl.Series) -> np.ndarray:
-    """Each op's glue class (:mod:`pipeaudit.timeline.engine_calls`)."""
-    prep = names.str.contains(PREP_GLUE_RE).fill_null(False).to_numpy()
-    in_place = names.str.contains(IN_PLACE_GLUE_RE).fill_null(False).to_numpy()
-    accumulate = names.str.contains(ACCUMULATE_GLUE_RE).fill_null(False).to_numpy()
-    handoff = names.str.contains(HANDOFF_GLUE_RE).fill_null(False).to_numpy()
-    return np.select([prep, in_place, accumulate, handoff], [PREP, IN_PLACE, ACCUMULATE, HANDOFF],
-                     NO_GLUE).astype(np.int8)
 
 
 def _name_codes(names: pl.Series) -> np.ndarray:

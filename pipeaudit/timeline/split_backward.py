@@ -52,19 +52,25 @@ def choose_split_readings(values: list[RankTimeline], positions: dict[int, int],
 
 def _fits_any(ranks: Sequence[RankTimeline], positions: dict[int, int], num_positions: int,
               sends: dict[int, float]) -> bool:
+    inferred = _inferred_with_actions(ranks)
+    kinds = kinds_per_position(inferred, positions) if inferred else None
+    return bool(kinds and _sent_fits(kinds, num_positions, sends))
+
+
+def _inferred_with_actions(ranks: Sequence[RankTimeline]) -> list[RankTimeline]:
+    """The ranks with actions, if every one of them was read from its ops (else none)."""
     with_actions = [rt for rt in ranks if rt.actions.height]
-    if not with_actions or any(rt.source != "inferred" for rt in with_actions):
-        return False
-    kinds = kinds_per_position(with_actions, positions)
-    if not kinds:
-        return False
+    return [] if any(rt.source != "inferred" for rt in with_actions) else with_actions
+
+
+def _sent_fits(kinds: dict[int, tuple[str, ...]], num_positions: int,
+               sends: dict[int, float]) -> list[tuple]:
+    """The split-backward fits of the positions' orders (:func:`_fits`) that send what they
+    hand to other ranks; none where positions run different numbers of forwards."""
     forwards = {k.count("F") for k in kinds.values()}
-    if len(forwards) != 1:
-        return False
-    n = forwards.pop()
-    if not 1 <= n <= MAX_FORWARDS:
-        return False
-    return any(_sends_suffice(f[4], sends) for f in _fits(n, num_positions, kinds))
+    if len(forwards) != 1 or not 1 <= min(forwards) <= MAX_FORWARDS:
+        return []
+    return [f for f in _fits(forwards.pop(), num_positions, kinds) if _sends_suffice(f[4], sends)]
 
 
 def _sends_per_step(ranks: Sequence[RankTimeline], positions: dict[int, int]) -> dict[int, float]:
@@ -101,21 +107,13 @@ def fit_split_backward(ranks: Sequence[RankTimeline], positions: dict[int, int],
     and each position sent (``sends``: per step, :func:`choose_split_readings`) what the
     schedule hands to other ranks; returns a note saying which (or None) and whether several
     readings fit (uncertain)."""
-    with_actions = [rt for rt in ranks if rt.actions.height]
-    if not with_actions or any(rt.source != "inferred" for rt in with_actions):
-        return None, False
-    kinds = kinds_per_position(with_actions, positions)
+    with_actions = _inferred_with_actions(ranks)
+    kinds = kinds_per_position(with_actions, positions) if with_actions else None
     if not kinds or any(set(k) - {"F", "B"} for k in kinds.values()):
         return None, False
     if all(k.count("F") == len(k) - k.count("F") for k in kinds.values()):
         return None, False  # one backward per forward: no split backward to read
-    forwards = {k.count("F") for k in kinds.values()}
-    if len(forwards) != 1:
-        return None, False
-    n = forwards.pop()
-    if n < 1 or n > MAX_FORWARDS:
-        return None, False
-    fits = [f for f in _fits(n, num_positions, kinds) if _sends_suffice(f[4], sends)]
+    fits = _sent_fits(kinds, num_positions, sends)
     if not fits:
         return None, False
     chosen = next((f for f in fits if f[0] == stated), None)

@@ -1,6 +1,7 @@
 """HTA alongside: pipeaudit's GPU idle vs HTA's temporal breakdown on real GPU traces.
 
-Cross-check (issue #7): on the real GPU traces in ../shared/traces/hta/, pipeaudit's
+Cross-check (issue #7): on real GPU traces kept outside the repository (too large to bundle:
+tests/support/paths.py finds them, and the test skips without them), pipeaudit's
 idle fraction over the steps HTA covers (every ProfilerStep but the last, see
 pipeaudit/timeline/idle.py) agrees with HTA's temporal breakdown within 1 percentage
 point. When HTA is installed (pipeaudit[hta]) the test runs HTA itself; otherwise it

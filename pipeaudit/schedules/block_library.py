@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from pipeaudit.errors import ScheduleError
-from pipeaudit.schedules.blocks import BuildingBlock, Pass, collisions, lifespan_rank_peaks
+from pipeaudit.schedules.blocks import BuildingBlock, Pass, has_collision, lifespan_rank_peaks
 from pipeaudit.schedules.model import loop_placement, v_placement
 
 _SPLIT = {"F": 1.0, "I": 1.0, "W": 1.0}
@@ -80,6 +80,7 @@ def one_f_one_b_split_lowmem(P: int, v: int = 1) -> BuildingBlock:
     return BuildingBlock("1f1b-split-lowmem", loop_placement(P, 1), tuple(passes), T, dict(_SPLIT))
 
 
+@lru_cache(maxsize=32)  # a search over (3v)^3 gaps: detection asks for the same (P, v) often
 def interleaved_1f1b_lowmem(P: int, v: int = 2) -> BuildingBlock:
     """Interleaved 1F1B (loop placement, v chunks) repeated one microbatch at a time, instead
     of in rounds of P microbatches per chunk as Megatron-LM and torch do. Forwards run down
@@ -94,7 +95,7 @@ def interleaved_1f1b_lowmem(P: int, v: int = 2) -> BuildingBlock:
     best = None
     for a, b, c in itertools.product(range(int(T)), repeat=3):
         block = _interleaved_layout(P, v, a, b, c, placement, T)
-        if collisions(block):
+        if has_collision(block):
             continue
         peaks = lifespan_rank_peaks(block)
         key = (max(peaks.values()), sum(peaks.values()), a + b + c, (a, b, c))

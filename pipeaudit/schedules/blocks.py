@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pipeaudit.actions import KINDS, Action
@@ -152,19 +152,26 @@ def _check_dependencies(block: BuildingBlock, seen: Mapping[tuple[int, str, int]
 def collisions(block: BuildingBlock) -> list[tuple[Pass, Pass]]:
     """Pairs of passes of one rank whose intervals meet when the block repeats every
     ``interval`` (a pass longer than the interval collides with its own next copy)."""
+    return list(_colliding_pairs(block))
+
+
+def has_collision(block: BuildingBlock) -> bool:
+    """Whether any two passes of one rank meet (stops at the first pair)."""
+    return next(_colliding_pairs(block), None) is not None
+
+
+def _colliding_pairs(block: BuildingBlock) -> Iterator[tuple[Pass, Pass]]:
     T = block.interval
-    by_rank: dict[int, list[Pass]] = defaultdict(list)
+    by_rank: dict[int, list[tuple[Pass, float]]] = defaultdict(list)
     for p in block.passes:
-        by_rank[block.placement[p.stage]].append(p)
-    out: list[tuple[Pass, Pass]] = []
+        by_rank[block.placement[p.stage]].append((p, block.duration(p)))
     for passes in by_rank.values():
-        for i, a in enumerate(passes):
-            if block.duration(a) > T + _EPS:
-                out.append((a, a))
-            for b in passes[i + 1:]:
-                if _meet(a.offset, block.duration(a), b.offset, block.duration(b), T):
-                    out.append((a, b))
-    return out
+        for i, (a, da) in enumerate(passes):
+            if da > T + _EPS:
+                yield a, a
+            for b, db in passes[i + 1:]:
+                if _meet(a.offset, da, b.offset, db, T):
+                    yield a, b
 
 
 def _meet(a: float, da: float, b: float, db: float, T: float) -> bool:

@@ -4,9 +4,10 @@ ops and annotations on the rank's threads, GPU kernels on streams."""
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
+
+import msgspec
 
 from tests.support.tracegen.case import Case
 from tests.support.tracegen.timing import RankRun, grid_rank
@@ -92,6 +93,6 @@ def write(case: Case, runs: list[RankRun], folder: str | Path) -> list[Path]:
         name = (f"rank{run.rank}.json" if (case.seed + run.rank) % 3 else
                 f"host_{4000 + run.rank}.{1790000000 + run.rank}.pt.trace.json")
         p = folder / name
-        p.write_text(json.dumps(trace_doc(case, run), separators=(",", ":")))
+        p.write_bytes(msgspec.json.encode(trace_doc(case, run)))
         out.append(p)
     return out

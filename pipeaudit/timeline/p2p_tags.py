@@ -59,6 +59,10 @@ def match_form(tags: pl.DataFrame) -> pl.DataFrame:
     return tags.cast({c: TAG_SCHEMA[c] for c in MATCH_COLUMNS})  # type: ignore[arg-type]
 
 
+#: Clocks written to the nanosecond from microseconds with three decimals: a transfer that
+#: starts as its action ends may read up to this (ns) before the action's end (or a recv end
+#: this far after its action's start).
+_TOUCH_NS = 2
 #: A runtime span this far (ns) before a transfer no longer holds it: stop looking back.
 _LOOK_BACK_NS = 60_000_000_000
 _NONE = np.iinfo(np.int64).min  #: no value (peer stages may be -1)
@@ -225,14 +229,14 @@ def _from_actions(recv: np.ndarray, send: np.ndarray, starts: np.ndarray, ends: 
     if recv.any():
         cs = actions["compute_start"].to_numpy()
         order = np.argsort(cs, kind="stable")
-        j = np.searchsorted(cs[order], ends[recv], side="left")
+        j = np.searchsorted(cs[order], ends[recv] - _TOUCH_NS, side="left")
         ok = j < order.size
         rows = np.flatnonzero(recv)[ok]
         picks.append((rows, order[j[ok]]))
     if send.any():
         ce = actions["compute_end"].to_numpy()
         order = np.argsort(ce, kind="stable")
-        j = np.searchsorted(ce[order], starts[send], side="right") - 1
+        j = np.searchsorted(ce[order], starts[send] + _TOUCH_NS, side="right") - 1
         ok = j >= 0
         rows = np.flatnonzero(send)[ok]
         picks.append((rows, order[j[ok]]))

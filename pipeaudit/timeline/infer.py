@@ -34,6 +34,7 @@ lands in an action is the inference's *coverage*, reported with the result.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
@@ -173,6 +174,9 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     forward = _losses_to_forward(forward, backward, blocks,
                                  seq["name"].str.contains(LOSS_OP_RE).fill_null(False).to_numpy())
     forward = _local_handoffs_to_forward(forward, cls, (seq["name"] == LOCAL_HANDOFF_OP).to_numpy())
+    not_input = (seq["name"].is_in(list(BATCH_SPLIT_OPS)).to_numpy()
+                 | (glue_classes(seq["name"]) != NO_GLUE))
+    forward = _inputs_to_forward(forward, backward, cls, codes, not_input)
 
     rows = []
     for kind, found in (("F", forward), ("B", backward)):
@@ -525,6 +529,53 @@ def _local_handoffs_to_forward(forwards: list[tuple[int, int]], cls: np.ndarray,
             j += 1
         out.append((a, j))
     return out
+
+
+#: The ops a step's batch is split into microbatches with: the step's start-up, never a
+#: forward's input.
+BATCH_SPLIT_OPS = (SPLIT_OP, "aten::split", "aten::chunk")
+
+
+def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[int, int]],
+                       cls: np.ndarray, codes: np.ndarray, not_input: np.ndarray
+                       ) -> list[tuple[int, int]]:
+    """The input's delivery is the forward's: the same run of compute ops right before two
+    forwards or more, but not before all of them (the first stage's load or embedding of each
+    microbatch, which only the first chunk of an interleaved rank runs, so the forward's op
+    sequence leaves it out), joins each forward it comes right before. A run before every
+    forward is the schedule's own work around the forward call (Megatron-core's ``aten::zeros``):
+    where the input's load runs before every forward, the forward's op sequence holds it. A run
+    only ever before a forward that follows a backward (or none) may be the step's start-up,
+    which runs before its first forward: it joins none. The run stops at any other action,
+    transfer, batch split or glue (``not_input``: an in-place ``add_`` between two forwards is
+    the schedule's bookkeeping, Megatron-core's token count)."""
+    if len(forwards) < 2:
+        return forwards
+    taken = np.zeros(cls.size, dtype=bool)
+    for a, b in forwards + backwards:
+        taken[a:b + 1] = True
+    leads = []
+    for a, _ in forwards:
+        k = a
+        while k > 0 and cls[k - 1] == _COMPUTE and not taken[k - 1] and not not_input[k - 1]:
+            k -= 1
+        leads.append(tuple(codes[k:a].tolist()))
+    counts = Counter(lead for lead in leads if lead)
+    if not counts:
+        return forwards
+    unit = max(counts, key=lambda lead: (counts[lead], -len(lead)))
+    n = len(unit)
+    grown = [lead[-n:] == unit for lead in leads]
+    if not 2 <= sum(grown) < len(forwards):
+        return forwards
+    ends = sorted([(b, "F") for _, b in forwards] + [(b, "B") for _, b in backwards])
+    after_forward = False
+    for (a, _), g in zip(forwards, grown):
+        k = bisect_left(ends, (a - n, "")) - 1
+        after_forward = after_forward or (g and k >= 0 and ends[k][1] == "F")
+    if not after_forward:
+        return forwards
+    return [(a - n, b) if g else (a, b) for (a, b), g in zip(forwards, grown)]
 
 
 def _without_leading_collectives(forwards: list[tuple[int, int]],

@@ -25,7 +25,9 @@ from pipeaudit.timeline.rank import RankTimeline, reduce_rank
 from pipeaudit.timeline.single_process import single_process, split_by_device
 from pipeaudit.timeline.stepping import settle_steps
 from pipeaudit.timeline.conservation import settle_accounts
-from pipeaudit.timeline.invariants import first_positions_fed, gradients_sent_back, reading_doubts
+from pipeaudit.timeline.invariants import (activations_sent_on, first_positions_fed,
+                                          gradients_sent_back, last_positions_feeding,
+                                          reading_doubts)
 from pipeaudit.timeline.split_backward import choose_split_readings, fit_split_backward
 from pipeaudit.timeline.virtual import split_virtual_stages
 
@@ -116,18 +118,25 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
             rt.actions = rt.actions.with_columns(stage=pl.lit(where[1], dtype=pl.Int64))
     grads_back = gradients_sent_back(values, positions)
     fed_first = first_positions_fed(values, grads_back)
+    sent_on = activations_sent_on(values, positions, lay.pp)
+    feeding_last = last_positions_feeding(values, sent_on)
+    # does the first or last position show a rank holding several stages? None: neither is read
+    ends_read = {0, lay.pp - 1} & {positions.get(rt.rank) for rt in values if rt.actions.height}
+    looped = True if fed_first or feeding_last else (False if ends_read else None)
     clock = settle_transfers(values, lay, positions)
     decision = settle_steps(values, positions=positions, num_stages=lay.pp,
                             stated_microbatches=o.num_microbatches, stated_steps=o.num_steps,
                             manifest_microbatches=_manifest_microbatches(manifest))
     split_note, split_ambiguous = fit_split_backward(values, positions, lay.pp, sends=sends,
                                                      stated=o.schedule)
-    virtual_note, chunks_ambiguous = split_virtual_stages(values, positions, lay.pp, looped=bool(fed_first),
+    virtual_note, chunks_ambiguous = split_virtual_stages(values, positions, lay.pp, looped=looped,
                                         stated=o.schedule, grads_back=grads_back)
     virtual_note, chunks_ambiguous = virtual_note or split_note, chunks_ambiguous or split_ambiguous
     settle_accounts(values)
     doubts = reading_doubts(values, positions, replicas=lay.replicas, fed_first=fed_first,
-                            chunks_ambiguous=chunks_ambiguous, repeats_undecided=repeats_undecided)
+                            feeding_last=feeding_last,
+                            chunks_ambiguous=chunks_ambiguous, repeats_undecided=repeats_undecided,
+                            stated=(o.num_microbatches, o.num_steps) if decision.from_stated else None)
     warnings = list(set_warnings)
     for rt in values:
         warnings.extend(w for w in rt.warnings if w not in warnings)

@@ -83,6 +83,31 @@ def gradients_sent_back(ranks: Sequence[RankTimeline], positions: Mapping[int, i
     return out
 
 
+def activations_sent_on(ranks: Sequence[RankTimeline], positions: Mapping[int, int],
+                        num_positions: int) -> dict[int, int]:
+    """Guessed rank at the last stage position -> how many activations it sent (read as
+    :func:`gradients_sent_back` reads gradients)."""
+    out = {}
+    for rt in ranks:
+        if (num_positions > 1 and rt.source in CHECKED_SOURCES and rt.p2p_tags.height
+                and positions.get(rt.rank) == num_positions - 1):
+            tags = rt.p2p_tags
+            out[rt.rank] = int(((tags["dir"] == "send") & (tags["kind"] == "F")).sum())
+    return out
+
+
+def last_positions_feeding(ranks: Sequence[RankTimeline], sent_on: Mapping[int, int]) -> set[int]:
+    """The guessed ranks at the last stage position that send activations on
+    (``sent_on``, :func:`activations_sent_on`), a :data:`LOOP_SEND_SHARE` of their forwards or
+    more: the last stage has no stage after it, so such a rank holds an earlier stage too."""
+    out = set()
+    for rt in ranks:
+        forwards = int((rt.actions["kind"] == "F").sum()) if rt.rank in sent_on else 0
+        if forwards and sent_on[rt.rank] >= LOOP_SEND_SHARE * forwards:
+            out.add(rt.rank)
+    return out
+
+
 def first_positions_fed(ranks: Sequence[RankTimeline], grads_back: Mapping[int, int]) -> set[int]:
     """The guessed ranks at the first stage position that send gradients back
     (``grads_back``, :func:`gradients_sent_back`), a :data:`LOOP_SEND_SHARE` of their
@@ -98,16 +123,21 @@ def first_positions_fed(ranks: Sequence[RankTimeline], grads_back: Mapping[int, 
 
 def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], *,
                    replicas: Sequence[Sequence[Sequence[int]]] = (), fed_first: set[int] = frozenset(),
+                   feeding_last: set[int] = frozenset(),
                    chunks_ambiguous: bool = False, repeats_undecided: set[int] = frozenset(),
+                   stated: tuple[int | None, int | None] | None = None,
                    coverage_floor: float = COVERAGE_FLOOR) -> list[Doubt]:
     """The doubts about the guessed readings of ``ranks`` (one per rank at most, first reason
     found). ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
     list of positions, each a tuple of tensor-parallel peers; ``fed_first``: ranks of the first
-    position that send gradients back (:func:`first_positions_fed`); ``chunks_ambiguous``: the
+    position that send gradients back (:func:`first_positions_fed`); ``feeding_last``: ranks of
+    the last position that send activations on (:func:`last_positions_feeding`); ``chunks_ambiguous``: the
     order of the actions fits several chunk counts (:mod:`pipeaudit.timeline.virtual`);
     ``repeats_undecided``: ranks whose backward blocks of one op sequence repeated read as
     several backwards or as one, with no other rank and no stated M to say which
-    (:func:`pipeaudit.timeline.build.consistent_counts`)."""
+    (:func:`pipeaudit.timeline.build.consistent_counts`); ``stated``: (M, steps) the user
+    stated, where the steps of the ranks without step marks rest on them: a reading that runs
+    other than M forwards per stage and step, or other than that many steps, contradicts them."""
     checked = [rt for rt in ranks if rt.source in CHECKED_SOURCES and rt.actions.height]
     if not checked:
         return []
@@ -122,10 +152,15 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
         if why is None and rt.rank in fed_first and rt.actions["stage"].n_unique() == 1:
             why = ("it runs the first stage yet sends gradients back, so it holds a later stage "
                    "too, but the reading gives it one stage")
+        if why is None and rt.rank in feeding_last and rt.actions["stage"].n_unique() == 1:
+            why = ("it runs the last stage yet sends activations on, so it holds an earlier "
+                   "stage too, but the reading gives it one stage")
         if why is None and rt.rank in repeats_undecided:
             why = ("each of its backward blocks is one op sequence repeated: that many "
                    "backwards, or one backward of alike layers; no other rank's trace and no "
                    "stated M tells which")
+        if why is None and stated is not None and rt.step_evidence is None:
+            why = _stated_doubt(counts[rt.rank], *stated)
         if why is None and chunks_ambiguous:
             why = ("its order of forwards and backwards fits several numbers of chunks per rank "
                    "(v) and microbatches (M): the reading cannot tell which ran")
@@ -155,6 +190,20 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
                     doubts.setdefault(r, f"its stages run {ms} forwards per step where the other "
                                          f"ranks run {common}: no M fits every stage")
     return [Doubt(r, why) for r, why in sorted(doubts.items())]
+
+
+def _stated_doubt(counts: Mapping[tuple[int, int], dict[str, int]], microbatches: int | None,
+                  steps: int | None) -> str | None:
+    """The reading against the M and steps the user stated (None: it agrees)."""
+    read_steps = len({step for _, step in counts})
+    if steps is not None and read_steps != steps:
+        return (f"it reads {read_steps} steps where {steps} were stated: its forwards and "
+                "backwards do not divide into the stated steps by any schedule's order")
+    forwards = sorted({c["F"] for c in counts.values()})
+    if microbatches is not None and forwards != [microbatches]:
+        return (f"its stages read {forwards} forwards per step where M = {microbatches} was "
+                "stated: its chunks or steps are not what the order says")
+    return None
 
 
 def _forwards_per_step(counts: Mapping[tuple[int, int], dict[str, int]]) -> tuple[int, ...]:

@@ -46,6 +46,8 @@ class StepDecision:
     evidence: str
     num_microbatches: int | None = None
     notes: tuple[str, ...] = ()
+    #: the inferred ranks' steps rest on the M or the steps the user stated
+    from_stated: bool = False
 
 
 def settle_steps(ranks: Sequence[RankTimeline], *, positions: dict[int, int], num_stages: int,
@@ -82,13 +84,14 @@ def settle_steps(ranks: Sequence[RankTimeline], *, positions: dict[int, int], nu
     if m is None:
         m = _from_splits(loose)
         evidence = SPLIT_EVIDENCE if m else None
-    if m is None and (stated_microbatches or stated_steps):
-        if stated_microbatches:
-            m, evidence = stated_microbatches, "--microbatches"
-        else:
-            counts = [_forward_count(rt) for rt in loose]
-            m = max(1, max(counts) // stated_steps) if counts else None  # type: ignore[operator]
-            evidence = "--steps"
+    per_rank: dict[int, int] = {}
+    if m is None and stated_steps:
+        # the steps are the same on every rank; a rank holding v chunks runs v M forwards a step
+        per_rank = {rt.rank: max(1, _forward_count(rt) // stated_steps) for rt in loose}
+        m, evidence = max(per_rank.values()), "--steps"
+    elif m is None and stated_microbatches:
+        per_rank = {rt.rank: _per_step_for_stated_m(rt, stated_microbatches) for rt in loose}
+        m, evidence = stated_microbatches, "--microbatches"
     if m is None and manifest_microbatches:
         m, evidence = manifest_microbatches, "the harness manifest's num_microbatches"
     if m is None:
@@ -104,12 +107,29 @@ def settle_steps(ranks: Sequence[RankTimeline], *, positions: dict[int, int], nu
                      "repeating order): the whole trace is taken as one step; give --steps N")
         return StepDecision(SINGLE_STEP_EVIDENCE, None, tuple(notes))
     for rt in loose:
-        rt.actions = _chunk(rt.actions, m)
-    return StepDecision(evidence or SINGLE_STEP_EVIDENCE, m, tuple(notes))
+        rt.actions = _chunk(rt.actions, per_rank.get(rt.rank, m))
+    stated = evidence in ("--steps", "--microbatches")
+    return StepDecision(evidence or SINGLE_STEP_EVIDENCE, m, tuple(notes), stated)
 
 
 def _forward_count(rt: RankTimeline) -> int:
     return int((rt.actions["kind"] == "F").sum())
+
+
+def _per_step_for_stated_m(rt: RankTimeline, m: int) -> int:
+    """Forwards per step on a rank of stated M: k steps of v M forwards each. Several (k, v)
+    divide the count (36 forwards at M = 12: three steps of one chunk, or one of three); the
+    steps repeat one order, so the most steps whose order repeats k times are taken, and one
+    step of every chunk where no k > 1 repeats (the chunks are told apart later)."""
+    n = _forward_count(rt)
+    if n == 0 or n % m:
+        return m
+    seq = _kinds(rt)
+    for k in sorted((k for k in range(n // m, 1, -1) if (n // k) % m == 0 and n % k == 0),
+                    reverse=True):
+        if len(seq) % k == 0 and seq == seq[: len(seq) // k] * k:
+            return n // k
+    return n
 
 
 def _forwards_per_step(rt: RankTimeline) -> int:

@@ -59,15 +59,17 @@ def _fits(name: str, P: int, M: int, v: int, kinds: dict[int, tuple[str, ...]]):
 
 
 def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int],
-                         num_positions: int, *, looped: bool = False,
+                         num_positions: int, *, looped: bool | None = False,
                          stated: str | None = None,
                          grads_back: dict[int, int] | None = None) -> tuple[str | None, bool]:
     """Relabel the inferred actions' stages and microbatches (in place) when the kinds follow
     an interleaved schedule and no one-stage schedule; returns a note saying so (or None) and
     whether the kinds fit several chunk counts that nothing settles (the reading is then
     uncertain).
-    ``looped``: the first position sends gradients back (it holds a later stage too), so no
-    one-stage schedule ran, whatever the kinds; ``stated``: the schedule the user says ran
+    ``looped``: True where the first position sends gradients back or the last sends
+    activations on (it holds another stage too), so no one-stage schedule ran, whatever the
+    kinds; None where neither position's trace is read (one rank's file of a middle stage):
+    kinds that fit a one-stage schedule and an interleaved one are then ambiguous; ``stated``: the schedule the user says ran
     (``--schedule``), tried first and, when it holds several stages per rank, instead of
     every one-stage schedule; ``grads_back``: first-position rank -> gradients it sent back
     (a rank of v chunks sends (v - 1)·M a step: of the chunk counts the order fits, the one
@@ -88,7 +90,9 @@ def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int
     one_stage = [nm for nm in SCHEDULE_NAMES if CATALOGUE[nm].fixed_chunks == 1
                  and set(CATALOGUE[nm].kinds) == {"F", "B"}]
     stated_multi = stated in CATALOGUE and CATALOGUE[stated].fixed_chunks != 1
-    if not looped and not stated_multi and any(_fits(nm, P, n, 1, kinds) for nm in one_stage):
+    one_stage_fits = not looped and not stated_multi and any(_fits(nm, P, n, 1, kinds)
+                                                             for nm in one_stage)
+    if one_stage_fits and looped is False:
         return None, False
     interleaved = [nm for nm in SCHEDULE_NAMES if CATALOGUE[nm].fixed_chunks != 1
                    and CATALOGUE[nm].placement == "loop" and set(CATALOGUE[nm].kinds) == {"F", "B"}]
@@ -104,6 +108,12 @@ def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int
                 fits.append((v, name, sched))
     if not fits:
         return None, False
+    if one_stage_fits:
+        # neither end of the pipeline is read: one stage over M = n or chunks, nothing tells
+        shown = ", ".join(f"v={v} M={n // v}" for v in sorted({v for v, _, _ in fits}))
+        return (f"virtual stages not told apart: every rank's F/B sequence fits one stage with "
+                f"M={n} and {shown}, and no trace of the first or last stage position says "
+                "which (state the schedule with --run-schedule)"), True
     fits = _by_gradients_sent(fits, n, with_actions, grads_back or {})
     chunk_counts = sorted({v for v, _, _ in fits})
     stated_fit = next((f for f in fits if f[1] == stated), None)

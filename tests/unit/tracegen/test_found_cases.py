@@ -34,6 +34,50 @@ FOUND = {
         batched=True, optimizer=False, op_shape='dominant', nested=False, data_load=True,
         heavy_factor=2.0, heavy_by_layers=True, deschedule='prep', shuffle=True, state_steps=True,
         seed=2045534180),
+    # interleaved 1F1B, P = 7, v = 3, M = 12 from the ops with M and steps stated: the stated M
+    # was taken as forwards per rank and step (3 steps of M = 4, bubble 0.66 for 0.20)
+    "interleaved, stated M taken per rank": Case(
+        schedule='interleaved-1f1b', pp=7, v=3, m=12, steps=1, named_groups=True, annotated=False,
+        p2p='nccl', batched=False, profiler_steps=False, optimizer=False, batch_split=False,
+        op_shape='dominant', layers=1, nested=True, loss=True, heavy_chunk=2, heavy_factor=2.0,
+        deschedule='compute', state_steps=True, state_microbatches=True, latency_us=200.0,
+        seed=1505737722),
+    # GPipe on GPU, a descheduled op: a send kernel starting the nanosecond its forward's last
+    # kernel ends (Kineto's three decimals) was read as the previous backward's, so the first
+    # stage "sent gradients back" and the run read as interleaved 1F1B at v = 2
+    "gpipe on GPU, a send at its forward's end": Case(
+        schedule='gpipe', pp=2, v=1, m=2, steps=2, dp=3, named_groups=True, annotated=False,
+        p2p='nccl', batched=False, profiler_steps=True, optimizer=False, batch_split=True,
+        op_shape='tied', layers=3, nested=True, loss=True, heavy_factor=2.0, deschedule='compute',
+        state_microbatches=True, latency_us=30.0, seed=529340020),
+    # interleaved 1F1B from the ops with the first stage loading each microbatch: only chunk 0
+    # loads, so the forward's op sequence left the load out (bubble +0.006)
+    "interleaved, the first chunk's load": Case(
+        schedule='interleaved-1f1b', pp=5, v=3, m=7, steps=1, dp=2, grid='dp-outer',
+        named_groups=True, annotated=False, p2p='gloo', batched=False, profiler_steps=False,
+        optimizer=False, batch_split=False, op_shape='equal', layers=3, nested=False, loss=False,
+        data_load=True, heavy_factor=2.0, shuffle=True, state_microbatches=True, latency_us=200.0,
+        seed=1935521803),
+}
+
+#: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not
+#: give a schedule, v or M with confidence.
+CANNOT_TELL = {
+    # one rank's file, a middle stage of interleaved 1F1B at M = 2: its order F F F F B B B B is
+    # GPipe's over M = 4 as well, and neither end of the pipeline is there to say which
+    "one middle rank, interleaved or GPipe": Case(
+        schedule='interleaved-1f1b', pp=8, v=2, m=2, steps=3, dp=2, named_groups=True,
+        annotated=False, p2p='nccl', batched=False, profiler_steps=False, optimizer=True,
+        batch_split=True, op_shape='tied', layers=1, nested=True, loss=False, heavy_factor=3.0,
+        deschedule='prep', one_rank=11, latency_us=200.0, seed=332309638),
+    # one rank's file, the last position of DualPipeV from its ops: read as one stage (M = 26)
+    # though it sends activations on, which no last stage does
+    "the last rank of DualPipeV alone": Case(
+        schedule='dualpipev', pp=8, v=2, m=16, steps=1, named_groups=False, annotated=False,
+        p2p='gloo', batched=False, profiler_steps=True, optimizer=False, batch_split=False,
+        op_shape='distinct', layers=1, nested=True, loss=True, heavy_factor=1.5,
+        heavy_by_layers=True, deschedule='compute', one_rank=7, state_steps=True, latency_us=30.0,
+        seed=470313987),
 }
 
 
@@ -41,3 +85,9 @@ FOUND = {
 def test_a_case_the_search_found_reads_to_its_truth(name: str) -> None:
     out = run_case(FOUND[name])
     assert out.verdict == "pass", out.problems
+
+
+@pytest.mark.parametrize("name", list(CANNOT_TELL))
+def test_a_case_the_traces_cannot_settle_says_so(name: str) -> None:
+    out = run_case(CANNOT_TELL[name])
+    assert out.verdict == "cannot tell", (out.verdict, out.problems)

@@ -122,10 +122,11 @@ def _memory(tl: Timeline, starts_ns: list[int]) -> dict[int, list[int | None]]:
     starts = np.array(starts_ns, dtype=np.int64)
     out: dict[int, list[int | None]] = {}
     for rt in tl.ranks:
-        if rt.memory.height == 0:
+        mem = rt.memory.filter(pl.col("total_allocated").is_not_null())  # a bad value is none
+        if mem.height == 0:
             continue
-        ts = rt.memory["ts"].to_numpy()
-        val = rt.memory["total_allocated"].to_numpy()
+        ts = mem["ts"].to_numpy()
+        val = mem["total_allocated"].to_numpy()
         idx = np.clip(np.searchsorted(starts, ts, side="right") - 1, 0, len(starts) - 1)
         peaks: list[int | None] = []
         for i in range(len(starts)):

@@ -20,6 +20,7 @@ from pipeaudit.audit.result import AuditResult, BubbleSummary, Finding
 from pipeaudit.audit.summary import device_of, inference_coverage, summary_of
 from pipeaudit.audit.schedule_fit import order_violations
 from pipeaudit.audit.stragglers import straggler_findings
+from pipeaudit.timeline.invariants import Doubt
 from pipeaudit.timeline.layout import Layout
 from pipeaudit.timeline.model import Timeline
 
@@ -64,6 +65,11 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
         parts = [pa.per_step for pa in pipes if pa.per_step is not None]
         result.per_step = combine_series(parts) if parts else None
     findings += _job_findings(result, pipes)
+    if not tl.doubts and result.schedule is None:
+        tl.doubts = _partial_reading_doubts(tl, layout, present)
+        if tl.doubts:  # the missing actions are the reading's, not the run's
+            findings = [f for f in findings if f.code not in ("MISSING_ACTIONS", "DUPLICATED_ACTIONS")]
+            result.schedule_source = "uncertain"
     result.conservation = [rt.account.to_dict(rt.rank) for rt in sorted(tl.ranks, key=lambda x: x.rank)
                            if rt.source == "inferred" and rt.account is not None]
     if tl.doubts:
@@ -174,6 +180,20 @@ def _job_findings(result: AuditResult, pipes: list[PipelineAudit]) -> list[Findi
             if shared is None and len(gaps) > 2 and gap > F.OUTLIER_FACTOR * max(med, F.OVERHEAD_WARN):
                 out.append(F.overhead(rank, gap, med))
     return out
+
+
+def _partial_reading_doubts(tl: Timeline, layout: Layout, present: list[int]) -> list[Doubt]:
+    """Doubts about a reading from the ops of only some of the job's ranks whose order fits no
+    schedule: a rank's file alone does not show how many stages it holds (a V's last rank sends
+    its second stage's activations after a backward, and they read as gradients)."""
+    world = layout.world_size if layout.world_size is not None else len(layout.ranks)
+    guessed = [rt for rt in tl.ranks if rt.actions.height]
+    if (world is None or len(set(present)) >= world or not guessed
+            or any(rt.source != "inferred" for rt in guessed)):
+        return []
+    return [Doubt(rt.rank, "its order of forwards and backwards fits no schedule at its stage "
+                  "position, and the other ranks' traces, which show how many stages a rank "
+                  "holds, are missing") for rt in sorted(guessed, key=lambda r: r.rank)]
 
 
 def _missing_ranks(layout: Layout, present: list[int]) -> list[Finding]:

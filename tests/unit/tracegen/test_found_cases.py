@@ -78,6 +78,14 @@ CANNOT_TELL = {
         op_shape='distinct', layers=1, nested=True, loss=True, heavy_factor=1.5,
         heavy_by_layers=True, deschedule='compute', one_rank=7, state_steps=True, latency_us=30.0,
         seed=470313987),
+    # one rank's file, DualPipeV's last rank at P = 2 from its ops: its second stage's sends
+    # follow backwards and read as gradients; it read as one stage with M twice the truth
+    "DualPipeV's last rank alone at P = 2": Case(
+        schedule='dualpipev', pp=2, v=2, m=5, steps=1, tp=2, named_groups=True, annotated=False,
+        p2p='gloo', batched=False, profiler_steps=False, optimizer=False, batch_split=True,
+        op_shape='dominant', layers=1, nested=False, loss=False, heavy_stage=0, heavy_factor=3.0,
+        heavy_by_layers=True, deschedule='compute', one_rank=3, shuffle=True, latency_us=30.0,
+        seed=538097487),
 }
 
 

@@ -130,7 +130,8 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
     split_note, split_ambiguous = fit_split_backward(values, positions, lay.pp, sends=sends,
                                                      stated=o.schedule)
     virtual_note, chunks_ambiguous = split_virtual_stages(values, positions, lay.pp, looped=looped,
-                                        stated=o.schedule, grads_back=grads_back)
+                                        stated=o.schedule, stated_microbatches=o.num_microbatches,
+                                        grads_back=grads_back)
     virtual_note, chunks_ambiguous = virtual_note or split_note, chunks_ambiguous or split_ambiguous
     settle_accounts(values)
     doubts = reading_doubts(values, positions, replicas=lay.replicas, fed_first=fed_first,

@@ -60,7 +60,7 @@ def _fits(name: str, P: int, M: int, v: int, kinds: dict[int, tuple[str, ...]]):
 
 def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int],
                          num_positions: int, *, looped: bool | None = False,
-                         stated: str | None = None,
+                         stated: str | None = None, stated_microbatches: int | None = None,
                          grads_back: dict[int, int] | None = None) -> tuple[str | None, bool]:
     """Relabel the inferred actions' stages and microbatches (in place) when the kinds follow
     an interleaved schedule and no one-stage schedule; returns a note saying so (or None) and
@@ -71,7 +71,8 @@ def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int
     kinds; None where neither position's trace is read (one rank's file of a middle stage):
     kinds that fit a one-stage schedule and an interleaved one are then ambiguous; ``stated``: the schedule the user says ran
     (``--schedule``), tried first and, when it holds several stages per rank, instead of
-    every one-stage schedule; ``grads_back``: first-position rank -> gradients it sent back
+    every one-stage schedule; ``stated_microbatches``: the M the user says ran (of the fits,
+    those of that M are kept; one stage over another M is no fit); ``grads_back``: first-position rank -> gradients it sent back
     (a rank of v chunks sends (v - 1)·M a step: of the chunk counts the order fits, the one
     they give is kept)."""
     with_actions = [rt for rt in ranks if rt.actions.height]
@@ -92,8 +93,10 @@ def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int
     stated_multi = stated in CATALOGUE and CATALOGUE[stated].fixed_chunks != 1
     one_stage_fits = not looped and not stated_multi and any(_fits(nm, P, n, 1, kinds)
                                                              for nm in one_stage)
-    if one_stage_fits and looped is False:
+    if one_stage_fits and (looped is False or stated_microbatches == n):
         return None, False
+    if stated_microbatches is not None and stated_microbatches != n:
+        one_stage_fits = False  # one stage would run another M than the stated one
     interleaved = [nm for nm in SCHEDULE_NAMES if CATALOGUE[nm].fixed_chunks != 1
                    and CATALOGUE[nm].placement == "loop" and set(CATALOGUE[nm].kinds) == {"F", "B"}]
     if stated_multi and stated in interleaved:
@@ -106,6 +109,8 @@ def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int
             sched = _fits(name, P, n // v, v, kinds)
             if sched is not None:
                 fits.append((v, name, sched))
+    if stated_microbatches is not None:
+        fits = [f for f in fits if n // f[0] == stated_microbatches] or fits
     if not fits:
         return None, False
     if one_stage_fits:

@@ -58,6 +58,14 @@ FOUND = {
         optimizer=False, batch_split=False, op_shape='equal', layers=3, nested=False, loss=False,
         data_load=True, heavy_factor=2.0, shuffle=True, state_microbatches=True, latency_us=200.0,
         seed=1935521803),
+    # one rank's file of looped BFS, P = 4, v = 4, M = 12 stated: the order also fits other chunk
+    # counts, and the stated M was not asked (it said it could not tell)
+    "looped BFS alone, M stated": Case(
+        schedule='looped-bfs', pp=4, v=4, m=12, steps=1, grid='dp-outer', named_groups=True,
+        annotated=False, p2p='nccl', batched=True, profiler_steps=True, optimizer=False,
+        batch_split=False, op_shape='dominant', layers=1, nested=True, loss=True, heavy_stage=10,
+        heavy_factor=4.0, one_rank=2, state_steps=True, state_microbatches=True, latency_us=30.0,
+        seed=1702836278),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not

@@ -125,8 +125,9 @@ def _per_step_for_stated_m(rt: RankTimeline, m: int) -> int:
     if n == 0 or n % m:
         return m
     seq = _kinds(rt)
-    for k in sorted((k for k in range(n // m, 1, -1) if (n // k) % m == 0 and n % k == 0),
-                    reverse=True):
+    for k in range(n // m, 1, -1):  # the most steps first
+        if n % k or (n // k) % m:
+            continue
         if len(seq) % k == 0 and seq == seq[: len(seq) // k] * k:
             return n // k
     return n

@@ -8,6 +8,10 @@ its traces, reads them with pipeaudit.load and holds the reading to the truth
 bubble error, and for each kind of failure the smallest case that shows it (with the command
 that writes its traces). Exit 1 on any failure. Needs only the repository and its installed
 dependencies (torch for the schedules' orders).
+
+A long search can be cut into shards (``--start``, ``--cases``: the same cases whatever the
+jobs or machines) and stopped at any time: ``--seconds``, Ctrl-C or SIGTERM report the cases
+done, and ``--report FILE`` keeps the report current every minute while it runs.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import multiprocessing as mp
 import os
 import random
 import re
+import signal
 import sys
 import time
 from collections import Counter, defaultdict
@@ -62,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=2000)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--start", type=int, default=0,
+                    help="first case number (shards of one search: --start 50000 --cases 50000)")
+    ap.add_argument("--report", default="", help="also write the report here, every minute "
+                    "while the search runs (a stopped run keeps what it did)")
     ap.add_argument("--budget", type=int, default=256, help="max ranks x v x M x steps per case")
     ap.add_argument("--schedules", default="", help="comma-separated subset (default: all)")
     ap.add_argument("--annotated", choices=("both", "yes", "no"), default="both")
@@ -82,55 +91,95 @@ def main(argv: list[str] | None = None) -> int:
             "annotated": {"both": (False, True), "yes": (True,), "no": (False,)}[a.annotated]}
     if a.schedules:
         opts["schedules"] = tuple(s for s in a.schedules.split(",") if s in SCHEDULES)
-    tasks = [(i, min(a.chunk, a.cases - i), a.seed, opts, a.limit) for i in range(0, a.cases, a.chunk)]
-    verdicts: Counter = Counter()
-    by_shape: dict[str, Counter] = defaultdict(Counter)
-    fail_groups: dict[tuple, list] = {}
-    worst = (0.0, None)
-    seconds = 0.0
+    stop = a.start + a.cases
+    tasks = [(i, min(a.chunk, stop - i), a.seed, opts, a.limit) for i in range(a.start, stop, a.chunk)]
+    tally = Tally()
     t0 = time.perf_counter()
-    done = 0
+    last_report = t0
+    stopped = []
     ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
     with ctx.Pool(a.jobs) as pool:
-        for batch in pool.imap_unordered(_work, tasks):
-            for case, verdict, problems, err, reason, dt in batch:
-                done += 1
-                seconds += dt
-                verdicts[verdict] += 1
-                by_shape[case.shape()][verdict] += 1
-                if err > worst[0]:
-                    worst = (err, case)
-                if verdict == "fail":
-                    for kind in sorted({_problem_kind(p) for p in problems}):
-                        key = (case.schedule, "annotated" if case.annotated else "bare", case.p2p, kind)
-                        g = fail_groups.setdefault(key, [0, None, None])
-                        g[0] += 1
-                        if g[1] is None or _size(case) < _size(g[1]):
-                            g[1], g[2] = case, problems
-            if sys.stderr.isatty():
-                print(f"\r{done}/{a.cases}", end="", file=sys.stderr)
-            if a.seconds and time.perf_counter() - t0 > a.seconds:
-                pool.terminate()  # the budget is spent: report what was done
-                break
-    wall = time.perf_counter() - t0
-    print(f"{done} cases in {wall:.1f} s wall, {1000 * seconds / max(1, done):.0f} ms a case "
-          f"(generate + write + read), {a.jobs} jobs, seed {a.seed}")
-    print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
-    wc = worst[1].describe() if worst[1] else "-"
-    print(f"worst bubble error of a reading held to the truth: {worst[0]:.5f} ({wc})")
-    print("by shape (schedule/annotation/p2p): pass / cannot tell / fail")
-    for shape in sorted(by_shape):
-        c = by_shape[shape]
-        print(f"  {shape:40} {c['pass']:6} {c['cannot tell']:6} {c['fail']:6}")
-    if fail_groups:
-        print("failures by kind, with the smallest case of each:")
-        for key in sorted(fail_groups):
-            n, case, problems = fail_groups[key]
-            print(f"  {'/'.join(key)}: {n} cases; smallest: {case.describe()}")
-            for p in problems[:4]:
-                print(f"      {p}")
-            print(f"      python3 -m tests.support.tracegen \"{case!r}\" /tmp/tracegen-case")
-    return 1 if verdicts["fail"] else 0
+        # the workers keep SIGTERM's default: the pool's terminate() stops them with it
+        signal.signal(signal.SIGTERM, lambda *_: stopped.append("SIGTERM"))
+        try:
+            for batch in pool.imap_unordered(_work, tasks):
+                for row in batch:
+                    tally.add(*row)
+                if sys.stderr.isatty():
+                    print(f"\r{tally.done}/{a.cases}", end="", file=sys.stderr)
+                now = time.perf_counter()
+                if a.report and now - last_report > REPORT_EVERY_S:
+                    _write(a.report, tally.report(now - t0, a))
+                    last_report = now
+                if stopped or (a.seconds and now - t0 > a.seconds):
+                    break  # the budget is spent (or the run was stopped): report what was done
+        except KeyboardInterrupt:
+            pass
+        pool.terminate()
+    text = tally.report(time.perf_counter() - t0, a)
+    if a.report:
+        _write(a.report, text)
+    print(text)
+    return 1 if tally.verdicts["fail"] else 0
+
+
+#: How often (seconds) ``--report`` is rewritten while the search runs.
+REPORT_EVERY_S = 60
+
+
+def _write(path: str, text: str) -> None:
+    """Replace ``path`` with ``text`` at once (a reader never sees half a report)."""
+    tmp = f"{path}.tmp"
+    Path(tmp).write_text(text + "\n")
+    os.replace(tmp, path)
+
+
+class Tally:
+    """The verdicts so far, by shape, the worst bubble error and the smallest case of each kind
+    of failure."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.seconds = 0.0
+        self.verdicts: Counter = Counter()
+        self.by_shape: dict[str, Counter] = defaultdict(Counter)
+        self.fail_groups: dict[tuple, list] = {}
+        self.worst: tuple = (0.0, None)
+
+    def add(self, case, verdict: str, problems: list[str], err: float, reason: str, dt: float) -> None:
+        self.done += 1
+        self.seconds += dt
+        self.verdicts[verdict] += 1
+        self.by_shape[case.shape()][verdict] += 1
+        if err > self.worst[0]:
+            self.worst = (err, case)
+        if verdict == "fail":
+            for kind in sorted({_problem_kind(p) for p in problems}):
+                key = (case.schedule, "annotated" if case.annotated else "bare", case.p2p, kind)
+                g = self.fail_groups.setdefault(key, [0, None, None])
+                g[0] += 1
+                if g[1] is None or _size(case) < _size(g[1]):
+                    g[1], g[2] = case, problems
+
+    def report(self, wall: float, a: argparse.Namespace) -> str:
+        lines = [f"{self.done} cases (from case {a.start}) in {wall:.1f} s wall, "
+                 f"{1000 * self.seconds / max(1, self.done):.0f} ms a case (generate + write + read), "
+                 f"{a.jobs} jobs, seed {a.seed}",
+                 "verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(self.verdicts.items()))]
+        wc = self.worst[1].describe() if self.worst[1] else "-"
+        lines.append(f"worst bubble error of a reading held to the truth: {self.worst[0]:.5f} ({wc})")
+        lines.append("by shape (schedule/annotation/p2p): pass / cannot tell / fail")
+        for shape in sorted(self.by_shape):
+            c = self.by_shape[shape]
+            lines.append(f"  {shape:40} {c['pass']:6} {c['cannot tell']:6} {c['fail']:6}")
+        if self.fail_groups:
+            lines.append("failures by kind, with the smallest case of each:")
+            for key in sorted(self.fail_groups):
+                n, case, problems = self.fail_groups[key]
+                lines.append(f"  {'/'.join(key)}: {n} cases; smallest: {case.describe()}")
+                lines.extend(f"      {p}" for p in problems[:4])
+                lines.append(f"      python3 -m tests.support.tracegen \"{case!r}\" /tmp/tracegen-case")
+        return "\n".join(lines)
 
 
 if __name__ == "__main__":

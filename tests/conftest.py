@@ -12,9 +12,17 @@ loadfile``, the README's command); tests marked ``exclusive`` run alone
 (tests/support/parallel.py).
 """
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property-based tests draw the same examples on every run ("ci": a red CI is a change's, never
+# the draw's); HYPOTHESIS_PROFILE=explore draws new ones each run, to look for failures.
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 pytest_plugins = ["tests.support.parallel", "tests.support.tracegen.pytest_tally"]
 

@@ -45,6 +45,10 @@ class Case:
     state_microbatches: bool = False  #: the user states M
     latency_us: float = 30.0
     seed: int = 0
+    #: torch's runtime glue around actions (views before a backward call, a W's in-place add, the
+    #: detach at a V's turn); without it, actions of a split backward may run back to back with
+    #: nothing between them (a user's own schedule)
+    engine_glue: bool = False
 
     def describe(self) -> str:
         """One line naming every non-default dimension."""

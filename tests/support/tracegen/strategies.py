@@ -87,6 +87,7 @@ def build_case(ch: Chooser, schedules: Sequence[str] = SCHEDULES, p2p: Sequence[
         state_microbatches=ch.boolean(),
         latency_us=ch.sample([5.0, 30.0, 200.0]),
         seed=ch.integers(0, 2**31 - 1),
+        engine_glue=ch.boolean(),
     )
 
 

@@ -264,7 +264,7 @@ def _advance(rk: _Rank, arrival: dict, holds: list[int], n_stages: int, desched)
         if any(k not in arrival for k in need):
             return False
         _compute(rk, it, step, n_stages, slow, [(k, max(arrival[m] for m in rk.batch_of.get(
-            k, (k,)))) for k in waits])
+            k, (k,)))) for k in waits], holds)
     elif it.op == "S":
         _send(rk, it, step, arrival, slow)
     elif it.op == "R" and not (case.p2p == "gloo" and not case.batched):
@@ -325,7 +325,7 @@ def _post_recv(rk: _Rank, it: Item, step: int) -> None:
 
 
 def _compute(rk: _Rank, it: Item, step: int, n_stages: int, slow: bool,
-             waits: list[tuple[tuple, float]]) -> None:
+             waits: list[tuple[tuple, float]], holds=()) -> None:
     case = rk.case
     s0 = rk.t
     for key, arrives in waits:  # the wait for a posted receive: a gap inside the action's span
@@ -342,10 +342,18 @@ def _compute(rk: _Rank, it: Item, step: int, n_stages: int, slow: bool,
     for a in it.acts:
         a0 = rk.t
         n0 = len(rk.run.compute.setdefault(step, []))
+        glue = case.engine_glue and a.kind in ("I", "W")
+        if glue:  # torch's split backward call: views of the output gradients it is handed
+            for _ in range(2):
+                _glue_op(rk, VIEW_AS, step)
         for op in _action_ops(rk, a.stage, a.kind, n_stages):
             thread = "autograd" if rk.gpu and a.kind != "F" and op is not SEED else "main"
             rk.op(op, step, 100.0 if (slow and first) else 1.0, thread)
             first = False
+        if glue and a.kind == "W":  # the weight gradients accumulated in place
+            _glue_op(rk, ADD_, step)
+        if case.engine_glue and _hands_on_locally(a, holds, n_stages):
+            _glue_op(rk, DETACH_ if a.kind == "I" else DETACH, step)
         if len(rk.run.compute[step]) == n0:  # no compute (the first stage's I): the call alone
             rk.t += rk.rng.uniform(3.0, 8.0)
         ivs = sorted(rk.run.compute[step][n0:])
@@ -366,6 +374,29 @@ def _compute(rk: _Rank, it: Item, step: int, n_stages: int, slow: bool,
     nxt = rk.prog[rk.i + 1][1] if rk.i + 1 < len(rk.prog) else None
     if rk.span is not None and not (isinstance(nxt, Item) and nxt.op == "S"):
         _close_span(rk)
+
+
+#: torch's runtime around an action (with ``Case.engine_glue``), as its traces show: views of
+#: the output gradients before an I or a W, a W's in-place accumulation after it, and the detach
+#: that hands an output to a stage of the same rank (the turn of a V; ``detach_`` after an I):
+#: no layer's compute, but the action's
+VIEW_AS = Op("aten::view_as", 4.0, (("aten::view", 0.2, 0.6),))
+ADD_ = Op("aten::add_", 6.0)
+DETACH = Op("aten::detach", 5.0, (("detach", 0.2, 0.6),))
+DETACH_ = Op("aten::detach_", 5.0, (("detach_", 0.2, 0.6),))
+
+
+def _glue_op(rk: _Rank, op: Op, step: int) -> None:
+    """One glue op of an action on the schedule's thread: the action's compute on a CPU trace;
+    on a GPU trace only where it launches a kernel (the in-place add)."""
+    rk.op(op, step if (not rk.gpu or op is ADD_) else None)
+
+
+def _hands_on_locally(a, holds, n_stages: int) -> bool:
+    """Whether the action's output goes to a stage on the same rank (a V's turn)."""
+    if a.kind == "F":
+        return a.stage + 1 < n_stages and a.stage + 1 in holds
+    return a.kind in ("B", "I") and a.stage >= 1 and a.stage - 1 in holds
 
 
 def _close_span(rk: _Rank) -> None:

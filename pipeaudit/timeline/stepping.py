@@ -48,6 +48,8 @@ class StepDecision:
     notes: tuple[str, ...] = ()
     #: the inferred ranks' steps rest on the M or the steps the user stated
     from_stated: bool = False
+    #: the periodicity fits one microbatch a step and several alike: nothing tells which
+    undecided: bool = False
 
 
 def settle_steps(ranks: Sequence[RankTimeline], *, positions: dict[int, int], num_stages: int,
@@ -94,14 +96,11 @@ def settle_steps(ranks: Sequence[RankTimeline], *, positions: dict[int, int], nu
         m, evidence = stated_microbatches, "--microbatches"
     if m is None and manifest_microbatches:
         m, evidence = manifest_microbatches, "the harness manifest's num_microbatches"
+    undecided = False
     if m is None:
-        m, ambiguous = _from_periodicity(loose, positions, num_stages)
+        m, undecided = _from_periodicity(loose, positions, num_stages)
         if m is not None:
             evidence = PERIODICITY_EVIDENCE
-            if ambiguous:
-                notes.append("the F/B sequence repeats with one microbatch per step, which naive "
-                             "with several microbatches per step looks like too; give --steps or "
-                             "--microbatches if that is wrong")
     if m is None:
         notes.append("steps not found (no ProfilerStep, optimizer annotation, batch split or "
                      "repeating order): the whole trace is taken as one step; give --steps N")
@@ -109,7 +108,7 @@ def settle_steps(ranks: Sequence[RankTimeline], *, positions: dict[int, int], nu
     for rt in loose:
         rt.actions = _chunk(rt.actions, per_rank.get(rt.rank, m))
     stated = evidence in ("--steps", "--microbatches")
-    return StepDecision(evidence or SINGLE_STEP_EVIDENCE, m, tuple(notes), stated)
+    return StepDecision(evidence or SINGLE_STEP_EVIDENCE, m, tuple(notes), stated, undecided)
 
 
 def _forward_count(rt: RankTimeline) -> int:

@@ -94,6 +94,21 @@ CANNOT_TELL = {
         op_shape='dominant', layers=1, nested=False, loss=False, heavy_stage=0, heavy_factor=3.0,
         heavy_by_layers=True, deschedule='compute', one_rank=3, shuffle=True, latency_us=30.0,
         seed=538097487),
+    # one rank's file of ZBV from its ops, no step marks: its I and W merge into one backward,
+    # so it runs F B F B ...: read as 1F1B at M = 1 over 36 steps
+    "ZBV's middle rank alone, no step marks": Case(
+        schedule='zbv', pp=6, v=2, m=9, steps=1, grid='dp-outer', named_groups=False,
+        annotated=False, p2p='nccl', batched=False, profiler_steps=False, optimizer=False,
+        batch_split=False, op_shape='dominant', layers=1, nested=True, loss=True, heavy_stage=10,
+        heavy_chunk=1, heavy_factor=1.5, heavy_by_layers=True, deschedule='compute', one_rank=4,
+        latency_us=200.0, seed=162069413, engine_glue=True),
+    # the same shape with the optimizer's marks and M = 2 stated: read as naive at M = 8
+    "ZBV's rank alone against a stated M": Case(
+        schedule='zbv', pp=6, v=2, m=2, steps=1, tp=2, grid='dp-outer', named_groups=True,
+        annotated=False, p2p='gloo', batched=True, profiler_steps=False, optimizer=True,
+        batch_split=True, op_shape='distinct', layers=3, nested=False, loss=False, heavy_stage=6,
+        heavy_chunk=1, heavy_factor=3.0, heavy_by_layers=True, deschedule='prep', one_rank=5,
+        shuffle=True, state_microbatches=True, seed=1395806159, engine_glue=True),
 }
 
 

@@ -126,7 +126,7 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
                    feeding_last: set[int] = frozenset(),
                    chunks_ambiguous: bool = False, repeats_undecided: set[int] = frozenset(),
                    stated: tuple[int | None, int | None] | None = None,
-                   steps_undecided: bool = False,
+                   steps_undecided: str = "",
                    coverage_floor: float = COVERAGE_FLOOR) -> list[Doubt]:
     """The doubts about the guessed readings of ``ranks`` (one per rank at most, first reason
     found). ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
@@ -140,8 +140,8 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
     stated (the steps where those of the ranks without step marks rest on them): a reading that
     runs other than M forwards per stage and step, or other than that many steps, contradicts
     them;
-    ``steps_undecided``: the steps of the ranks without step marks rest on an F/B sequence that
-    repeats with one microbatch per step, which several alike per step look like too."""
+    ``steps_undecided``: why the steps of the ranks without step marks are a guess that
+    nothing settles ("" where they are not)."""
     checked = [rt for rt in ranks if rt.source in CHECKED_SOURCES and rt.actions.height]
     if not checked:
         return []
@@ -167,9 +167,7 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
             why = _stated_doubt(counts[rt.rank], stated[0],
                                 stated[1] if rt.step_evidence is None else None)
         if why is None and steps_undecided and rt.step_evidence is None:
-            why = ("its forwards and backwards alternate one by one and nothing marks its steps: "
-                   "one microbatch a step, or several a step of a schedule that alternates them "
-                   "(naive, a last stage's 1F1B); --steps or --run-microbatches settles it")
+            why = steps_undecided
         if why is None and chunks_ambiguous:
             why = ("its order of forwards and backwards fits several numbers of chunks per rank "
                    "(v) and microbatches (M): the reading cannot tell which ran")

@@ -35,8 +35,9 @@ OCCURRENCE_EVIDENCE = "the k-th occurrence of each annotated action"
 SPLIT_EVIDENCE = "the schedule's batch split (aten::tensor_split) on the first stage"
 PERIODICITY_EVIDENCE = "the periodicity of the F/B sequence"
 SINGLE_STEP_EVIDENCE = "none (the whole trace taken as one step)"
-#: Schedules with one stage per rank whose order inference can check.
-SINGLE_STAGE_SCHEDULES = ("gpipe", "1f1b", "naive")
+#: Schedules with one stage per rank whose order inference can check (eager 1F1B: torch's
+#: interleaved 1F1B at one chunk per rank).
+SINGLE_STAGE_SCHEDULES = ("gpipe", "1f1b", "naive", "eager-1f1b")
 
 
 @dataclass
@@ -48,8 +49,8 @@ class StepDecision:
     notes: tuple[str, ...] = ()
     #: the inferred ranks' steps rest on the M or the steps the user stated
     from_stated: bool = False
-    #: the periodicity fits one microbatch a step and several alike: nothing tells which
-    undecided: bool = False
+    #: why the steps of the ranks without step marks are a guess nothing settles ("": they are not)
+    undecided: str = ""
 
 
 def settle_steps(ranks: Sequence[RankTimeline], *, positions: dict[int, int], num_stages: int,
@@ -96,19 +97,34 @@ def settle_steps(ranks: Sequence[RankTimeline], *, positions: dict[int, int], nu
         m, evidence = stated_microbatches, "--microbatches"
     if m is None and manifest_microbatches:
         m, evidence = manifest_microbatches, "the harness manifest's num_microbatches"
-    undecided = False
+    undecided = ""
     if m is None:
-        m, undecided = _from_periodicity(loose, positions, num_stages)
+        m, one_each = _from_periodicity(loose, positions, num_stages)
         if m is not None:
             evidence = PERIODICITY_EVIDENCE
+        if one_each:
+            undecided = ("its forwards and backwards alternate one by one and nothing marks its "
+                         "steps: one microbatch a step, or several a step of a schedule that "
+                         "alternates them (naive, a last stage's 1F1B); --steps or "
+                         "--run-microbatches settles it")
     if m is None:
         notes.append("steps not found (no ProfilerStep, optimizer annotation, batch split or "
                      "repeating order): the whole trace is taken as one step; give --steps N")
-        return StepDecision(SINGLE_STEP_EVIDENCE, None, tuple(notes))
+        if any(_repeats(_kinds(rt)) for rt in loose):
+            undecided = ("its F/B sequence repeats itself, as steps do, but in no order of a "
+                         "known schedule, and nothing marks its steps: one step or several; "
+                         "--steps settles it")
+        return StepDecision(SINGLE_STEP_EVIDENCE, None, tuple(notes), undecided=undecided)
     for rt in loose:
         rt.actions = _chunk(rt.actions, per_rank.get(rt.rank, m))
     stated = evidence in ("--steps", "--microbatches")
     return StepDecision(evidence or SINGLE_STEP_EVIDENCE, m, tuple(notes), stated, undecided)
+
+
+def _repeats(seq: str) -> bool:
+    """Whether ``seq`` is two or more copies of one shorter sequence."""
+    n = len(seq)
+    return any(n % k == 0 and seq == seq[: n // k] * k for k in range(2, n // 2 + 1))
 
 
 def _forward_count(rt: RankTimeline) -> int:

@@ -258,3 +258,18 @@ def test_stages_of_repeated_blocks(tmp_path, marks, schedule, P, M, slow, latenc
     built = build_run(tmp_path, orders, annotate=False, realistic=True, steps=2, layers=4,
                       latency=latency, dur=_dur(slow, 2.5), **MARKS[marks])
     _check(pipeaudit.load(built.directory).audit(), built, M, 2, P, schedule)
+
+
+def test_steps_of_an_unknown_order_without_marks_are_not_guessed(tmp_path):
+    """Two steps of an order no catalogue schedule runs (F F B B F B on the first stage), nothing
+    marking the steps: the whole trace as one step would give M twice the truth, so the reading
+    says it cannot tell; --steps settles it."""
+    first = [(0, "F", 0), (0, "F", 1), (0, "B", 0), (0, "B", 1), (0, "F", 2), (0, "B", 2)]
+    last = [(1, k, m) for m in range(3) for k in "FB"]
+    built = build_run(tmp_path, [first, last], annotate=False, realistic=True, steps=2,
+                      with_profiler_steps=False, optimizer=False, split_marks=False)
+    guessed = pipeaudit.load(built.directory).audit()
+    assert guessed.uncertain and guessed.num_microbatches is None
+    assert "repeats itself" in guessed.uncertain[0]["reason"]
+    stated = pipeaudit.load(built.directory, num_steps=2).audit()
+    assert not stated.uncertain and stated.num_microbatches == 3 and stated.num_steps == 2

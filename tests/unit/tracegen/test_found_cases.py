@@ -66,6 +66,14 @@ FOUND = {
         batch_split=False, op_shape='dominant', layers=1, nested=True, loss=True, heavy_stage=10,
         heavy_factor=4.0, one_rank=2, state_steps=True, state_microbatches=True, latency_us=30.0,
         seed=1702836278),
+    # torch's interleaved 1F1B at one chunk per rank (eager 1F1B's order) from the ops, two
+    # steps with nothing marking them: the periodicity knew no eager order, so the whole trace
+    # was one step of M = 8 (bubble +0.04)
+    "eager 1F1B order, no step marks": Case(
+        schedule='interleaved-1f1b', pp=4, v=1, m=4, steps=2, named_groups=False, annotated=False,
+        p2p='nccl', batched=False, profiler_steps=False, optimizer=False, batch_split=False,
+        op_shape='equal', layers=1, nested=True, loss=True, data_load=True, heavy_factor=2.0,
+        deschedule='compute', shuffle=True, latency_us=5.0, seed=1772277878),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not

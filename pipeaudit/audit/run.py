@@ -68,7 +68,8 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
     if not tl.doubts and result.schedule is None:
         tl.doubts = _partial_reading_doubts(tl, layout, present)
         if tl.doubts:  # the missing actions are the reading's, not the run's
-            findings = [f for f in findings if f.code not in ("MISSING_ACTIONS", "DUPLICATED_ACTIONS")]
+            findings = [f for f in findings
+                        if f.code not in ("MISSING_ACTIONS", "DUPLICATED_ACTIONS")]
             result.schedule_source = "uncertain"
     result.conservation = [rt.account.to_dict(rt.rank) for rt in sorted(tl.ranks, key=lambda x: x.rank)
                            if rt.source == "inferred" and rt.account is not None]

@@ -137,7 +137,8 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
     doubts = reading_doubts(values, positions, replicas=lay.replicas, fed_first=fed_first,
                             feeding_last=feeding_last,
                             chunks_ambiguous=chunks_ambiguous, repeats_undecided=repeats_undecided,
-                            stated=(o.num_microbatches, o.num_steps if decision.from_stated else None),
+                            stated=(o.num_microbatches,
+                                    o.num_steps if decision.from_stated else None),
                             steps_undecided=decision.undecided)
     warnings = list(set_warnings)
     for rt in values:

@@ -132,8 +132,9 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
     found). ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
     list of positions, each a tuple of tensor-parallel peers; ``fed_first``: ranks of the first
     position that send gradients back (:func:`first_positions_fed`); ``feeding_last``: ranks of
-    the last position that send activations on (:func:`last_positions_feeding`); ``chunks_ambiguous``: the
-    order of the actions fits several chunk counts (:mod:`pipeaudit.timeline.virtual`);
+    the last position that send activations on (:func:`last_positions_feeding`);
+    ``chunks_ambiguous``: the order of the actions fits several chunk counts
+    (:mod:`pipeaudit.timeline.virtual`);
     ``repeats_undecided``: ranks whose backward blocks of one op sequence repeated read as
     several backwards or as one, with no other rank and no stated M to say which
     (:func:`pipeaudit.timeline.build.consistent_counts`); ``stated``: (M, steps) the user

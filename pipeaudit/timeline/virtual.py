@@ -69,12 +69,13 @@ def split_virtual_stages(ranks: Sequence[RankTimeline], positions: dict[int, int
     ``looped``: True where the first position sends gradients back or the last sends
     activations on (it holds another stage too), so no one-stage schedule ran, whatever the
     kinds; None where neither position's trace is read (one rank's file of a middle stage):
-    kinds that fit a one-stage schedule and an interleaved one are then ambiguous; ``stated``: the schedule the user says ran
-    (``--schedule``), tried first and, when it holds several stages per rank, instead of
-    every one-stage schedule; ``stated_microbatches``: the M the user says ran (of the fits,
-    those of that M are kept; one stage over another M is no fit); ``grads_back``: first-position rank -> gradients it sent back
-    (a rank of v chunks sends (v - 1)·M a step: of the chunk counts the order fits, the one
-    they give is kept)."""
+    kinds that fit a one-stage schedule and an interleaved one are then ambiguous;
+    ``stated``: the schedule the user says ran (``--schedule``), tried first and, when it
+    holds several stages per rank, instead of every one-stage schedule;
+    ``stated_microbatches``: the M the user says ran (of the fits, those of that M are kept;
+    one stage over another M is no fit); ``grads_back``: first-position rank -> gradients it
+    sent back (a rank of v chunks sends (v - 1)·M a step: of the chunk counts the order fits,
+    the one they give is kept)."""
     with_actions = [rt for rt in ranks if rt.actions.height]
     if not with_actions or any(rt.source != "inferred" for rt in with_actions):
         return None, False

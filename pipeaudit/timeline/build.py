@@ -139,7 +139,7 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
                             chunks_ambiguous=chunks_ambiguous, repeats_undecided=repeats_undecided,
                             stated=(o.num_microbatches,
                                     o.num_steps if decision.from_stated else None),
-                            steps_undecided=decision.undecided)
+                            steps_undecided=decision.undecided, layout_guessed=lay.guessed)
     warnings = list(set_warnings)
     for rt in values:
         warnings.extend(w for w in rt.warnings if w not in warnings)

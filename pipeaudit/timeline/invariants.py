@@ -126,7 +126,7 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
                    feeding_last: set[int] = frozenset(),
                    chunks_ambiguous: bool = False, repeats_undecided: set[int] = frozenset(),
                    stated: tuple[int | None, int | None] | None = None,
-                   steps_undecided: str = "",
+                   steps_undecided: str = "", layout_guessed: bool = False,
                    coverage_floor: float = COVERAGE_FLOOR) -> list[Doubt]:
     """The doubts about the guessed readings of ``ranks`` (one per rank at most, first reason
     found). ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
@@ -142,7 +142,8 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
     runs other than M forwards per stage and step, or other than that many steps, contradicts
     them;
     ``steps_undecided``: why the steps of the ranks without step marks are a guess that
-    nothing settles ("" where they are not)."""
+    nothing settles ("" where they are not); ``layout_guessed``: the process groups show a
+    grid that neither their names nor the transfers place (:attr:`Layout.guessed`)."""
     checked = [rt for rt in ranks if rt.source in CHECKED_SOURCES and rt.actions.height]
     if not checked:
         return []
@@ -167,6 +168,10 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
         if why is None and stated is not None:
             why = _stated_doubt(counts[rt.rank], stated[0],
                                 stated[1] if rt.step_evidence is None else None)
+        if why is None and layout_guessed:
+            why = ("its process groups carry no names, and neither they nor the transfers say "
+                   "which ranks form a pipeline: the job is read as one pipeline of every rank "
+                   "(--layout, e.g. pp=4,dp=2, settles it)")
         if why is None and steps_undecided and rt.step_evidence is None:
             why = steps_undecided
         if why is None and chunks_ambiguous:

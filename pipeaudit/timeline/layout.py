@@ -53,6 +53,9 @@ class Layout:
     source: str
     world_size: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: the ranks' process groups show a grid that nothing names or places: this layout (every
+    #: rank one pipeline) is a guess, and a reading from the ops on it is uncertain
+    guessed: bool = False
 
     @property
     def ranks(self) -> list[int]:
@@ -308,8 +311,10 @@ def detect_layout(*, headers: Sequence[Mapping[str, Any]], ranks: Sequence[int],
         return from_stages
     _refuse_unnamed_subgroups(groups, ranks, world_size)
     if world_size is not None and 0 < world_size <= MAX_WORLD and all(r < world_size for r in ranks):
+        unnamed = any(g["desc"] in ("", "undefined") and 1 < len(g["ranks"]) < world_size
+                      for g in groups)
         return Layout(world_size, 1, 1, (tuple((r,) for r in range(world_size)),), "world size",
-                      world_size)
+                      world_size, guessed=unnamed)
     members = sorted(set(ranks))
     return Layout(len(members), 1, 1, (tuple((r,) for r in members),), "ranks given", None)
 

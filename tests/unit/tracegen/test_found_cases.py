@@ -86,6 +86,14 @@ CANNOT_TELL = {
         annotated=False, p2p='nccl', batched=False, profiler_steps=False, optimizer=True,
         batch_split=True, op_shape='tied', layers=1, nested=True, loss=False, heavy_factor=3.0,
         deschedule='prep', one_rank=11, latency_us=200.0, seed=332309638),
+    # every rank's file, groups with no names (DP = 3), transfers that do not say who sends to
+    # whom: the job was read as one pipeline of 15 stages (bubble off by 0.3)
+    "a grid of unnamed groups the transfers do not place": Case(
+        schedule='interleaved-1f1b', pp=5, v=1, m=4, steps=1, dp=3, named_groups=False,
+        annotated=False, p2p='gloo', batched=True, profiler_steps=True, optimizer=True,
+        batch_split=False, op_shape='repeated', layers=1, nested=False, loss=True, data_load=True,
+        heavy_stage=1, heavy_factor=4.0, deschedule='compute', shuffle=True, latency_us=200.0,
+        seed=714194845, engine_glue=True),
     # one rank's file, the last position of DualPipeV from its ops: read as one stage (M = 26)
     # though it sends activations on, which no last stage does
     "the last rank of DualPipeV alone": Case(

@@ -80,7 +80,7 @@ def one_f_one_b_split_lowmem(P: int, v: int = 1) -> BuildingBlock:
     return BuildingBlock("1f1b-split-lowmem", loop_placement(P, 1), tuple(passes), T, dict(_SPLIT))
 
 
-@lru_cache(maxsize=32)  # a search over (3v)^3 gaps: detection asks for the same (P, v) often
+@lru_cache(maxsize=256)  # a search over (3v)^3 gaps: detection asks for the same (P, v) often
 def interleaved_1f1b_lowmem(P: int, v: int = 2) -> BuildingBlock:
     """Interleaved 1F1B (loop placement, v chunks) repeated one microbatch at a time, instead
     of in rounds of P microbatches per chunk as Megatron-LM and torch do. Forwards run down

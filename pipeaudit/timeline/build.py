@@ -25,9 +25,8 @@ from pipeaudit.timeline.rank import RankTimeline, reduce_rank
 from pipeaudit.timeline.single_process import single_process, split_by_device
 from pipeaudit.timeline.stepping import settle_steps
 from pipeaudit.timeline.conservation import settle_accounts
-from pipeaudit.timeline.invariants import (activations_sent_on, first_positions_fed,
-                                          gradients_sent_back, last_positions_feeding,
-                                          reading_doubts)
+from pipeaudit.timeline.invariants import (reading_doubts, sending_past_the_end,
+                                          sends_from_position)
 from pipeaudit.timeline.split_backward import choose_split_readings, fit_split_backward
 from pipeaudit.timeline.virtual import split_virtual_stages
 
@@ -116,10 +115,10 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
             continue
         if rt.stage_from_rank and rt.actions.height:
             rt.actions = rt.actions.with_columns(stage=pl.lit(where[1], dtype=pl.Int64))
-    grads_back = gradients_sent_back(values, positions)
-    fed_first = first_positions_fed(values, grads_back)
-    sent_on = activations_sent_on(values, positions, lay.pp)
-    feeding_last = last_positions_feeding(values, sent_on)
+    grads_back = sends_from_position(values, positions, 0, "B")
+    fed_first = sending_past_the_end(values, grads_back, ("B", "I"))
+    sent_on = sends_from_position(values, positions, lay.pp - 1, "F") if lay.pp > 1 else {}
+    feeding_last = sending_past_the_end(values, sent_on, ("F",))
     # does the first or last position show a rank holding several stages? None: neither is read
     ends_read = {0, lay.pp - 1} & {positions.get(rt.rank) for rt in values if rt.actions.height}
     looped = True if fed_first or feeding_last else (False if ends_read else None)

@@ -138,13 +138,14 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     cls[inside(starts, framework_spans(ops.spans))] = _EXCLUDED
     cls[seq["p2p_prep"].to_numpy()] = _EXCLUDED  # the transfer's, not an action's
     codes = _name_codes(seq["name"])
+    glue_of = glue_classes(seq["name"])
     busy = ends - starts
 
     step_ids = _step_ids(starts, ops)
     blocks = _blocks(cls, step_ids)
     backward_blocks = [b for b in blocks if cls[b[0]] == _BACKWARD]
     if calls:
-        glue = np.where(cls == _COMPUTE, glue_classes(seq["name"]), NO_GLUE)
+        glue = np.where(cls == _COMPUTE, glue_of, NO_GLUE)
         backward = backward_actions(split_calls(backward_blocks, codes), glue, codes, step_ids)
         ends_at = cls.copy()  # the glue an action took is the action's
         for a, b in backward:
@@ -175,7 +176,7 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
                                  seq["name"].str.contains(LOSS_OP_RE).fill_null(False).to_numpy())
     forward = _local_handoffs_to_forward(forward, cls, (seq["name"] == LOCAL_HANDOFF_OP).to_numpy())
     not_input = (seq["name"].is_in(list(BATCH_SPLIT_OPS)).to_numpy()
-                 | (glue_classes(seq["name"]) != NO_GLUE))
+                 | (glue_of != NO_GLUE))
     forward = _inputs_to_forward(forward, backward, cls, codes, not_input)
 
     rows = []

@@ -66,57 +66,36 @@ def _kind_doubt(counts: Mapping[tuple[int, int], dict[str, int]]) -> str | None:
     return None
 
 
-#: Sends of backward gradients, as a share of its backwards, from which a first-position rank
-#: holds a later stage too (a transfer's kind is read from the action before it: a few may be
-#: misread, a later stage's every gradient is not).
+#: Sends past a pipeline end (gradients back from the first position, activations on from the
+#: last), as a share of the rank's actions of that kind, from which the rank holds another stage
+#: too (a transfer's kind is read from the action before it: a few may be misread, another
+#: stage's every transfer is not).
 LOOP_SEND_SHARE = 0.25
 
 
-def gradients_sent_back(ranks: Sequence[RankTimeline], positions: Mapping[int, int]) -> dict[int, int]:
-    """Guessed rank at the first stage position -> how many gradients it sent (read before
-    the transfers are settled, from the action each send follows)."""
+def sends_from_position(ranks: Sequence[RankTimeline], positions: Mapping[int, int],
+                        position: int, kind: str) -> dict[int, int]:
+    """Guessed rank at stage ``position`` -> how many transfers it sent after a ``kind`` action
+    (read before the transfers are settled, from the action each send follows): gradients
+    (``"B"``) from the first position, activations (``"F"``) from the last."""
     out = {}
     for rt in ranks:
-        if rt.source in CHECKED_SOURCES and positions.get(rt.rank) == 0 and rt.p2p_tags.height:
+        if rt.source in CHECKED_SOURCES and positions.get(rt.rank) == position and rt.p2p_tags.height:
             tags = rt.p2p_tags
-            out[rt.rank] = int(((tags["dir"] == "send") & (tags["kind"] == "B")).sum())
+            out[rt.rank] = int(((tags["dir"] == "send") & (tags["kind"] == kind)).sum())
     return out
 
 
-def activations_sent_on(ranks: Sequence[RankTimeline], positions: Mapping[int, int],
-                        num_positions: int) -> dict[int, int]:
-    """Guessed rank at the last stage position -> how many activations it sent (read as
-    :func:`gradients_sent_back` reads gradients)."""
-    out = {}
-    for rt in ranks:
-        if (num_positions > 1 and rt.source in CHECKED_SOURCES and rt.p2p_tags.height
-                and positions.get(rt.rank) == num_positions - 1):
-            tags = rt.p2p_tags
-            out[rt.rank] = int(((tags["dir"] == "send") & (tags["kind"] == "F")).sum())
-    return out
-
-
-def last_positions_feeding(ranks: Sequence[RankTimeline], sent_on: Mapping[int, int]) -> set[int]:
-    """The guessed ranks at the last stage position that send activations on
-    (``sent_on``, :func:`activations_sent_on`), a :data:`LOOP_SEND_SHARE` of their forwards or
-    more: the last stage has no stage after it, so such a rank holds an earlier stage too."""
+def sending_past_the_end(ranks: Sequence[RankTimeline], sent: Mapping[int, int],
+                         kinds: Sequence[str]) -> set[int]:
+    """The ranks of a pipeline end whose sends past it (``sent``, :func:`sends_from_position`)
+    are a :data:`LOOP_SEND_SHARE` of their actions of ``kinds`` or more. The first stage has no
+    stage before it and the last none after it, so such a rank holds another stage too (a
+    looped, interleaved or V-shaped schedule)."""
     out = set()
     for rt in ranks:
-        forwards = int((rt.actions["kind"] == "F").sum()) if rt.rank in sent_on else 0
-        if forwards and sent_on[rt.rank] >= LOOP_SEND_SHARE * forwards:
-            out.add(rt.rank)
-    return out
-
-
-def first_positions_fed(ranks: Sequence[RankTimeline], grads_back: Mapping[int, int]) -> set[int]:
-    """The guessed ranks at the first stage position that send gradients back
-    (``grads_back``, :func:`gradients_sent_back`), a :data:`LOOP_SEND_SHARE` of their
-    backwards or more: the first stage of a pipeline has no stage before it, so such a rank
-    holds a later stage too (a looped, interleaved or V-shaped schedule)."""
-    out = set()
-    for rt in ranks:
-        backwards = int(rt.actions["kind"].is_in(["B", "I"]).sum()) if rt.rank in grads_back else 0
-        if backwards and grads_back[rt.rank] >= LOOP_SEND_SHARE * backwards:
+        actions = int(rt.actions["kind"].is_in(list(kinds)).sum()) if rt.rank in sent else 0
+        if actions and sent[rt.rank] >= LOOP_SEND_SHARE * actions:
             out.add(rt.rank)
     return out
 
@@ -131,8 +110,8 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
     """The doubts about the guessed readings of ``ranks`` (one per rank at most, first reason
     found). ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
     list of positions, each a tuple of tensor-parallel peers; ``fed_first``: ranks of the first
-    position that send gradients back (:func:`first_positions_fed`); ``feeding_last``: ranks of
-    the last position that send activations on (:func:`last_positions_feeding`);
+    position that send gradients back, ``feeding_last``: ranks of the last position that send
+    activations on (:func:`sending_past_the_end`);
     ``chunks_ambiguous``: the order of the actions fits several chunk counts
     (:mod:`pipeaudit.timeline.virtual`);
     ``repeats_undecided``: ranks whose backward blocks of one op sequence repeated read as

@@ -121,10 +121,14 @@ def settle_steps(ranks: Sequence[RankTimeline], *, positions: dict[int, int], nu
     return StepDecision(evidence or SINGLE_STEP_EVIDENCE, m, tuple(notes), stated, undecided)
 
 
+def _is_copies(seq: str, k: int) -> bool:
+    """Whether ``seq`` is ``k`` copies of one sequence."""
+    return len(seq) % k == 0 and seq == seq[: len(seq) // k] * k
+
+
 def _repeats(seq: str) -> bool:
     """Whether ``seq`` is two or more copies of one shorter sequence."""
-    n = len(seq)
-    return any(n % k == 0 and seq == seq[: n // k] * k for k in range(2, n // 2 + 1))
+    return any(_is_copies(seq, k) for k in range(2, len(seq) // 2 + 1))
 
 
 def _forward_count(rt: RankTimeline) -> int:
@@ -143,7 +147,7 @@ def _per_step_for_stated_m(rt: RankTimeline, m: int) -> int:
     for k in range(n // m, 1, -1):  # the most steps first
         if n % k or (n // k) % m:
             continue
-        if len(seq) % k == 0 and seq == seq[: len(seq) // k] * k:
+        if _is_copies(seq, k):
             return n // k
     return n
 
@@ -212,16 +216,8 @@ def _from_periodicity(loose: Sequence[RankTimeline], positions: dict[int, int],
         if n % k:
             continue
         m = n // k
-        ok = True
-        for rank, seq in seqs.items():
-            if len(seq) % k:
-                ok = False
-                break
-            chunk = seq[: len(seq) // k]
-            pos = positions.get(rank)
-            if seq != chunk * k or pos is None or chunk not in _valid_orders(pos, num_stages, m):
-                ok = False
-                break
-        if ok:
+        if all(_is_copies(seq, k) and positions.get(rank) is not None
+               and seq[: len(seq) // k] in _valid_orders(positions[rank], num_stages, m)
+               for rank, seq in seqs.items()):
             return m, m == 1 and n > 1
     return None, False

@@ -32,6 +32,7 @@ from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import peak_inflight_of_orders, replay
 from pipeaudit.timeline import intervals as iv
 from pipeaudit.timeline.columns import B_CODE, F_CODE, I_CODE, KIND_CODE, NO_STEP
+from pipeaudit.timeline.invariants import Doubt
 from pipeaudit.timeline.model import Timeline
 from pipeaudit.timeline.recv_facts import RecvFacts, recv_facts
 from pipeaudit.timeline.rank import RankTimeline
@@ -69,6 +70,8 @@ class PipelineAudit:
     sparse: bool
     notes: list[str] = field(default_factory=list)
     per_step: StepSeries | None = None  #: the replica's per-step series
+    #: why the schedule cannot be told from these ranks' inferred actions (none: it can)
+    doubts: list[Doubt] = field(default_factory=list)
 
     @property
     def missing_positions(self) -> list[int]:
@@ -119,6 +122,7 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
         return None  # actions, but no step in which any of them computes: no pipeline to audit
 
     doubtful = bool(tl.doubts)  # the reading broke the structure every schedule has
+    doubts: list[Doubt] = []
     if doubtful:
         name, source, detected, sched = None, "uncertain", [], None
     elif sparse:
@@ -127,8 +131,15 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
         name, source, detected, sched = (schedule, "declared", [], None) if schedule else \
             (None, "unknown", [], None)
     else:
-        name, source, detected, sched = choose_schedule(
+        name, source, detected, sched, twins = choose_schedule(
             rep_tl, schedule, P, M, v, representatives, stage_pos, notes, steps)
+        if twins:
+            doubts = [Doubt(r, f"its order fits {', '.join(detected)} and, read with the first "
+                            "stage's input gradient as nothing (the first stage has no input to "
+                            f"differentiate), {', '.join(twins)}; the other stages' traces, "
+                            "which show whether backwards are split, are missing")
+                      for r in reps]
+            name, source, detected, sched = None, "uncertain", [], None
     kind_means = {k: _mean_ns(arr.compute_ns[arr.kind == KIND_CODE[k]]) / US
                   for k in ("F", "B", "I", "W")}
     # replay ideal per step: the observed order, measured compute, free communication; the
@@ -195,7 +206,7 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
     )
     return PipelineAudit(replica, tl, positions, representatives, P, S, M, v, ranks, stages,
                          step_rows, windows, summary, name, source, detected, sched, th, replays,
-                         kind_means, complete, sparse, notes, series)
+                         kind_means, complete, sparse, notes, series, doubts)
 
 
 def _subset(tl: Timeline, ranks: list[int]) -> Timeline:

@@ -66,7 +66,8 @@ def audit(tl: Timeline, *, schedule: str | None = None) -> AuditResult:
         result.per_step = combine_series(parts) if parts else None
     findings += _job_findings(result, pipes)
     if not tl.doubts and result.schedule is None:
-        tl.doubts = _partial_reading_doubts(tl, layout, present)
+        tl.doubts = ([d for pa in pipes for d in pa.doubts]
+                     or _partial_reading_doubts(tl, layout, present))
         if tl.doubts:  # the missing actions are the reading's, not the run's
             findings = [f for f in findings
                         if f.code not in ("MISSING_ACTIONS", "DUPLICATED_ACTIONS")]

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
+import polars as pl
+
+from pipeaudit.actions import Action
 from pipeaudit.audit import findings as F
 from pipeaudit.audit.result import Finding
 from pipeaudit.errors import ScheduleError
@@ -113,6 +116,38 @@ def _fits(placement: tuple[int, ...], per_rank: tuple, stage_pos: dict[int, int]
     return all(o == per_rank[p] for p, o in observed.items() if p < len(per_rank))
 
 
+def first_stage_as_read(order) -> tuple[Action, ...]:
+    """A schedule's order as a reading from the ops sees it: the first stage's I computes
+    nothing (it has no input to differentiate), so its W reads as that stage's B."""
+    return tuple(Action(0, "B", a.microbatch) if a.stage == 0 and a.kind == "W" else a
+                 for a in order if not (a.stage == 0 and a.kind == "I"))
+
+
+def empty_input_twins(orders: dict[int, list], stage_pos: dict[int, int], P: int, M: int,
+                      v: int, found: list[str]) -> list[str]:
+    """Catalogue schedules that split backwards (I, W), not in ``found``, that run the observed
+    orders when the first stage's I is read as nothing and its W as its B. The first stage has
+    no input to differentiate, so its I computes nothing and an un-annotated reading sees one
+    backward: a file of the first stage alone cannot tell ZB-H1 from 1F1B. Only readings of
+    the first stage alone can have such twins (any other stage's I and W are seen)."""
+    observed = {p: tuple(o) for p, o in orders.items()}
+    if not observed or any(a.stage != 0 or a.kind in ("I", "W")
+                           for o in observed.values() for a in o):
+        return []
+    out = []
+    for name in SCHEDULE_NAMES:
+        if name in found or "I" not in CATALOGUE[name].kinds:
+            continue
+        try:
+            sched = build_schedule(name, P, M, chunks_for(name, v))
+        except ScheduleError:
+            continue
+        seen = tuple(first_stage_as_read(o) for o in sched.orders)
+        if _fits(sched.placement, seen, stage_pos, observed):
+            out.append(name)
+    return out
+
+
 def tie_rank(name: str) -> int:
     """Which of several schedules that run the same order (M = 1, or one rank's file of the
     last stage) is read: 1F1B, the one every framework runs, first; ``naive``, the harness's
@@ -128,8 +163,11 @@ DETECT_STEPS = 3
 def choose_schedule(tl: Timeline, declared, P, M, v, representatives, stage_pos, notes, steps):
     """The schedule to audit against: declared, else the manifest's, else detected from the
     order of the first of ``steps`` (at most :data:`DETECT_STEPS`) that matches a catalogue
-    schedule. Returns (name, source, detected names, catalogue Schedule or None)."""
+    schedule. Returns (name, source, detected names, catalogue Schedule or None, twins): the
+    ``twins`` are the split-backward schedules an un-annotated reading of the first stage alone
+    cannot tell from the detected ones (:func:`empty_input_twins`)."""
     detected: list[str] = []
+    twins: list[str] = []
     if all(0 <= p < P for p in stage_pos.values()):
         for k in steps[:DETECT_STEPS]:
             by_rank = tl.orders(k)
@@ -137,6 +175,8 @@ def choose_schedule(tl: Timeline, declared, P, M, v, representatives, stage_pos,
                       if r is not None}
             detected = detect_on_positions(orders, stage_pos, P, M, v) if orders else []
             if detected:
+                if any(rt.source == "inferred" for rt in tl.ranks):
+                    twins = empty_input_twins(orders, stage_pos, P, M, v, detected)
                 if k != steps[0]:
                     notes.append(f"schedule detected from step {k}'s order: the first audited "
                                  f"step's ({steps[0]}) differs from it")
@@ -154,13 +194,13 @@ def choose_schedule(tl: Timeline, declared, P, M, v, representatives, stage_pos,
                          f"order: audited as {name} (same closed form, same replay)")
     else:
         notes.append("schedule not recognised from the action order: no closed-form theory")
-        return None, "unknown", detected, None
+        return None, "unknown", detected, None, []
     try:
         sched = build_schedule(name, P, M, chunks_for(name, v))
     except ScheduleError as exc:
         notes.append(f"schedule {name}: {exc}")
         sched = None
-    return name, source, detected, sched
+    return name, source, detected, sched, twins if source == "detected" else []
 
 
 def closed_form_theory(name, sched, P, M, v, kind_means, notes):
@@ -200,6 +240,9 @@ def order_violations(tl: Timeline, sched, representatives, steps: list[int]) -> 
     """The first place each rank's order leaves the catalogue order at its position (first
     audited step)."""
     out = []
+    whole_first_backward = {rt.rank for rt in tl.ranks if rt.source == "inferred"
+                            and not rt.actions.filter((pl.col("stage") == 0)
+                                                      & pl.col("kind").is_in(["I", "W"])).height}
     for k in steps[:1]:
         orders = tl.orders(k)
         for p, r in enumerate(representatives):
@@ -207,6 +250,8 @@ def order_violations(tl: Timeline, sched, representatives, steps: list[int]) -> 
                 continue
             seen = orders.get(r, [])
             want = list(sched.orders[p]) if p < len(sched.orders) else []
+            if r in whole_first_backward:  # read from the ops: the first stage's I is nothing
+                want = list(first_stage_as_read(want))
             for pos, (a, b) in enumerate(zip(seen, want)):
                 if a != b:
                     out.append(F.schedule_violation(sched.name, r, pos, str(a), str(b)))

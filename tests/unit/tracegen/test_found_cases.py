@@ -125,6 +125,13 @@ CANNOT_TELL = {
         batch_split=True, op_shape='distinct', layers=3, nested=False, loss=False, heavy_stage=6,
         heavy_chunk=1, heavy_factor=3.0, heavy_by_layers=True, deschedule='prep', one_rank=5,
         shuffle=True, state_microbatches=True, seed=1395806159, engine_glue=True),
+    # one rank's file, the first stage of ZB-H1's order (interleaved zero bubble at v = 1) from
+    # its ops: the first stage's I computes nothing, so it reads F B F B in 1F1B's order
+    "the first rank of ZB-H1 alone": Case(
+        schedule='interleaved-zb', pp=6, v=1, m=9, steps=2, named_groups=False, annotated=False,
+        p2p='nccl', batched=False, profiler_steps=True, optimizer=True, batch_split=False,
+        op_shape='repeated', layers=1, nested=False, loss=False, data_load=True, heavy_factor=1.5,
+        one_rank=0, state_steps=True, latency_us=5.0, seed=998867464, engine_glue=True),
 }
 
 
@@ -138,3 +145,18 @@ def test_a_case_the_search_found_reads_to_its_truth(name: str) -> None:
 def test_a_case_the_traces_cannot_settle_says_so(name: str) -> None:
     out = run_case(CANNOT_TELL[name])
     assert out.verdict == "cannot tell", (out.verdict, out.problems)
+
+
+@pytest.mark.parametrize("stated", ["zb-h1", "1f1b"])
+def test_a_stated_schedule_settles_the_first_rank_alone(stated: str, tmp_path) -> None:
+    """ZB-H1's first rank alone reads either schedule's order once the user says which ran: no
+    order violation (its I is nothing, its W reads as B), the bubble the truth's."""
+    import pipeaudit
+    from tests.support.tracegen import generate
+
+    g = generate(CANNOT_TELL["the first rank of ZB-H1 alone"])
+    g.write(tmp_path)
+    got = pipeaudit.load(str(tmp_path), num_steps=2, allow_missing=True, schedule=stated).audit()
+    assert (got.schedule, got.num_microbatches) == (stated, 9)
+    assert not [f for f in got.findings if f.severity == "error"], got.findings
+    assert got.ranks[0].bubble == pytest.approx(g.truth.rank_bubble[0], abs=0.005)

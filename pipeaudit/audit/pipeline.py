@@ -134,10 +134,10 @@ def audit_pipeline(tl: Timeline, *, replica: int, positions: dict[int, int], P: 
         name, source, detected, sched, twins = choose_schedule(
             rep_tl, schedule, P, M, v, representatives, stage_pos, notes, steps)
         if twins:
-            doubts = [Doubt(r, f"its order fits {', '.join(detected)} and, read with the first "
+            doubts = [Doubt(r, f"its order fits {', '.join(detected)}; read with the first "
                             "stage's input gradient as nothing (the first stage has no input to "
-                            f"differentiate), {', '.join(twins)}; the other stages' traces, "
-                            "which show whether backwards are split, are missing")
+                            f"differentiate) it fits {', '.join(twins)} too, and the other stages' "
+                            "traces, which show whether backwards are split, are missing")
                       for r in reps]
             name, source, detected, sched = None, "uncertain", [], None
     kind_means = {k: _mean_ns(arr.compute_ns[arr.kind == KIND_CODE[k]]) / US

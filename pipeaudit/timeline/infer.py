@@ -167,7 +167,8 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
         if len(backward) > max(int((p2p & send).sum()), int((p2p & ~send).sum())):
             backward = backward_blocks
         forward_blocks = [b for b in blocks if cls[b[0]] == _COMPUTE]
-        forward, how = _forwards(forward_blocks, backward, codes, busy)
+        forward, how = _forwards(forward_blocks, backward, codes, busy,
+                                 sending=_sending(forward_blocks, cls))
         forward = _without_leading_collectives(forward, cls)
         forward, backward = _seeds_to_backward(forward, backward, cls,
                                                seq["name"].is_in(list(GRAD_SEED_OPS)).to_numpy())
@@ -374,8 +375,26 @@ def _occurrences(unit: tuple, blocks: list[tuple[int, int]], codes: np.ndarray) 
     return out
 
 
+def _sending(blocks: list[tuple[int, int]], cls: np.ndarray) -> set[tuple[int, int]]:
+    """The blocks whose next op, past a transfer's preparation, is a send."""
+    out = set()
+    for blk in blocks:
+        j = blk[1] + 1
+        while j < cls.size and cls[j] == _EXCLUDED:
+            j += 1
+        if j < cls.size and cls[j] == _SEND:
+            out.add(blk)
+    return out
+
+
+def _covered(blocks: set[tuple[int, int]], found: list[tuple[int, int]]) -> int:
+    """How many of ``blocks`` some action of ``found`` lies in."""
+    return sum(any(a <= blk[1] and b >= blk[0] for a, b in found) for blk in blocks)
+
+
 def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], codes: np.ndarray,
-              busy: np.ndarray, allowed: range | None = None) -> tuple[list[tuple[int, int]], str]:
+              busy: np.ndarray, allowed: range | None = None,
+              sending: set[tuple[int, int]] = frozenset()) -> tuple[list[tuple[int, int]], str]:
     """``wanted`` forwards among the non-backward blocks (see the module docstring).
 
     The candidates for the forward's op sequence are the primitive roots of the largest
@@ -387,7 +406,12 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
     ``allowed``: the numbers of forwards a split backward allows (one or two backward actions
     per forward); then only an op sequence that occurs one of these many times is the forward
     (the most work, then the fewest occurrences: a forward of repeated layers, not its layer),
-    or none."""
+    or none.
+
+    ``sending``: the blocks a send follows. What a stage sends is an action's output, so the
+    family of like blocks is taken over the signature when it holds more of them (a chunk
+    of two alike layers took the signature's count twice over, and another chunk's whole
+    forwards were left out)."""
     wanted = len(backward) if allowed is None else max(allowed, default=0)
     if wanted == 0 or not blocks:
         return [], "none"
@@ -422,7 +446,8 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
         # an op sequence that occurs as often as the backwards may be a chunk's last layer
         # only (a rank holding a chunk of three alike layers and one of one): whole blocks
         # of like ops that do far more of the work are the forwards then
-        if similar is not None and sum(work(b) for b in similar) > SIMILAR_WORK * best[0]:
+        if similar is not None and (sum(work(b) for b in similar) > SIMILAR_WORK * best[0]
+                                    or _covered(sending, similar) > _covered(sending, best[1])):
             return similar, "forward ops"
         return best[1], "forward signature"
     if similar is not None:
@@ -662,8 +687,9 @@ def _similar_blocks(blocks: list[tuple[int, int]], backward: list[tuple[int, int
     return best[1] if best else None
 
 
-#: Families of like blocks combined at most (model chunks of different sizes on one rank).
-MAX_UNION = 3
+#: Families of like blocks combined at most: a rank holding v chunks of different layers runs
+#: one forward family per chunk (four: v up to 4, as far as the generated runs go).
+MAX_UNION = 4
 
 
 def _family_unions(families: list[list[tuple[int, int]]], wanted: int):

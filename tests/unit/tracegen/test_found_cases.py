@@ -74,6 +74,16 @@ FOUND = {
         p2p='nccl', batched=False, profiler_steps=False, optimizer=False, batch_split=False,
         op_shape='equal', layers=1, nested=True, loss=True, data_load=True, heavy_factor=2.0,
         deschedule='compute', shuffle=True, latency_us=5.0, seed=1772277878),
+    # looped BFS, P = 7, v = 4 from its ops over NCCL-like kernels, every chunk its own layers
+    # and the last of two alike ones: that layer's sequence occurs once per backward (twice in
+    # the last chunk), so the first chunk's forwards were left out as the step's start-up
+    # though each is followed by a send (two ranks +0.025)
+    "looped BFS, a chunk of two alike layers": Case(
+        schedule='looped-bfs', pp=7, v=4, m=4, steps=1, dp=2, named_groups=True, annotated=False,
+        p2p='nccl', batched=True, profiler_steps=True, optimizer=False, batch_split=True,
+        op_shape='distinct', layers=1, nested=False, loss=True, data_load=False, heavy_stage=21,
+        heavy_chunk=3, heavy_factor=1.5, heavy_by_layers=True, deschedule='prep', shuffle=True,
+        state_steps=True, state_microbatches=True, latency_us=5.0, seed=582864739),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not

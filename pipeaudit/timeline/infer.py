@@ -178,7 +178,8 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     forward = _local_handoffs_to_forward(forward, cls, (seq["name"] == LOCAL_HANDOFF_OP).to_numpy())
     not_input = (seq["name"].is_in(list(BATCH_SPLIT_OPS)).to_numpy()
                  | (glue_of != NO_GLUE))
-    forward = _inputs_to_forward(forward, backward, cls, codes, not_input)
+    forward = _inputs_to_forward(forward, backward, cls, codes, not_input,
+                                 seq["name"].is_in(list(INPUT_LOAD_OPS)).to_numpy())
 
     rows = []
     for kind, found in (("F", forward), ("B", backward)):
@@ -561,10 +562,15 @@ def _local_handoffs_to_forward(forwards: list[tuple[int, int]], cls: np.ndarray,
 #: forward's input.
 BATCH_SPLIT_OPS = (SPLIT_OP, "aten::split", "aten::chunk")
 
+#: The ops that load a microbatch into the first stage: its move to the device and the
+#: embedding lookup of its tokens. A run of only these is the input's delivery even where it
+#: runs before a step's first forward only (one microbatch a step: the batch is the microbatch).
+INPUT_LOAD_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::embedding")
+
 
 def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[int, int]],
-                       cls: np.ndarray, codes: np.ndarray, not_input: np.ndarray
-                       ) -> list[tuple[int, int]]:
+                       cls: np.ndarray, codes: np.ndarray, not_input: np.ndarray,
+                       load: np.ndarray | None = None) -> list[tuple[int, int]]:
     """The input's delivery is the forward's: the same run of compute ops right before two
     forwards or more, but not before all of them (the first stage's load or embedding of each
     microbatch, which only the first chunk of an interleaved rank runs, so the forward's op
@@ -572,9 +578,10 @@ def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[in
     forward is the schedule's own work around the forward call (Megatron-core's ``aten::zeros``):
     where the input's load runs before every forward, the forward's op sequence holds it. A run
     only ever before a forward that follows a backward (or none) may be the step's start-up,
-    which runs before its first forward: it joins none. The run stops at any other action,
-    transfer, batch split or glue (``not_input``: an in-place ``add_`` between two forwards is
-    the schedule's bookkeeping, Megatron-core's token count)."""
+    which runs before its first forward: it joins none, unless it is only the microbatch's load
+    (``load``: :data:`INPUT_LOAD_OPS`; one microbatch a step on a rank of several chunks). The
+    run stops at any other action, transfer, batch split or glue (``not_input``: an in-place
+    ``add_`` between two forwards is the schedule's bookkeeping, Megatron-core's token count)."""
     if len(forwards) < 2:
         return forwards
     taken = np.zeros(cls.size, dtype=bool)
@@ -592,14 +599,16 @@ def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[in
     unit = max(counts, key=lambda lead: (counts[lead], -len(lead)))
     n = len(unit)
     grown = [lead[-n:] == unit for lead in leads]
-    if not 2 <= sum(grown) < len(forwards):
+    only_load = load is not None and all(load[a - n:a].all() for (a, _), g in zip(forwards, grown)
+                                         if g)
+    if not (1 if only_load else 2) <= sum(grown) < len(forwards):
         return forwards
     ends = sorted([(b, "F") for _, b in forwards] + [(b, "B") for _, b in backwards])
     after_forward = False
     for (a, _), g in zip(forwards, grown):
         k = bisect_left(ends, (a - n, "")) - 1
         after_forward = after_forward or (g and k >= 0 and ends[k][1] == "F")
-    if not after_forward:
+    if not (after_forward or only_load):
         return forwards
     return [(a - n, b) if g else (a, b) for (a, b), g in zip(forwards, grown)]
 

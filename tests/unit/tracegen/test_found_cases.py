@@ -84,6 +84,15 @@ FOUND = {
         op_shape='distinct', layers=1, nested=False, loss=True, data_load=False, heavy_stage=21,
         heavy_chunk=3, heavy_factor=1.5, heavy_by_layers=True, deschedule='prep', shuffle=True,
         state_steps=True, state_microbatches=True, latency_us=5.0, seed=582864739),
+    # one rank's file, the first stage of interleaved zero bubble (v = 4) at M = 1 from its ops:
+    # the microbatch's load runs before the step's first forward only, and was read as the
+    # step's start-up (+0.0062)
+    "the first stage's load at M = 1": Case(
+        schedule='interleaved-zb', pp=5, v=4, m=1, steps=3, dp=2, grid='dp-outer',
+        named_groups=True, annotated=False, p2p='nccl', batched=True, profiler_steps=True,
+        optimizer=True, batch_split=True, op_shape='tied', layers=3, nested=True, loss=False,
+        data_load=True, heavy_stage=9, heavy_chunk=2, heavy_factor=2.0, deschedule='compute',
+        one_rank=5, state_steps=True, state_microbatches=True, latency_us=30.0, seed=1653436177),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not

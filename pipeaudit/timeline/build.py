@@ -109,6 +109,8 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
         if where is not None:
             positions[rt.rank] = where[1]
     values, sends = choose_split_readings(values, positions, lay.pp)
+    sent = {rt.rank: int((rt.p2p_tags["dir"] == "send").sum())  # read before they are settled
+            for rt in values if rt.p2p_tags.height and not rt.p2p_tags["dir"].null_count()}
     for rt in values:
         where = lay.position(rt.rank)
         if where is None:
@@ -138,7 +140,8 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
                             chunks_ambiguous=chunks_ambiguous, repeats_undecided=repeats_undecided,
                             stated=(o.num_microbatches,
                                     o.num_steps if decision.from_stated else None),
-                            steps_undecided=decision.undecided, layout_guessed=lay.guessed)
+                            steps_undecided=decision.undecided, layout_guessed=lay.guessed,
+                            sent=sent, num_positions=lay.pp)
     warnings = list(set_warnings)
     for rt in values:
         warnings.extend(w for w in rt.warnings if w not in warnings)

@@ -18,6 +18,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import polars as pl
+
 from pipeaudit.timeline.rank import RankTimeline
 
 #: An inferred rank whose actions hold less of its pipeline thread's compute than this is
@@ -100,12 +103,37 @@ def sending_past_the_end(ranks: Sequence[RankTimeline], sent: Mapping[int, int],
     return out
 
 
+def sends_short(rt: RankTimeline, sent: int, num_positions: int) -> str | None:
+    """Why the reading of ``rt`` asks for more sends than the rank made (``sent`` in all), or
+    None. Every forward hands its output to the next stage and every B or I its input's
+    gradient to the previous one; where that stage is on another rank it is a send. A stage of
+    alike layers read as several forwards, with I and W read as two backwards, asks for sends
+    the trace does not have (its order and counts fit a schedule of twice the chunks)."""
+    acts = rt.actions.filter(pl.col("step") >= 0)
+    steps = acts["step"].n_unique()
+    if not steps or num_positions < 2:
+        return None
+    stage = acts["stage"].to_numpy()
+    kind = acts["kind"].to_numpy()
+    held = np.unique(stage)
+    last = num_positions * held.size - 1
+    hands = (((kind == "F") & (stage < last) & ~np.isin(stage + 1, held))
+             | (np.isin(kind, ["B", "I"]) & (stage > 0) & ~np.isin(stage - 1, held)))
+    need = int(hands.sum())
+    if sent >= need:
+        return None
+    return (f"it reads {need / steps:g} actions a step that hand a tensor to another rank, but "
+            f"it sent {sent / steps:g} a step: some forwards or backwards are read as several "
+            "(alike layers)")
+
+
 def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], *,
                    replicas: Sequence[Sequence[Sequence[int]]] = (), fed_first: set[int] = frozenset(),
                    feeding_last: set[int] = frozenset(),
                    chunks_ambiguous: bool = False, repeats_undecided: set[int] = frozenset(),
                    stated: tuple[int | None, int | None] | None = None,
                    steps_undecided: str = "", layout_guessed: bool = False,
+                   sent: Mapping[int, int] | None = None, num_positions: int = 0,
                    coverage_floor: float = COVERAGE_FLOOR) -> list[Doubt]:
     """The doubts about the guessed readings of ``ranks`` (one per rank at most, first reason
     found). ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
@@ -122,7 +150,9 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
     them;
     ``steps_undecided``: why the steps of the ranks without step marks are a guess that
     nothing settles ("" where they are not); ``layout_guessed``: the process groups show a
-    grid that neither their names nor the transfers place (:attr:`Layout.guessed`)."""
+    grid that neither their names nor the transfers place (:attr:`Layout.guessed`);
+    ``sent``: rank -> the sends it made (where its transfers are read), of ``num_positions``
+    (:func:`sends_short`)."""
     checked = [rt for rt in ranks if rt.source in CHECKED_SOURCES and rt.actions.height]
     if not checked:
         return []
@@ -140,6 +170,8 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
         if why is None and rt.rank in feeding_last and rt.actions["stage"].n_unique() == 1:
             why = ("it runs the last stage yet sends activations on, so it holds an earlier "
                    "stage too, but the reading gives it one stage")
+        if why is None and sent and rt.rank in sent:
+            why = sends_short(rt, sent[rt.rank], num_positions)
         if why is None and rt.rank in repeats_undecided:
             why = ("each of its backward blocks is one op sequence repeated: that many "
                    "backwards, or one backward of alike layers; no other rank's trace and no "

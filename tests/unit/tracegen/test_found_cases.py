@@ -151,6 +151,16 @@ CANNOT_TELL = {
         p2p='nccl', batched=False, profiler_steps=True, optimizer=True, batch_split=False,
         op_shape='repeated', layers=1, nested=False, loss=False, data_load=True, heavy_factor=1.5,
         one_rank=0, state_steps=True, latency_us=5.0, seed=998867464, engine_glue=True),
+    # one rank's file, a middle stage of interleaved zero bubble (v = 4, M = 1 stated) of two
+    # alike layers a stage, from its ops: each forward read as two, each I and W as a
+    # backward, so it ran 8 of each a step, interleaved 1F1B at v = 8; it sent 8 tensors a step
+    # where that reading hands on 16
+    "alike layers read as twice the chunks": Case(
+        schedule='interleaved-zb', pp=3, v=4, m=1, steps=3, dp=2, grid='dp-outer',
+        named_groups=True, annotated=False, p2p='nccl', batched=False, profiler_steps=False,
+        optimizer=False, batch_split=False, op_shape='tied', layers=2, nested=True, loss=True,
+        data_load=True, heavy_chunk=0, heavy_factor=1.5, deschedule='prep', one_rank=1,
+        state_microbatches=True, latency_us=5.0, seed=1058815539),
 }
 
 

@@ -139,6 +139,8 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     cls[seq["p2p_prep"].to_numpy()] = _EXCLUDED  # the transfer's, not an action's
     codes = _name_codes(seq["name"])
     glue_of = glue_classes(seq["name"])
+    scaling = seq["name"].is_in(list(GRAD_SCALING_OPS)).to_numpy()
+    batch_split = seq["name"].is_in(list(BATCH_SPLIT_OPS)).to_numpy()
     busy = ends - starts
 
     step_ids = _step_ids(starts, ops)
@@ -151,10 +153,12 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
         for a, b in backward:
             ends_at[a:b + 1][ends_at[a:b + 1] == _COMPUTE] = _BACKWARD
         blocks = _blocks(ends_at, step_ids)
-        forward_blocks = [b for b in blocks if ends_at[b[0]] == _COMPUTE]
+        candidates = _candidates([b for b in blocks if ends_at[b[0]] == _COMPUTE],
+                                 scaling | (glue_of != NO_GLUE), batch_split)
+        forward_blocks = _cut_at_handoffs(candidates, (seq["name"] == LOCAL_HANDOFF_OP).to_numpy())
         n = len(backward)  # each forward has one backward action (B, or W alone) or two (I, W)
         forward, how = _forwards(forward_blocks, backward, codes, busy, allowed=range((n + 1) // 2, n + 1))
-        if how != "forward signature":
+        if how not in ("forward signature", "forward ops"):
             return empty
         forward = _without_leading_collectives(forward, cls)
         forward = _loss_to_forward(forward, backward, ends_at)
@@ -176,8 +180,7 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     forward = _losses_to_forward(forward, backward, blocks,
                                  seq["name"].str.contains(LOSS_OP_RE).fill_null(False).to_numpy())
     forward = _local_handoffs_to_forward(forward, cls, (seq["name"] == LOCAL_HANDOFF_OP).to_numpy())
-    not_input = (seq["name"].is_in(list(BATCH_SPLIT_OPS)).to_numpy()
-                 | (glue_of != NO_GLUE))
+    not_input = batch_split | (glue_of != NO_GLUE)
     forward = _inputs_to_forward(forward, backward, cls, codes, not_input,
                                  seq["name"].is_in(list(INPUT_LOAD_OPS)).to_numpy())
 
@@ -192,7 +195,6 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     for i0, i1 in forward + backward:
         in_action[i0:i1 + 1] = True
     loose = compute_mask & ~in_action
-    scaling = seq["name"].is_in(list(GRAD_SCALING_OPS)).to_numpy()
     return Inferred(spans, int(busy[compute_mask].sum()), int(busy[compute_mask & in_action].sum()),
                     how, split=len(backward) > len(backward_blocks),
                     loose=(starts[loose].astype(np.int64), ends[loose].astype(np.int64),
@@ -441,7 +443,11 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
             if best_key is None or (key > best_key if allowed is not None else total > best_key[0]):
                 best, best_key = (total, found), key
     if allowed is not None:
-        return (best[1], "forward signature") if best is not None else ([], "none")
+        if best is not None:
+            return best[1], "forward signature"
+        # chunks of different layers: no one op sequence, one family of like blocks a chunk
+        similar = _similar_blocks(blocks, backward, codes, work, counts=counts, ordered=ordered)
+        return (similar, "forward ops") if similar is not None else ([], "none")
     similar = _similar_blocks(blocks, backward, codes, work)
     if best is not None:
         # an op sequence that occurs as often as the backwards may be a chunk's last layer
@@ -542,6 +548,35 @@ def _losses_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[in
 #: The op a stage hands its output to the next stage on the same rank with (torch detaches
 #: it: the turn of a V placement, where stage P - 1 feeds stage P without a transfer).
 LOCAL_HANDOFF_OP = "aten::detach"
+
+
+def _candidates(blocks: list[tuple[int, int]], no_forward: np.ndarray,
+                batch_split: np.ndarray) -> list[tuple[int, int]]:
+    """The blocks that may hold a forward: less a leading split of the batch (the step's
+    start-up), none made only of ops that are no forward's (``no_forward``: the gradients'
+    scaling, the runtime's glue around backward calls)."""
+    out = []
+    for a, b in blocks:
+        while a <= b and batch_split[a]:
+            a += 1
+        if a <= b and not no_forward[a:b + 1].all():
+            out.append((a, b))
+    return out
+
+
+def _cut_at_handoffs(blocks: list[tuple[int, int]], handoff: np.ndarray) -> list[tuple[int, int]]:
+    """Blocks cut after each run of detaches with no transfer after them: a V's rank hands
+    one stage's output to its next stage on the same rank with a detach, so the two forwards
+    run with nothing else between them."""
+    out = []
+    for a, b in blocks:
+        start = a
+        for j in range(a, b):
+            if handoff[j] and not handoff[j + 1]:
+                out.append((start, j))
+                start = j + 1
+        out.append((start, b))
+    return out
 
 
 def _local_handoffs_to_forward(forwards: list[tuple[int, int]], cls: np.ndarray,
@@ -663,15 +698,17 @@ SIMILAR_WORK = 1.5
 
 
 def _similar_blocks(blocks: list[tuple[int, int]], backward: list[tuple[int, int]],
-                    codes: np.ndarray, work) -> list[tuple[int, int]] | None:
-    """The forwards as the family of like blocks with one member per backward, or None.
+                    codes: np.ndarray, work, counts: set[int] | None = None,
+                    ordered=_each_before) -> list[tuple[int, int]] | None:
+    """The forwards as the family of like blocks with one member per backward, or None
+    (``counts``, ``ordered``: the numbers of forwards a split backward allows and the order
+    they keep, :func:`_forwards`).
 
     Blocks are grouped by their multiset of ops (Jaccard >= :data:`SIMILAR_MIN` to a family's
     first, heaviest member). A forward family has exactly one block per backward, and the i-th
     forward starts before the i-th backward (every schedule of the 1F1B and GPipe families, and
     naive); the optimizer's block, once per step, is a family too, but it comes after its
     step's backwards. Of the families that qualify, the one doing the most work."""
-    wanted = len(backward)
     by_bag: dict[frozenset, list[tuple[int, int]]] = {}
     for blk in blocks:
         by_bag.setdefault(_bag(tuple(codes[blk[0]:blk[1] + 1].tolist())), []).append(blk)
@@ -686,9 +723,11 @@ def _similar_blocks(blocks: list[tuple[int, int]], backward: list[tuple[int, int
             families.append((bag, list(members)))
     b_starts = sorted(b[0] for b in backward)
     best: tuple[int, list[tuple[int, int]]] | None = None
-    for fam in _family_unions([f for _, f in families], wanted):
+    unions = (fam for wanted in sorted(counts or {len(backward)})
+              for fam in _family_unions([f for _, f in families], wanted))
+    for fam in unions:
         fam = sorted(fam)
-        if not _each_before(fam, b_starts):
+        if not ordered(fam, b_starts):
             continue
         total = sum(work(b) for b in fam)
         if best is None or total > best[0]:

@@ -93,6 +93,20 @@ FOUND = {
         optimizer=True, batch_split=True, op_shape='tied', layers=3, nested=True, loss=False,
         data_load=True, heavy_stage=9, heavy_chunk=2, heavy_factor=2.0, deschedule='compute',
         one_rank=5, state_steps=True, state_microbatches=True, latency_us=30.0, seed=1653436177),
+    # ZBV from its ops, every stage its own layers (P = 2, tensor-parallel pairs over NCCL-like
+    # kernels; P = 8 with the first stage's load): no one op sequence is the forward, so the
+    # split reading found no forwards and the plain one said it could not tell
+    "ZBV from the ops, stages of different layers": Case(
+        schedule='zbv', pp=2, v=2, m=7, steps=1, tp=2, named_groups=True, annotated=False,
+        p2p='nccl', batched=False, profiler_steps=True, optimizer=True, batch_split=True,
+        op_shape='dominant', layers=2, nested=False, loss=False, heavy_stage=3, heavy_factor=3.0,
+        heavy_by_layers=True, shuffle=True, latency_us=5.0, seed=180746450, engine_glue=True),
+    "ZBV P = 8 from the ops, the first stage's load": Case(
+        schedule='zbv', pp=8, v=2, m=6, steps=1, tp=2, named_groups=True, annotated=False,
+        p2p='nccl', batched=False, profiler_steps=False, optimizer=True, batch_split=True,
+        op_shape='tied', layers=3, nested=False, loss=True, data_load=True, heavy_chunk=0,
+        heavy_factor=2.0, state_steps=True, state_microbatches=True, latency_us=5.0,
+        seed=2030712019),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not

@@ -165,8 +165,7 @@ def choose_schedule(tl: Timeline, declared, P, M, v, representatives, stage_pos,
     order of the first of ``steps`` (at most :data:`DETECT_STEPS`) that matches a catalogue
     schedule. Returns (name, source, detected names, catalogue Schedule or None, twins): the
     ``twins`` are the split-backward schedules an un-annotated reading of the first stage alone
-    cannot tell from the detected ones (:func:`empty_input_twins`; at M = 1 every schedule runs
-    one forward and one backward a step, which detection already audits as one)."""
+    cannot tell from the detected ones (:func:`empty_input_twins`)."""
     detected: list[str] = []
     twins: list[str] = []
     if all(0 <= p < P for p in stage_pos.values()):
@@ -176,7 +175,7 @@ def choose_schedule(tl: Timeline, declared, P, M, v, representatives, stage_pos,
                       if r is not None}
             detected = detect_on_positions(orders, stage_pos, P, M, v) if orders else []
             if detected:
-                if M > 1 and any(rt.source == "inferred" for rt in tl.ranks):
+                if any(rt.source == "inferred" for rt in tl.ranks):
                     twins = empty_input_twins(orders, stage_pos, P, M, v, detected)
                 if k != steps[0]:
                     notes.append(f"schedule detected from step {k}'s order: the first audited "

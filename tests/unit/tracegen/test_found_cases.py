@@ -165,6 +165,14 @@ CANNOT_TELL = {
         p2p='nccl', batched=False, profiler_steps=True, optimizer=True, batch_split=False,
         op_shape='repeated', layers=1, nested=False, loss=False, data_load=True, heavy_factor=1.5,
         one_rank=0, state_steps=True, latency_us=5.0, seed=998867464, engine_glue=True),
+    # the same at M = 1 (a tensor-parallel peer of the first stage alone): F then its backward,
+    # every one-stage schedule's order too; it was read as 1F1B
+    "the first rank of ZB-H1 alone at M = 1": Case(
+        schedule='interleaved-zb', pp=2, v=1, m=1, steps=3, tp=2, named_groups=True,
+        annotated=False, p2p='gloo', batched=False, profiler_steps=False, optimizer=True,
+        batch_split=False, op_shape='dominant', layers=2, nested=True, loss=True, data_load=True,
+        heavy_factor=4.0, heavy_by_layers=True, one_rank=1, shuffle=True, state_steps=True,
+        state_microbatches=True, latency_us=30.0, seed=744680335, engine_glue=True),
     # one rank's file, a middle stage of interleaved zero bubble (v = 4, M = 1 stated) of two
     # alike layers a stage, from its ops: each forward read as two, each I and W as a
     # backward, so it ran 8 of each a step, interleaved 1F1B at v = 8; it sent 8 tensors a step

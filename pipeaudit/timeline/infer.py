@@ -141,6 +141,7 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     glue_of = glue_classes(seq["name"])
     scaling = seq["name"].is_in(list(GRAD_SCALING_OPS)).to_numpy()
     batch_split = seq["name"].is_in(list(BATCH_SPLIT_OPS)).to_numpy()
+    handoff = (seq["name"] == LOCAL_HANDOFF_OP).to_numpy()
     busy = ends - starts
 
     step_ids = _step_ids(starts, ops)
@@ -155,7 +156,7 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
         blocks = _blocks(ends_at, step_ids)
         candidates = _candidates([b for b in blocks if ends_at[b[0]] == _COMPUTE],
                                  scaling | (glue_of != NO_GLUE), batch_split)
-        forward_blocks = _cut_at_handoffs(candidates, (seq["name"] == LOCAL_HANDOFF_OP).to_numpy())
+        forward_blocks = _cut_at_handoffs(candidates, handoff)
         n = len(backward)  # each forward has one backward action (B, or W alone) or two (I, W)
         forward, how = _forwards(forward_blocks, backward, codes, busy, allowed=range((n + 1) // 2, n + 1))
         if how not in ("forward signature", "forward ops"):
@@ -179,7 +180,7 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
         forward = _loss_to_forward(forward, backward, cls)
     forward = _losses_to_forward(forward, backward, blocks,
                                  seq["name"].str.contains(LOSS_OP_RE).fill_null(False).to_numpy())
-    forward = _local_handoffs_to_forward(forward, cls, (seq["name"] == LOCAL_HANDOFF_OP).to_numpy())
+    forward = _local_handoffs_to_forward(forward, cls, handoff)
     not_input = batch_split | (glue_of != NO_GLUE)
     forward = _inputs_to_forward(forward, backward, cls, codes, not_input,
                                  seq["name"].is_in(list(INPUT_LOAD_OPS)).to_numpy())

@@ -103,6 +103,14 @@ def sending_past_the_end(ranks: Sequence[RankTimeline], sent: Mapping[int, int],
     return out
 
 
+def handed_on(stage: np.ndarray, kind: np.ndarray, held: np.ndarray, last: int) -> int:
+    """How many of the actions (``stage``, ``kind``) of a rank holding the stages ``held`` (of
+    stages 0..``last``) hand a tensor to another rank: a forward its output to the next stage,
+    a B or I its input's gradient to the previous one, where that stage is not held."""
+    return int((((kind == "F") & (stage < last) & ~np.isin(stage + 1, held))
+                | (np.isin(kind, ["B", "I"]) & (stage > 0) & ~np.isin(stage - 1, held))).sum())
+
+
 def sends_short(rt: RankTimeline, sent: int, num_positions: int) -> str | None:
     """Why the reading of ``rt`` asks for more sends than the rank made (``sent`` in all), or
     None. Every forward hands its output to the next stage and every B or I its input's
@@ -114,12 +122,8 @@ def sends_short(rt: RankTimeline, sent: int, num_positions: int) -> str | None:
     if not steps or num_positions < 2:
         return None
     stage = acts["stage"].to_numpy()
-    kind = acts["kind"].to_numpy()
     held = np.unique(stage)
-    last = num_positions * held.size - 1
-    hands = (((kind == "F") & (stage < last) & ~np.isin(stage + 1, held))
-             | (np.isin(kind, ["B", "I"]) & (stage > 0) & ~np.isin(stage - 1, held)))
-    need = int(hands.sum())
+    need = handed_on(stage, acts["kind"].to_numpy(), held, num_positions * held.size - 1)
     if sent >= need:
         return None
     return (f"it reads {need / steps:g} actions a step that hand a tensor to another rank, but "

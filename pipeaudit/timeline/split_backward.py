@@ -26,6 +26,7 @@ import polars as pl
 from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule
 from pipeaudit.schedules.catalogue import CATALOGUE, chunks_for
+from pipeaudit.timeline.invariants import handed_on
 from pipeaudit.timeline.rank import RankTimeline
 from pipeaudit.timeline.virtual import MAX_CHUNKS, MAX_FORWARDS, kinds_per_position
 
@@ -102,12 +103,12 @@ def _sends_suffice(sched, sends: dict[int, float]) -> bool:
     a forward's output where the next stage is elsewhere, an I's or B's input gradient where
     the previous stage is. A stage of alike layers read as several stages on one rank (no
     transfer between them) asks for sends the trace does not have."""
-    placement = sched.placement
-    last = len(placement) - 1
+    placement = np.asarray(sched.placement)
     for p, sent in sends.items():
-        need = sum(1 for a in sched.orders[p]
-                   if (a.kind == "F" and a.stage < last and placement[a.stage + 1] != p)
-                   or (a.kind in ("B", "I") and a.stage > 0 and placement[a.stage - 1] != p))
+        order = sched.orders[p]
+        need = handed_on(np.array([a.stage for a in order], dtype=np.int64),
+                         np.array([a.kind for a in order], dtype="U1"),
+                         np.flatnonzero(placement == p), placement.size - 1)
         if sent < need:
             return False
     return True

@@ -99,7 +99,7 @@ def build_timeline(paths: Sequence[str], options: LoadOptions | None = None) -> 
             headers=headers, ranks=[rt.rank for rt in values], world_size=world, manifest=manifest,
             rank_stages={rt.rank: frozenset(int(s) for s in rt.actions["stage"].unique().to_list())
                          for rt in values if not rt.stage_from_rank and rt.actions.height},
-            spec=o.layout, peers=lambda: pipelines_from_peers(values),
+            spec=o.layout, peers=lambda groups: pipelines_from_peers(values, groups),
         )
     for rt in values:
         rt.send_op_starts = None  # read by the layout's who-sends-to-whom only

@@ -28,6 +28,10 @@ from pipeaudit.timeline.rank import RankTimeline
 COVERAGE_FLOOR = 0.99
 #: Readings checked: those guessed from the ops.
 CHECKED_SOURCES = ("inferred",)
+#: Why every reading on a guessed layout is uncertain.
+LAYOUT_GUESSED = ("its process groups carry no names, and neither they nor the transfers say "
+                  "which ranks form a pipeline: the job is read as one pipeline of every rank "
+                  "(--layout, e.g. pp=4,dp=2, settles it)")
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
                    sent: Mapping[int, int] | None = None, num_positions: int = 0,
                    coverage_floor: float = COVERAGE_FLOOR) -> list[Doubt]:
     """The doubts about the guessed readings of ``ranks`` (one per rank at most, first reason
-    found). ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
+    found), and about every reading on a guessed layout. ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
     list of positions, each a tuple of tensor-parallel peers; ``fed_first``: ranks of the first
     position that send gradients back, ``feeding_last``: ranks of the last position that send
     activations on (:func:`sending_past_the_end`);
@@ -158,9 +162,11 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
     ``sent``: rank -> the sends it made (where its transfers are read), of ``num_positions``
     (:func:`sends_short`)."""
     checked = [rt for rt in ranks if rt.source in CHECKED_SOURCES and rt.actions.height]
+    # a guessed grid doubts every reading, spans or not: P and each step's window rest on it
+    doubts: dict[int, str] = {rt.rank: LAYOUT_GUESSED for rt in ranks if layout_guessed
+                              and rt.actions.height and rt.source not in CHECKED_SOURCES}
     if not checked:
-        return []
-    doubts: dict[int, str] = {}
+        return [Doubt(r, why) for r, why in sorted(doubts.items())]
     counts = {rt.rank: _counts(rt) for rt in checked}
     for rt in checked:
         why = _kind_doubt(counts[rt.rank])
@@ -184,9 +190,7 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
             why = _stated_doubt(counts[rt.rank], stated[0],
                                 stated[1] if rt.step_evidence is None else None)
         if why is None and layout_guessed:
-            why = ("its process groups carry no names, and neither they nor the transfers say "
-                   "which ranks form a pipeline: the job is read as one pipeline of every rank "
-                   "(--layout, e.g. pp=4,dp=2, settles it)")
+            why = LAYOUT_GUESSED
         if why is None and steps_undecided and rt.step_evidence is None:
             why = steps_undecided
         if why is None and chunks_ambiguous:

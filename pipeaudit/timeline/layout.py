@@ -14,7 +14,7 @@ P, D and T come from the job, never from how many files were given. Evidence, in
 4. who sends to whom (:mod:`pipeaudit.timeline.peers`), when no rank's annotations name its
    stages: each pipeline in stage order from the timing of its point-to-point transfers,
    whatever the rank order (DeepSpeed's groups carry no names and put the pipe dimension
-   outermost);
+   outermost); among groups with no names, the one family the transfers chain;
 5. the stage ids in the annotations: ranks that run the same stages are replicas of each
    other (the k-th lowest rank of each stage belongs to replica k);
 6. the world size: one pipeline of every rank, in rank order.
@@ -280,11 +280,12 @@ def detect_layout(*, headers: Sequence[Mapping[str, Any]], ranks: Sequence[int],
                   world_size: int | None, manifest: Mapping[str, Any] | None = None,
                   rank_stages: Mapping[int, frozenset[int]] | None = None,
                   spec: str | None = None,
-                  peers: Callable[[], Sequence[tuple[int, ...]] | None] | None = None) -> Layout:
+                  peers: Callable[[Sequence[Mapping[str, Any]]], Sequence[tuple[int, ...]] | None]
+                  | None = None) -> Layout:
     """The layout from the evidence named in the module docstring. ``peers`` finds the
-    pipelines from who sends to whom (:func:`~pipeaudit.timeline.peers.pipelines_from_peers`,
-    quadratic in ranks): called only when the process groups, the manifest and the stage ids
-    do not give the layout."""
+    pipelines from who sends to whom, given the headers' process groups to choose among
+    (:func:`~pipeaudit.timeline.peers.pipelines_from_peers`, quadratic in ranks): called only
+    when the groups' names, the manifest and the stage ids do not give the layout."""
     groups = process_groups(headers)
     from_groups = layout_from_groups(groups, world_size)
     if spec is not None:
@@ -303,7 +304,7 @@ def detect_layout(*, headers: Sequence[Mapping[str, Any]], ranks: Sequence[int],
     # the annotations give them, place every rank already (and tell a V's two ends apart)
     from_peers = None
     if not any((rank_stages or {}).values()):
-        from_peers = layout_from_peers(peers() if peers else None, ranks, world_size)
+        from_peers = layout_from_peers(peers(groups) if peers else None, ranks, world_size)
     if from_peers is not None:
         return from_peers
     from_stages = layout_from_stages(rank_stages or {}, world_size)

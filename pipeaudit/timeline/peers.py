@@ -16,15 +16,21 @@ say is *when* each of its sends started and each of its recvs ended, and what ea
 - of the ranks that pass, ``a`` is the one whose sends precede ``b``'s recv ends most
   closely (the least median slack).
 
-Pairs are taken greedily by slack, each rank with one downstream and one upstream peer;
-following them from the rank that receives no activations (or, in a ring of interleaved
+Where the trace headers list process groups with no names, the transfers choose among them
+first: the groups of one shape (size and rank strides) that split the ranks into equal parts
+are the pipelines when, in each, every rank hands its activations to the next one listed (the
+tests above), and no other family of groups passes. Replicas that run in lockstep pass the
+pairwise test across replicas too, so the groups settle what slack alone cannot.
+
+Otherwise pairs are taken greedily by slack, each rank with one downstream and one upstream
+peer; following them from the rank that receives no activations (or, in a ring of interleaved
 stages, from the rank whose first send comes first) gives each pipeline in stage order.
 This reads clocks across ranks, so it is used only when every rank ran on one host.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,10 +85,12 @@ def _slack(up: _Flows, down: _Flows) -> float | None:
     return float(np.median(np.concatenate([fwd, bwd])))
 
 
-def pipelines_from_peers(ranks: Sequence[RankTimeline]) -> list[tuple[int, ...]] | None:
+def pipelines_from_peers(ranks: Sequence[RankTimeline],
+                         groups: Sequence[Mapping[str, object]] = ()) -> list[tuple[int, ...]] | None:
     """Each pipeline's ranks in stage order, from the point-to-point timing (see the module
-    docstring); None when the transfers do not say (a rank without tagged transfers, several
-    hosts, pipelines of different lengths, or a rank left out)."""
+    docstring), choosing among ``groups`` (the headers' process groups, each with its
+    ``ranks``) first; None when the transfers do not say (a rank without tagged transfers,
+    several hosts, pipelines of different lengths, or a rank left out)."""
     if len(ranks) < 2 or len(ranks) > MAX_RANKS:
         return None
     if len({rt.host for rt in ranks}) > 1:
@@ -90,6 +98,9 @@ def pipelines_from_peers(ranks: Sequence[RankTimeline]) -> list[tuple[int, ...]]
     flows = {rt.rank: _flows(rt) for rt in ranks}
     if any(f.f_send.size + f.f_recv.size == 0 for f in flows.values()):
         return None
+    from_groups = _pipelines_among_groups(flows, groups)
+    if from_groups is not None:
+        return from_groups
     by_recvs: dict[int, list[int]] = {}
     for b, fb in flows.items():
         by_recvs.setdefault(fb.f_recv.size, []).append(b)
@@ -108,6 +119,25 @@ def pipelines_from_peers(ranks: Sequence[RankTimeline]) -> list[tuple[int, ...]]
     valid = {(a, b) for _, a, b in pairs}
     return None if chains is None else sorted((_ring_start(c, valid, flows) for c in chains),
                                               key=lambda c: c[0])
+
+
+def _pipelines_among_groups(flows: dict[int, _Flows], groups: Sequence[Mapping[str, object]]
+                            ) -> list[tuple[int, ...]] | None:
+    """The one family of process groups whose every group, in its listed order, is a chain of
+    ranks each handing activations to the next; None when no family or several pass."""
+    ranks = sorted(flows)
+    by_shape: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+    for g in groups:
+        members = tuple(g["ranks"])  # type: ignore[arg-type]
+        if 1 < len(members) < len(ranks):
+            by_shape.setdefault(tuple(r - members[0] for r in members), set()).add(members)
+    passing = []
+    for family in by_shape.values():
+        if sorted(r for g in family for r in g) != ranks:
+            continue  # the family does not split the ranks given into parts
+        if all(_slack(flows[a], flows[b]) is not None for g in family for a, b in zip(g, g[1:])):
+            passing.append(sorted(family, key=lambda g: g[0]))
+    return passing[0] if len(passing) == 1 else None
 
 
 def _ring_start(chain: tuple[int, ...], valid: set[tuple[int, int]],

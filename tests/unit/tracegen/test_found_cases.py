@@ -107,6 +107,15 @@ FOUND = {
         op_shape='tied', layers=3, nested=False, loss=True, data_load=True, heavy_chunk=0,
         heavy_factor=2.0, state_steps=True, state_microbatches=True, latency_us=5.0,
         seed=2030712019),
+    # GPipe with its spans, DP = 3 in dp-outer order, groups with no names, no step marks: the
+    # replicas ran in lockstep, so who sends to whom paired ranks across replicas, the grid was
+    # read as one pipeline of nine stages (every rank +0.006) and nothing said it was a guess
+    "annotated GPipe on a grid of unnamed groups": Case(
+        schedule='gpipe', pp=3, v=1, m=3, steps=2, dp=3, tp=1, grid='dp-outer',
+        named_groups=False, annotated=True, p2p='gloo', batched=True, profiler_steps=False,
+        optimizer=True, batch_split=False, op_shape='equal', layers=3, nested=False, loss=False,
+        data_load=True, heavy_factor=1.5, heavy_by_layers=True, state_microbatches=True,
+        latency_us=200.0, seed=1550819851, engine_glue=True),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not
@@ -211,3 +220,30 @@ def test_a_stated_schedule_settles_the_first_rank_alone(stated: str, tmp_path) -
     assert (got.schedule, got.num_microbatches) == (stated, 9)
     assert not [f for f in got.findings if f.severity == "error"], got.findings
     assert got.ranks[0].bubble == pytest.approx(g.truth.rank_bubble[0], abs=0.005)
+
+
+def test_a_grid_nothing_places_doubts_annotated_readings_too(tmp_path) -> None:
+    """The same annotated GPipe with each rank on its own host: clocks across hosts cannot say
+    who sends to whom, the groups carry no names, so the job is read as one pipeline of every
+    rank. Its spans read each action right, yet P and every step's window rest on that guess:
+    the reading says it cannot tell, naming --layout, and --layout settles it."""
+    import json
+
+    import pipeaudit
+    from tests.support.tracegen import generate
+
+    g = generate(FOUND["annotated GPipe on a grid of unnamed groups"])
+    g.write(tmp_path)
+    for i, f in enumerate(sorted(tmp_path.glob("*.json"))):
+        doc = json.loads(f.read_text())
+        doc["host_name"] = f"node{i}"
+        f.write_text(json.dumps(doc))
+    guessed = pipeaudit.load(str(tmp_path)).audit()
+    assert guessed.layout["source"] == "world size"
+    assert len(guessed.uncertain) == 9
+    assert "--layout" in guessed.uncertain[0]["reason"]
+    assert "READING_UNCERTAIN" in {f.code for f in guessed.findings}
+    stated = pipeaudit.load(str(tmp_path), layout="dp=3,pp=3").audit()
+    assert stated.uncertain == [] and stated.num_ranks == 3
+    for rank, truth in g.truth.rank_bubble.items():
+        assert next(r.bubble for r in stated.ranks if r.rank == rank) == pytest.approx(truth, abs=0.005)

@@ -35,7 +35,7 @@ lands in an action is the inference's *coverage*, reported with the result.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -178,6 +178,7 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
         forward, backward = _seeds_to_backward(forward, backward, cls,
                                                seq["name"].is_in(list(GRAD_SEED_OPS)).to_numpy())
         forward = _loss_to_forward(forward, backward, cls)
+        forward = _relays_to_forward(forward, blocks, cls)
     forward = _losses_to_forward(forward, backward, blocks,
                                  seq["name"].str.contains(LOSS_OP_RE).fill_null(False).to_numpy())
     forward = _local_handoffs_to_forward(forward, cls, handoff)
@@ -592,6 +593,39 @@ def _local_handoffs_to_forward(forwards: list[tuple[int, int]], cls: np.ndarray,
             j += 1
         out.append((a, j))
     return out
+
+
+def _relays_to_forward(forwards: list[tuple[int, int]], blocks: list[tuple[int, int]],
+                       cls: np.ndarray) -> list[tuple[int, int]]:
+    """A block of compute between a recv and a send, holding one forward and nothing else
+    read, starts that forward: the stage's input arrives, it computes, its output leaves. The
+    forward found there starts at the block's start (a chunk whose first layers have ops the
+    rank's other chunk lacks: the op sequence both share left those layers out as start-up).
+    Its end stays: what runs after a forward before its send is the schedule's bookkeeping
+    (Megatron-core's token count), not the forward."""
+    if not forwards:
+        return forwards
+    starts = np.array([a for a, _ in blocks])
+    inside: dict[int, list[int]] = defaultdict(list)
+    for n, (i, j) in enumerate(forwards):
+        k = int(np.searchsorted(starts, i, side="right")) - 1
+        if k >= 0 and j <= blocks[k][1]:
+            inside[k].append(n)
+    out = list(forwards)
+    for k, members in inside.items():
+        a, b = blocks[k]
+        if len(members) == 1 and _beside(cls, a, -1) == _RECV and _beside(cls, b, 1) == _SEND:
+            out[members[0]] = (a, forwards[members[0]][1])
+    return out
+
+
+def _beside(cls: np.ndarray, i: int, step: int) -> int | None:
+    """The class of the first op past ``i`` in direction ``step`` that is no transfer's
+    preparation (None at the sequence's edge)."""
+    j = i + step
+    while 0 <= j < cls.size and cls[j] == _EXCLUDED:
+        j += step
+    return int(cls[j]) if 0 <= j < cls.size else None
 
 
 #: The ops a step's batch is split into microbatches with: the step's start-up, never a

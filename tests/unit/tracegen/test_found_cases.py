@@ -116,6 +116,15 @@ FOUND = {
         optimizer=True, batch_split=False, op_shape='equal', layers=3, nested=False, loss=False,
         data_load=True, heavy_factor=1.5, heavy_by_layers=True, state_microbatches=True,
         latency_us=200.0, seed=1550819851, engine_glue=True),
+    # interleaved 1F1B from its ops, M = 1, a heavy first chunk of attention and MLP layers
+    # beside a chunk of one MLP layer: the MLP's op sequence, grown over the like ops around it,
+    # left the first chunk's layer norm, linear and attention out as start-up (+0.008)
+    "a heavy chunk whose first layer the other chunk lacks": Case(
+        schedule='interleaved-1f1b', pp=6, v=2, m=1, steps=1, dp=4, tp=1, grid='pp-outer',
+        named_groups=False, annotated=False, p2p='gloo', batched=False, profiler_steps=False,
+        optimizer=False, batch_split=True, op_shape='distinct', layers=1, nested=False, loss=True,
+        data_load=True, heavy_chunk=0, heavy_factor=3.0, heavy_by_layers=True, shuffle=True,
+        state_microbatches=True, latency_us=5.0, seed=1508992386),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not

@@ -144,8 +144,9 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
                    sent: Mapping[int, int] | None = None, num_positions: int = 0,
                    coverage_floor: float = COVERAGE_FLOOR) -> list[Doubt]:
     """The doubts about the guessed readings of ``ranks`` (one per rank at most, first reason
-    found), and about every reading on a guessed layout. ``positions``: rank -> stage position; ``replicas``: the layout's pipelines, each a
-    list of positions, each a tuple of tensor-parallel peers; ``fed_first``: ranks of the first
+    found), and about every reading on a guessed layout. ``positions``: rank -> stage
+    position; ``replicas``: the layout's pipelines, each a list of positions, each a tuple of
+    tensor-parallel peers; ``fed_first``: ranks of the first
     position that send gradients back, ``feeding_last``: ranks of the last position that send
     activations on (:func:`sending_past_the_end`);
     ``chunks_ambiguous``: the order of the actions fits several chunk counts

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pipeaudit.audit.result import AuditResult
 from pipeaudit.report.formatting import ms, pct
+from pipeaudit.timeline.invariants import layout_only
 
 
 def one_process(r: AuditResult) -> bool:
@@ -41,6 +42,11 @@ def uncertain_text(r: AuditResult) -> str | None:
     if not r.uncertain:
         return None
     ranks = ", ".join(str(u["rank"]) for u in r.uncertain)
+    if layout_only([u["reason"] for u in r.uncertain]):
+        return (f"UNCERTAIN: which ranks form a pipeline is a guess for rank(s) {ranks} (process "
+                "groups without names that the transfers do not place); schedule, M and theory "
+                "are not given and the bubble figures may be wrong (READING_UNCERTAIN; --layout "
+                "settles it)")
     return (f"UNCERTAIN: the actions read from the ops of rank(s) {ranks} break the structure "
             "every schedule has; schedule, M and theory are not given and the bubble figures "
             "may be wrong (READING_UNCERTAIN)")
@@ -76,6 +82,8 @@ def fact_lines(r: AuditResult) -> list[str]:
 
 def bubble_title(r: AuditResult) -> str:
     """The title of the bubble table: what the measured figure covers."""
+    if r.uncertain and layout_only([u["reason"] for u in r.uncertain]):
+        return "Pipeline bubble (UNCERTAIN: which ranks form a pipeline is a guess)"
     if r.uncertain:
         return "Pipeline bubble (UNCERTAIN: the reading broke the schedule's structure)"
     if r.bubble.scope == "own window":

@@ -246,11 +246,21 @@ def _forwards_per_step(counts: Mapping[tuple[int, int], dict[str, int]]) -> tupl
     return tuple(per_step[k] for k in sorted(per_step))
 
 
+def layout_only(reasons: Sequence[str]) -> bool:
+    """Whether every doubt is the guessed layout's (annotated readings too): ``--layout``,
+    not the schedule or the action spans, settles them."""
+    return bool(reasons) and all(r == LAYOUT_GUESSED for r in reasons)
+
+
 def doubt_message(doubts: Sequence[Doubt]) -> str:
     """One sentence naming the ranks and reasons, and how to settle the reading."""
     first = doubts[0]
     others = [d.rank for d in doubts[1:]]
     also = f" (also ranks {others})" if others else ""
+    if layout_only([d.reason for d in doubts]):
+        return (f"The job's layout is a guess: rank {first.rank}: {first.reason}{also}. The "
+                "schedule, M, theory and bubble are not given as facts until --layout states "
+                "the grid.")
     return (f"The actions read from the ops break the structure every schedule has: rank "
             f"{first.rank}: {first.reason}{also}. The schedule, M, theory and bubble are not "
             "given as facts. State what ran with --run-schedule NAME and --run-microbatches M "

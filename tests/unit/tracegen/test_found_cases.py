@@ -251,7 +251,8 @@ def test_a_grid_nothing_places_doubts_annotated_readings_too(tmp_path) -> None:
     assert guessed.layout["source"] == "world size"
     assert len(guessed.uncertain) == 9
     assert "--layout" in guessed.uncertain[0]["reason"]
-    assert "READING_UNCERTAIN" in {f.code for f in guessed.findings}
+    found = next(f for f in guessed.findings if f.code == "READING_UNCERTAIN")
+    assert "layout is a guess" in found.message and "--action-pattern" not in found.message
     stated = pipeaudit.load(str(tmp_path), layout="dp=3,pp=3").audit()
     assert stated.uncertain == [] and stated.num_ranks == 3
     for rank, truth in g.truth.rank_bubble.items():

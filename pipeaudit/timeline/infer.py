@@ -158,8 +158,7 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
                                  scaling | (glue_of != NO_GLUE), batch_split)
         forward_blocks = _cut_at_handoffs(candidates, handoff)
         n = len(backward)  # each forward has one backward action (B, or W alone) or two (I, W)
-        forward, how = _forwards(forward_blocks, backward, codes, busy, allowed=range((n + 1) // 2, n + 1),
-                                 sending=_sending(forward_blocks, ends_at))
+        forward, how = _forwards(forward_blocks, backward, codes, busy, allowed=range((n + 1) // 2, n + 1))
         if how not in ("forward signature", "forward ops"):
             return empty
         forward = _without_leading_collectives(forward, cls)
@@ -447,11 +446,6 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
                 best, best_key = (total, found), key
     if allowed is not None:
         if best is not None:
-            if sending:  # one layer's sequence of a chunk, another chunk's sending blocks left out
-                similar = _similar_blocks(blocks, backward, codes, work, counts=counts,
-                                          ordered=ordered)
-                if similar is not None and _covered(sending, similar) > _covered(sending, best[1]):
-                    return similar, "forward ops"
             return best[1], "forward signature"
         # chunks of different layers: no one op sequence, one family of like blocks a chunk
         similar = _similar_blocks(blocks, backward, codes, work, counts=counts, ordered=ordered)

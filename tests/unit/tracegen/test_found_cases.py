@@ -125,15 +125,6 @@ FOUND = {
         optimizer=False, batch_split=True, op_shape='distinct', layers=1, nested=False, loss=True,
         data_load=True, heavy_chunk=0, heavy_factor=3.0, heavy_by_layers=True, shuffle=True,
         state_microbatches=True, latency_us=5.0, seed=1508992386),
-    # ZBV from its ops, P = 5, M = 3, a heavy stage: one layer of the rank's second chunk
-    # occurred as many times as a split backward allows forwards (6), so its first chunk's
-    # forwards, each followed by its send, were read as start-up (+0.135)
-    "ZBV from the ops, one layer of the second chunk read as the forwards": Case(
-        schedule='zbv', pp=5, v=2, m=3, steps=3, dp=1, tp=1, grid='dp-outer', named_groups=False,
-        annotated=False, p2p='gloo', batched=True, profiler_steps=True, optimizer=False,
-        batch_split=False, op_shape='distinct', layers=2, nested=False, loss=True, data_load=False,
-        heavy_stage=3, heavy_chunk=1, heavy_factor=4.0, heavy_by_layers=False,
-        latency_us=30.0, seed=1809830598, engine_glue=True),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not

@@ -382,14 +382,7 @@ def _occurrences(unit: tuple, blocks: list[tuple[int, int]], codes: np.ndarray) 
 
 def _sending(blocks: list[tuple[int, int]], cls: np.ndarray) -> set[tuple[int, int]]:
     """The blocks whose next op, past a transfer's preparation, is a send."""
-    out = set()
-    for blk in blocks:
-        j = blk[1] + 1
-        while j < cls.size and cls[j] == _EXCLUDED:
-            j += 1
-        if j < cls.size and cls[j] == _SEND:
-            out.add(blk)
-    return out
+    return {blk for blk in blocks if _beside(cls, blk[1], 1) == _SEND}
 
 
 def _covered(blocks: set[tuple[int, int]], found: list[tuple[int, int]]) -> int:

@@ -187,9 +187,9 @@ def slower_than_peers(rank: int, position: int, us: float, median_us: float, pee
 
 
 def reading_uncertain(doubts) -> Finding:
-    """The actions read from the ops break the structure every schedule has, or the job's
-    layout is a guess (:mod:`pipeaudit.timeline.invariants`): one warning for the run, naming
-    the first rank."""
+    """The actions read from the ops break the structure every schedule has (or fit it more
+    than one way), or the job's layout is a guess (:mod:`pipeaudit.timeline.invariants`): one
+    warning for the run, naming the first rank."""
     from pipeaudit.timeline.invariants import doubt_message
 
     return Finding("READING_UNCERTAIN", "warning", doubts[0].rank, None, float(len(doubts)), 0.0,

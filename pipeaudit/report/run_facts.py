@@ -38,7 +38,7 @@ def m_text(r: AuditResult) -> str:
 
 def uncertain_text(r: AuditResult) -> str | None:
     """The warning that the figures rest on a reading that broke the structure of every
-    schedule (None when it held)."""
+    schedule or fits it more than one way (None when it held)."""
     if not r.uncertain:
         return None
     ranks = ", ".join(str(u["rank"]) for u in r.uncertain)
@@ -47,8 +47,8 @@ def uncertain_text(r: AuditResult) -> str | None:
                 "groups without names that the transfers do not place); schedule, M and theory "
                 "are not given and the bubble figures may be wrong (READING_UNCERTAIN; --layout "
                 "settles it)")
-    return (f"UNCERTAIN: the actions read from the ops of rank(s) {ranks} break the structure "
-            "every schedule has; schedule, M and theory are not given and the bubble figures "
+    return (f"UNCERTAIN: the actions read from the ops of rank(s) {ranks} do not settle what "
+            "ran; schedule, M and theory are not given and the bubble figures "
             "may be wrong (READING_UNCERTAIN)")
 
 

@@ -76,6 +76,9 @@ class Inferred:
     #: steps are known (:mod:`pipeaudit.timeline.conservation`), else work the reading missed
     loose: tuple[np.ndarray, ...] = (np.empty(0, np.int64), np.empty(0, np.int64),
                                      np.empty(0, bool), np.empty(0, np.int64))
+    #: why the reading is a guess between rival readings the ops support alike ("" where
+    #: it is not): carried to the rank's doubts (:func:`pipeaudit.timeline.invariants.reading_doubts`)
+    doubt: str = ""
 
     def account(self) -> OpAccount:
         """Where the thread's compute went, for :func:`~pipeaudit.timeline.conservation.settle_accounts`."""
@@ -117,6 +120,7 @@ def infer_actions(ops: RankOps, stage: int, split: bool = True, calls: bool = Fa
 
 def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     empty = Inferred(pl.DataFrame(schema=SPAN_SCHEMA), 0, 0, "none")
+    doubt = ""
     tid = pipeline_thread(ops)
     if tid is None or not bool(ops.cpu_ops["p2p"].any()):
         # no point-to-point traffic: data-parallel or single-process training, not a pipeline
@@ -158,9 +162,13 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
                                  scaling | (glue_of != NO_GLUE), batch_split)
         forward_blocks = _cut_at_handoffs(candidates, handoff)
         n = len(backward)  # each forward has one backward action (B, or W alone) or two (I, W)
-        forward, how = _forwards(forward_blocks, backward, codes, busy, allowed=range((n + 1) // 2, n + 1))
+        allowed = range((n + 1) // 2, n + 1)
+        forward, how = _forwards(forward_blocks, backward, codes, busy, allowed=allowed)
         if how not in ("forward signature", "forward ops"):
             return empty
+        if how == "forward signature":
+            doubt = _rival_forwards(forward, forward_blocks, backward, codes, busy, allowed,
+                                    _sending(forward_blocks, ends_at))
         forward = _without_leading_collectives(forward, cls)
         forward = _loss_to_forward(forward, backward, ends_at)
     else:
@@ -198,7 +206,7 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
         in_action[i0:i1 + 1] = True
     loose = compute_mask & ~in_action
     return Inferred(spans, int(busy[compute_mask].sum()), int(busy[compute_mask & in_action].sum()),
-                    how, split=len(backward) > len(backward_blocks),
+                    how, split=len(backward) > len(backward_blocks), doubt=doubt,
                     loose=(starts[loose].astype(np.int64), ends[loose].astype(np.int64),
                            scaling[loose], codes[loose]))
 
@@ -388,6 +396,29 @@ def _sending(blocks: list[tuple[int, int]], cls: np.ndarray) -> set[tuple[int, i
 def _covered(blocks: set[tuple[int, int]], found: list[tuple[int, int]]) -> int:
     """How many of ``blocks`` some action of ``found`` lies in."""
     return sum(any(a <= blk[1] and b >= blk[0] for a, b in found) for blk in blocks)
+
+
+def _rival_forwards(forward: list[tuple[int, int]], blocks: list[tuple[int, int]],
+                    backward: list[tuple[int, int]], codes: np.ndarray, busy: np.ndarray,
+                    allowed: range, sending: set[tuple[int, int]]) -> str:
+    """Why the forwards of a split backward, read as one op sequence (``forward``), are a guess
+    ("" where they are not): the family of like blocks that a split backward also allows holds
+    more of the blocks a send follows. What a stage sends is an action's output, so that
+    reading has it too; but a chunk of alike layers makes the sequence's count fit as well, and
+    a split backward's counts do not tell the two apart (the plain reading does,
+    :func:`_forwards`: one forward per backward)."""
+    done = np.concatenate(([0], np.cumsum(busy)))
+    similar = _similar_blocks(blocks, backward, codes,
+                              lambda b: int(done[b[1] + 1] - done[b[0]]),
+                              counts=set(allowed), ordered=_at_most_two_before)
+    if similar is None or sorted(similar) == sorted(forward):
+        return ""
+    ours, theirs = _covered(sending, forward), _covered(sending, similar)
+    if theirs <= ours:
+        return ""
+    return (f"its forwards fit one op sequence ({len(forward)} of them, {ours} followed by a "
+            f"send) and as well a family of like blocks ({len(similar)}, {theirs} followed by a "
+            "send): a split backward's counts do not tell which")
 
 
 def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], codes: np.ndarray,

@@ -183,6 +183,8 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
                    "stage too, but the reading gives it one stage")
         if why is None and sent and rt.rank in sent:
             why = sends_short(rt, sent[rt.rank], num_positions)
+        if why is None and rt.inferred_doubt:
+            why = rt.inferred_doubt
         if why is None and rt.rank in repeats_undecided:
             why = ("each of its backward blocks is one op sequence repeated: that many "
                    "backwards, or one backward of alike layers; no other rank's trace and no "
@@ -261,7 +263,7 @@ def doubt_message(doubts: Sequence[Doubt]) -> str:
         return (f"The job's layout is a guess: rank {first.rank}: {first.reason}{also}. The "
                 "schedule, M, theory and bubble are not given as facts until --layout states "
                 "the grid.")
-    return (f"The actions read from the ops break the structure every schedule has: rank "
+    return (f"The actions read from the ops do not settle what ran: rank "
             f"{first.rank}: {first.reason}{also}. The schedule, M, theory and bubble are not "
             "given as facts. State what ran with --run-schedule NAME and --run-microbatches M "
             "(a schedule whose order fits the actions read settles it), or name the action spans "

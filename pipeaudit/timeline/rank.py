@@ -138,6 +138,9 @@ class RankTimeline:
     #: differs from the plain one; the job keeps it when some rank's plain reading runs other
     #: than one backward per forward
     split_reading: "RankTimeline | None" = None
+    #: inferred ranks only: why its reading is a guess between rival readings of its ops
+    #: ("" where it is not; :attr:`pipeaudit.timeline.infer.Inferred.doubt`)
+    inferred_doubt: str = ""
     #: inferred ranks only: where the schedule thread's compute went
     #: (:class:`~pipeaudit.timeline.conservation.OpAccount`), settled once steps are known
     account: Any = None
@@ -249,6 +252,7 @@ def _split_reading(trace, ops, steps, step_evidence, stage: int, stage_from_rank
     split = _finish(trace, ops, steps, step_evidence, calls.spans, "inferred", stage_from_rank,
                     calls.coverage, None)
     split.account = calls.account()
+    split.inferred_doubt = calls.doubt
     return split
 
 

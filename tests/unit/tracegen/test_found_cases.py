@@ -201,6 +201,23 @@ CANNOT_TELL = {
         optimizer=False, batch_split=False, op_shape='tied', layers=2, nested=True, loss=True,
         data_load=True, heavy_chunk=0, heavy_factor=1.5, deschedule='prep', one_rank=1,
         state_microbatches=True, latency_us=5.0, seed=1058815539),
+    # ZBV from its ops, P = 5, M = 3, a heavy stage of two distinct layers: one layer of a
+    # rank's second chunk occurs as often as its twelve I and W allow forwards and was read as
+    # them; the first chunk's forwards, each followed by a send, became start-up (+0.135). The
+    # family of like blocks reads it right, but took as the rule it read ZBV P = 4 M = 1 (next)
+    # wrong: a split backward's counts do not tell the two readings apart
+    "ZBV, a layer of a chunk as many as the forwards": Case(
+        schedule='zbv', pp=5, v=2, m=3, steps=3, grid='dp-outer', named_groups=False,
+        annotated=False, p2p='gloo', batched=True, profiler_steps=True, optimizer=False,
+        batch_split=False, op_shape='distinct', layers=2, nested=False, loss=True,
+        heavy_stage=3, heavy_chunk=1, heavy_factor=4.0, latency_us=30.0, seed=1809830598,
+        engine_glue=True),
+    "ZBV at M = 1, the like blocks a guess too": Case(
+        schedule='zbv', pp=4, v=2, m=1, steps=3, grid='dp-outer', named_groups=False,
+        annotated=False, p2p='gloo', batched=False, profiler_steps=True, optimizer=True,
+        batch_split=True, op_shape='distinct', layers=2, nested=False, loss=False,
+        data_load=True, heavy_stage=7, heavy_factor=1.5, shuffle=True, state_microbatches=True,
+        latency_us=5.0, seed=100256695, engine_glue=True),
 }
 
 
@@ -257,3 +274,18 @@ def test_a_grid_nothing_places_doubts_annotated_readings_too(tmp_path) -> None:
     assert stated.uncertain == [] and stated.num_ranks == 3
     for rank, truth in g.truth.rank_bubble.items():
         assert next(r.bubble for r in stated.ranks if r.rank == rank) == pytest.approx(truth, abs=0.005)
+
+
+def test_rival_readings_of_a_split_backward_are_named(tmp_path) -> None:
+    """ZBV P = 5 from its ops: the rank whose forwards fit both a layer's op sequence and a
+    family of like blocks is doubted for that, with both counts; no schedule or M is given, and
+    no action is called missing (the heavy stage's imbalance is the run's, and reported)."""
+    import pipeaudit
+    from tests.support.tracegen import generate
+
+    generate(CANNOT_TELL["ZBV, a layer of a chunk as many as the forwards"]).write(tmp_path)
+    got = pipeaudit.load(str(tmp_path)).audit()
+    reasons = {u["rank"]: u["reason"] for u in got.uncertain}
+    assert "family of like blocks" in reasons.get(3, ""), reasons
+    assert (got.schedule, got.num_microbatches) == (None, None)
+    assert "MISSING_ACTIONS" not in {f.code for f in got.findings}

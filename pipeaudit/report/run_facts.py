@@ -85,7 +85,7 @@ def bubble_title(r: AuditResult) -> str:
     if r.uncertain and layout_only([u["reason"] for u in r.uncertain]):
         return "Pipeline bubble (UNCERTAIN: which ranks form a pipeline is a guess)"
     if r.uncertain:
-        return "Pipeline bubble (UNCERTAIN: the reading broke the schedule's structure)"
+        return "Pipeline bubble (UNCERTAIN: the reading does not settle what ran)"
     if r.bubble.scope == "own window":
         return ("Bubble in each rank's own window (ranks of the pipeline missing: per-rank "
                 "figures, not the pipeline bubble)")

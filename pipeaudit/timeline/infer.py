@@ -398,6 +398,10 @@ def _covered(blocks: set[tuple[int, int]], found: list[tuple[int, int]]) -> int:
     return sum(any(a <= blk[1] and b >= blk[0] for a, b in found) for blk in blocks)
 
 
+#: How the doubt of :func:`_rival_forwards` begins (only action spans settle it).
+RIVAL_FORWARDS = "its forwards fit one op sequence"
+
+
 def _rival_forwards(forward: list[tuple[int, int]], blocks: list[tuple[int, int]],
                     backward: list[tuple[int, int]], codes: np.ndarray, busy: np.ndarray,
                     allowed: range, sending: set[tuple[int, int]]) -> str:
@@ -416,7 +420,7 @@ def _rival_forwards(forward: list[tuple[int, int]], blocks: list[tuple[int, int]
     ours, theirs = _covered(sending, forward), _covered(sending, similar)
     if theirs <= ours:
         return ""
-    return (f"its forwards fit one op sequence ({len(forward)} of them, {ours} followed by a "
+    return (f"{RIVAL_FORWARDS} ({len(forward)} of them, {ours} followed by a "
             f"send) and as well a family of like blocks ({len(similar)}, {theirs} followed by a "
             "send): a split backward's counts do not tell which")
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from pipeaudit.timeline.infer import RIVAL_FORWARDS
 from pipeaudit.timeline.rank import RankTimeline
 
 #: An inferred rank whose actions hold less of its pipeline thread's compute than this is
@@ -263,8 +264,13 @@ def doubt_message(doubts: Sequence[Doubt]) -> str:
         return (f"The job's layout is a guess: rank {first.rank}: {first.reason}{also}. The "
                 "schedule, M, theory and bubble are not given as facts until --layout states "
                 "the grid.")
+    if all(d.reason.startswith(RIVAL_FORWARDS) for d in doubts):
+        settle = ("Name the action spans with --action-pattern REGEX (a stated schedule and M "
+                  "fit both readings alike).")
+    else:
+        settle = ("State what ran with --run-schedule NAME and --run-microbatches M (a schedule "
+                  "whose order fits the actions read settles it), or name the action spans with "
+                  "--action-pattern REGEX.")
     return (f"The actions read from the ops do not settle what ran: rank "
             f"{first.rank}: {first.reason}{also}. The schedule, M, theory and bubble are not "
-            "given as facts. State what ran with --run-schedule NAME and --run-microbatches M "
-            "(a schedule whose order fits the actions read settles it), or name the action spans "
-            "with --action-pattern REGEX.")
+            f"given as facts. {settle}")

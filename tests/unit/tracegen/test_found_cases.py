@@ -289,3 +289,6 @@ def test_rival_readings_of_a_split_backward_are_named(tmp_path) -> None:
     assert "family of like blocks" in reasons.get(3, ""), reasons
     assert (got.schedule, got.num_microbatches) == (None, None)
     assert "MISSING_ACTIONS" not in {f.code for f in got.findings}
+    # a stated schedule and M fit both readings: only action spans settle it
+    said = next(f.message for f in got.findings if f.code == "READING_UNCERTAIN")
+    assert "--action-pattern" in said and "--run-schedule" not in said, said

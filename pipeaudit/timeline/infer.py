@@ -43,7 +43,8 @@ import numpy as np
 import polars as pl
 
 from pipeaudit.timeline.account import OpAccount
-from pipeaudit.timeline.engine_calls import NO_GLUE, backward_actions, glue_classes, split_calls
+from pipeaudit.timeline.engine_calls import (ACCUMULATE, NO_GLUE, backward_actions, glue_classes,
+                                             split_calls)
 from pipeaudit.timeline.framework_work import framework_spans, inside
 from pipeaudit.timeline.ops import RankOps
 from pipeaudit.timeline.recognise import SPAN_SCHEMA
@@ -147,6 +148,11 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     batch_split = seq["name"].is_in(list(BATCH_SPLIT_OPS)).to_numpy()
     handoff = (seq["name"] == LOCAL_HANDOFF_OP).to_numpy()
     busy = ends - starts
+    # what may run after a forward before its send and is not the forward's: in-place
+    # bookkeeping (Megatron-core's token count), gradient scaling, a batch split, torch's glue
+    # but an out-of-place sum (a residual add ends many a layer)
+    not_tail = (seq["name"].str.ends_with("_").to_numpy() | scaling | batch_split
+                | ((glue_of != NO_GLUE) & (glue_of != ACCUMULATE)))
 
     step_ids = _step_ids(starts, ops)
     blocks = _blocks(cls, step_ids)
@@ -171,6 +177,7 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
                                     _sending(forward_blocks, ends_at))
         forward = _without_leading_collectives(forward, cls)
         forward = _loss_to_forward(forward, backward, ends_at)
+        forward = _tails_to_forward(forward, backward, blocks, ends_at, not_tail)
     else:
         backward = _split_repeats(backward_blocks, codes) if split else backward_blocks
         # Every microbatch crosses the stage: its input or its output is a tensor of its own
@@ -179,14 +186,16 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
         # backward of a model whose layers repeat, not several backwards.
         if len(backward) > max(int((p2p & send).sum()), int((p2p & ~send).sum())):
             backward = backward_blocks
-        forward_blocks = [b for b in blocks if cls[b[0]] == _COMPUTE]
+        seed = seq["name"].is_in(list(GRAD_SEED_OPS)).to_numpy()
+        forward_blocks = _without_seeds([b for b in blocks if cls[b[0]] == _COMPUTE], backward,
+                                        cls, seed)
         forward, how = _forwards(forward_blocks, backward, codes, busy,
                                  sending=_sending(forward_blocks, cls))
         forward = _without_leading_collectives(forward, cls)
-        forward, backward = _seeds_to_backward(forward, backward, cls,
-                                               seq["name"].is_in(list(GRAD_SEED_OPS)).to_numpy())
+        forward, backward = _seeds_to_backward(forward, backward, cls, seed)
         forward = _loss_to_forward(forward, backward, cls)
         forward = _relays_to_forward(forward, blocks, cls)
+        forward = _tails_to_forward(forward, backward, blocks, cls, not_tail)
     forward = _losses_to_forward(forward, backward, blocks,
                                  seq["name"].str.contains(LOSS_OP_RE).fill_null(False).to_numpy())
     forward = _local_handoffs_to_forward(forward, cls, handoff)
@@ -508,18 +517,40 @@ GRAD_SCALING_OPS = ("aten::div_", "aten::mul_", "aten::_foreach_div_", "aten::_f
 GRAD_SEED_OPS = ("aten::ones_like",)
 
 
-def _seeds_to_backward(forwards: list[tuple[int, int]], backwards: list[tuple[int, int]],
-                       cls: np.ndarray, seed: np.ndarray
-                       ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """The gradient seed right before a backward is that backward's input (the last stage's
-    output gradient, as a received gradient is another stage's): it moves out of the forward
-    block it ends into the backward."""
+def _seed_starts(backwards: list[tuple[int, int]], cls: np.ndarray,
+                 seed: np.ndarray) -> dict[tuple[int, int], int]:
+    """Each backward -> where its gradient seed starts: the seed ops right before it (its own
+    start where there are none)."""
     starts = {}
     for a, b in backwards:
         k = a
         while k > 0 and cls[k - 1] == _COMPUTE and seed[k - 1]:
             k -= 1
         starts[(a, b)] = k
+    return starts
+
+
+def _without_seeds(blocks: list[tuple[int, int]], backwards: list[tuple[int, int]],
+                   cls: np.ndarray, seed: np.ndarray) -> list[tuple[int, int]]:
+    """The blocks without the gradient seeds that end them (:func:`_seeds_to_backward`): a
+    seed is its backward's input, never a forward, even where a descheduled one outweighs the
+    forwards (a block of only seeds is dropped)."""
+    cut = {k: a for (a, _), k in _seed_starts(backwards, cls, seed).items() if k < a}
+    out = []
+    for a, b in blocks:
+        end = next((k - 1 for k, at in cut.items() if a <= k <= b and at == b + 1), b)
+        if end >= a:
+            out.append((a, end))
+    return out
+
+
+def _seeds_to_backward(forwards: list[tuple[int, int]], backwards: list[tuple[int, int]],
+                       cls: np.ndarray, seed: np.ndarray
+                       ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The gradient seed right before a backward is that backward's input (the last stage's
+    output gradient, as a received gradient is another stage's): it moves out of the forward
+    block it ends into the backward."""
+    starts = _seed_starts(backwards, cls, seed)
     if all(k == a for (a, _), k in starts.items()):
         return forwards, backwards
     moved = {k: a for (a, _), k in starts.items() if k < a}
@@ -629,8 +660,7 @@ def _relays_to_forward(forwards: list[tuple[int, int]], blocks: list[tuple[int, 
     read, starts that forward: the stage's input arrives, it computes, its output leaves. The
     forward found there starts at the block's start (a chunk whose first layers have ops the
     rank's other chunk lacks: the op sequence both share left those layers out as start-up).
-    Its end stays: what runs after a forward before its send is the schedule's bookkeeping
-    (Megatron-core's token count), not the forward."""
+    Its end is :func:`_tails_to_forward`'s."""
     if not forwards:
         return forwards
     starts = np.array([a for a, _ in blocks])
@@ -644,6 +674,33 @@ def _relays_to_forward(forwards: list[tuple[int, int]], blocks: list[tuple[int, 
         a, b = blocks[k]
         if len(members) == 1 and _beside(cls, a, -1) == _RECV and _beside(cls, b, 1) == _SEND:
             out[members[0]] = (a, forwards[members[0]][1])
+    return out
+
+
+def _tails_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[int, int]],
+                      blocks: list[tuple[int, int]], cls: np.ndarray,
+                      not_tail: np.ndarray) -> list[tuple[int, int]]:
+    """A forward that is the last action of a block a send follows ends at the block's last op
+    that is no bookkeeping (``not_tail``): what a stage sends is its forward's output, so the
+    ops after the op sequence read as its forward and before the send (a chunk's last layer
+    that the rank's other chunks lack, a residual add) compute that output. In-place
+    bookkeeping after it (Megatron-core's token count) stays out."""
+    if not forwards:
+        return forwards
+    starts = np.array([a for a, _ in blocks])
+    taken = np.array(sorted(a for a, _ in forwards + backwards))
+    out = []
+    for a, b in forwards:
+        k = int(np.searchsorted(starts, a, side="right")) - 1
+        end = b
+        if k >= 0 and b < blocks[k][1] and _beside(cls, blocks[k][1], 1) == _SEND:
+            last = blocks[k][1]
+            if int(np.searchsorted(taken, b, side="right")) == int(
+                    np.searchsorted(taken, last, side="right")):  # no action after it there
+                tail = np.flatnonzero((cls[b + 1:last + 1] == _COMPUTE) & ~not_tail[b + 1:last + 1])
+                if tail.size:
+                    end = b + 1 + int(tail[-1])
+        out.append((a, end))
     return out
 
 

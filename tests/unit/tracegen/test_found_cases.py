@@ -125,6 +125,37 @@ FOUND = {
         optimizer=False, batch_split=True, op_shape='distinct', layers=1, nested=False, loss=True,
         data_load=True, heavy_chunk=0, heavy_factor=3.0, heavy_by_layers=True, shuffle=True,
         state_microbatches=True, latency_us=5.0, seed=1508992386),
+    # interleaved 1F1B from the ops, P = 7, v = 3, chunks of different layers: each chunk's
+    # last ops (a GELU; a softmax, matmul and add) ran after the op sequence read as its forward
+    # and before the send, and were left out (rank 4 +0.0064, coverage 99.03 %, just above the
+    # floor); what a stage sends is its forward's output
+    "interleaved, a chunk's last ops before its send": Case(
+        schedule='interleaved-1f1b', pp=7, v=3, m=5, grid='dp-outer', named_groups=False,
+        batched=True, batch_split=False, layers=3, nested=False, data_load=True, heavy_stage=11,
+        heavy_chunk=0, heavy_factor=4.0, deschedule='compute', latency_us=5.0, seed=1494786613),
+    # interleaved zero bubble from the ops: the residual add that ends a chunk's layer, before
+    # its send, is also torch's gradient-accumulation glue, and was left out (rank 1 +0.0058)
+    "interleaved ZB, a residual add before the send": Case(
+        schedule='interleaved-zb', pp=3, v=2, m=12, steps=2, grid='dp-outer', batched=True,
+        optimizer=False, loss=False, heavy_stage=0, heavy_chunk=0, heavy_factor=1.5, shuffle=True,
+        state_microbatches=True, latency_us=5.0, seed=1927645090),
+    # GPipe from the ops, the last stage with no loss op, its second gradient seed
+    # (``ones_like``) descheduled: heavier than a forward, the seed was read as the forward
+    # (GPipe read as 1F1B, rank 6 +0.091)
+    "a descheduled gradient seed": Case(
+        schedule='gpipe', pp=3, v=1, m=2, dp=3, named_groups=False, batch_split=False,
+        op_shape='equal', layers=2, nested=False, loss=False, data_load=True, heavy_stage=0,
+        heavy_factor=2.0, heavy_by_layers=True, deschedule='compute', shuffle=True,
+        state_microbatches=True, latency_us=200.0, seed=1952479951),
+    # ZBV, one rank's file from the ops over NCCL-like transfers, two layers a stage: its plain
+    # reading (each layer a forward and a backward) held as much compute as the split one once
+    # the forwards' tails were read, and was kept; it hands on 82 tensors a step where the rank
+    # sent 44 (cannot tell where the split reading reads it right)
+    "ZBV's rank alone, a plain reading that sends too much": Case(
+        schedule='zbv', pp=4, v=2, m=11, grid='dp-outer', p2p='nccl', profiler_steps=False,
+        batch_split=False, op_shape='dominant', layers=2, nested=False, loss=False, heavy_stage=5,
+        heavy_factor=3.0, heavy_by_layers=True, deschedule='compute', one_rank=1, shuffle=True,
+        state_steps=True, state_microbatches=True, latency_us=5.0, seed=475879174),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not

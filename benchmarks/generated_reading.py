@@ -46,6 +46,13 @@ def _size(c) -> int:
     return c.pp * c.v * c.m * c.steps * c.dp * c.tp
 
 
+def _default_sigterm() -> None:
+    """Each worker stops at SIGTERM, as the pool's terminate() expects: one the pool starts in
+    place of a killed one is forked after the search set its own handler, and would inherit it
+    (the pool then waits for it forever)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _work(args):
     start, count, seed, opts, limit = args
     from tests.support.tracegen.check import run_case
@@ -101,14 +108,23 @@ def main(argv: list[str] | None = None) -> int:
     last_report = t0
     stopped = []
     ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
-    with ctx.Pool(a.jobs) as pool:
-        # the workers keep SIGTERM's default: the pool's terminate() stops them with it
+    with ctx.Pool(a.jobs, initializer=_default_sigterm) as pool:
         signal.signal(signal.SIGTERM, lambda *_: stopped.append("SIGTERM"))
+        batches = pool.imap_unordered(_work, tasks)
         try:
-            for batch in pool.imap_unordered(_work, tasks):
+            while True:
+                try:
+                    # a timeout, so that a stop is seen even while no task ends: a batch
+                    # system's SIGTERM reaches every process of the job, and a worker killed
+                    # mid-task never returns its batch
+                    batch = batches.next(timeout=POLL_S)
+                except StopIteration:
+                    break
+                except mp.TimeoutError:
+                    batch = []
                 for row in batch:
                     tally.add(*row)
-                if sys.stderr.isatty():
+                if batch and sys.stderr.isatty():
                     print(f"\r{tally.done}/{a.cases}", end="", file=sys.stderr)
                 now = time.perf_counter()
                 if a.report and now - last_report > REPORT_EVERY_S:
@@ -128,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
 
 #: How often (seconds) ``--report`` is rewritten while the search runs.
 REPORT_EVERY_S = 60
+#: How often (seconds) the search looks for a stop while it waits for a batch.
+POLL_S = 1.0
 
 
 def _write(path: str, text: str) -> None:

@@ -44,41 +44,25 @@ def choose_split_readings(values: list[RankTimeline], positions: dict[int, int],
     (read here: the transfers' tags are gone once they are matched)."""
     split = [rt.split_reading if rt.split_reading is not None else rt for rt in values]
     sends = _sends_per_step([rt for rt in split if rt.actions.height], positions)
-    use = (_plain_falls_short(values, positions, num_positions)
-           and _fits_any(split, positions, num_positions, sends))
+    use = _plain_falls_short(values) and _fits_any(split, positions, num_positions, sends)
     for rt in values:
         rt.split_reading = None
     return (split, sends) if use else (values, {})
 
 
-def _plain_falls_short(values: Sequence[RankTimeline], positions: dict[int, int],
-                       num_positions: int) -> bool:
+def _plain_falls_short(values: Sequence[RankTimeline]) -> bool:
     """Whether the plain readings leave room for the split ones: some rank's plain reading runs
-    other than one backward per forward, or hands more tensors to other ranks than the rank
-    sent, or the split readings hold more of the ranks' compute (a plain reading that is whole
-    is kept: one rank's file of an interleaved run may also fit a split schedule's order at
-    its position)."""
+    other than one backward per forward, or the split readings hold more of the ranks'
+    compute (a plain reading that is whole is kept: one rank's file of an interleaved run may
+    also fit a split schedule's order at its position). A plain reading that hands on more
+    tensors than the rank sent does not: the split reading may be as wrong (its forwards
+    missing what the step's start-up took), and the plain one is doubted for its sends."""
     pairs = [(rt, rt.split_reading) for rt in values if rt.split_reading is not None]
     if not pairs:
         return False
     if any(int((rt.actions["kind"] == "F").sum()) * 2 != rt.actions.height for rt, _ in pairs):
         return True
-    if any(_sends_more(rt, positions, num_positions) for rt, _ in pairs):
-        return True
     return sum(s.coverage or 0.0 for _, s in pairs) > sum(rt.coverage or 0.0 for rt, _ in pairs)
-
-
-def _sends_more(rt: RankTimeline, positions: dict[int, int], num_positions: int) -> bool:
-    """Whether the plain reading of ``rt`` (one stage, at its position) hands more tensors to
-    other ranks than the rank sent: a forward of two alike layers read as two, each I and W
-    as a backward, asks for twice the sends (where its transfers are tagged)."""
-    tags = rt.p2p_tags
-    if rt.rank not in positions or not tags.height or tags["dir"].null_count() or num_positions < 2:
-        return False
-    kinds = rt.actions.filter(pl.col("step") >= 0)["kind"].to_numpy()
-    p = positions[rt.rank]
-    need = handed_on(np.full(kinds.size, p, dtype=np.int64), kinds, np.array([p]), num_positions - 1)
-    return int((tags["dir"] == "send").sum()) < need
 
 
 def _fits_any(ranks: Sequence[RankTimeline], positions: dict[int, int], num_positions: int,

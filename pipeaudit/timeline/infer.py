@@ -159,18 +159,26 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     backward_blocks = [b for b in blocks if cls[b[0]] == _BACKWARD]
     if calls:
         glue = np.where(cls == _COMPUTE, glue_of, NO_GLUE)
-        backward = backward_actions(split_calls(backward_blocks, codes), glue, codes, step_ids)
-        ends_at = cls.copy()  # the glue an action took is the action's
-        for a, b in backward:
-            ends_at[a:b + 1][ends_at[a:b + 1] == _COMPUTE] = _BACKWARD
-        blocks = _blocks(ends_at, step_ids)
-        candidates = _candidates([b for b in blocks if ends_at[b[0]] == _COMPUTE],
-                                 scaling | (glue_of != NO_GLUE), batch_split)
-        forward_blocks = _cut_at_handoffs(candidates, handoff)
-        n = len(backward)  # each forward has one backward action (B, or W alone) or two (I, W)
-        allowed = range((n + 1) // 2, n + 1)
-        forward, how = _forwards(forward_blocks, backward, codes, busy, allowed=allowed)
-        if how not in ("forward signature", "forward ops"):
+        split_blocks = split_calls(backward_blocks, codes)
+        # engine calls cut where a block is the concatenation of blocks seen alone (two Ws back
+        # to back); where that leaves no forwards one or two to a backward action, the blocks
+        # as they ran (a heavy stage's W of two layers, each layer's calls another stage's W)
+        for calls_ in ([split_blocks, backward_blocks] if split_blocks != backward_blocks
+                       else [backward_blocks]):
+            backward = backward_actions(calls_, glue, codes, step_ids)
+            ends_at = cls.copy()  # the glue an action took is the action's
+            for a, b in backward:
+                ends_at[a:b + 1][ends_at[a:b + 1] == _COMPUTE] = _BACKWARD
+            blocks = _blocks(ends_at, step_ids)
+            candidates = _candidates([b for b in blocks if ends_at[b[0]] == _COMPUTE],
+                                     scaling | (glue_of != NO_GLUE), batch_split)
+            forward_blocks = _cut_at_handoffs(candidates, handoff)
+            n = len(backward)  # each forward has one backward action (B, or W alone) or two (I, W)
+            allowed = range((n + 1) // 2, n + 1)
+            forward, how = _forwards(forward_blocks, backward, codes, busy, allowed=allowed)
+            if how in ("forward signature", "forward ops"):
+                break
+        else:
             return empty
         if how == "forward signature":
             doubt = _rival_forwards(forward, forward_blocks, backward, codes, busy, allowed,

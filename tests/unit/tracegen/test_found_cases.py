@@ -147,6 +147,13 @@ FOUND = {
         op_shape='equal', layers=2, nested=False, loss=False, data_load=True, heavy_stage=0,
         heavy_factor=2.0, heavy_by_layers=True, deschedule='compute', shuffle=True,
         state_microbatches=True, latency_us=200.0, seed=1952479951),
+    # ZBV from the ops, P = 8, a heavy stage of two layers whose Ws (linear, linear, layer norm)
+    # each run the calls of the other stage's W on that rank: its W was cut into two, 60
+    # backward actions for 24 forwards, and the rank had no reading of a split backward
+    "ZBV, a heavy stage's W of two layers like another stage's W": Case(
+        schedule='zbv', pp=8, v=2, m=12, named_groups=False, batched=True, batch_split=False,
+        nested=False, data_load=True, heavy_stage=7, heavy_factor=2.0, heavy_by_layers=True,
+        deschedule='compute', latency_us=200.0, seed=1753827547, engine_glue=True),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not

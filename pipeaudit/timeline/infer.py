@@ -428,9 +428,7 @@ def _rival_forwards(forward: list[tuple[int, int]], blocks: list[tuple[int, int]
     reading has it too; but a chunk of alike layers makes the sequence's count fit as well, and
     a split backward's counts do not tell the two apart (the plain reading does,
     :func:`_forwards`: one forward per backward)."""
-    done = np.concatenate(([0], np.cumsum(busy)))
-    similar = _similar_blocks(blocks, backward, codes,
-                              lambda b: int(done[b[1] + 1] - done[b[0]]),
+    similar = _similar_blocks(blocks, backward, codes, _work_of(busy),
                               counts=set(allowed), ordered=_at_most_two_before)
     if similar is None or sorted(similar) == sorted(forward):
         return ""
@@ -440,6 +438,12 @@ def _rival_forwards(forward: list[tuple[int, int]], blocks: list[tuple[int, int]
     return (f"{RIVAL_FORWARDS} ({len(forward)} of them, {ours} followed by a "
             f"send) and as well a family of like blocks ({len(similar)}, {theirs} followed by a "
             "send): a split backward's counts do not tell which")
+
+
+def _work_of(busy: np.ndarray):
+    """A block's work: the summed duration of its ops (``busy``, by op)."""
+    done = np.concatenate(([0], np.cumsum(busy)))
+    return lambda block: int(done[block[1] + 1] - done[block[0]])
 
 
 def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], codes: np.ndarray,
@@ -466,11 +470,7 @@ def _forwards(blocks: list[tuple[int, int]], backward: list[tuple[int, int]], co
     if wanted == 0 or not blocks:
         return [], "none"
 
-    done = np.concatenate(([0], np.cumsum(busy)))
-
-    def work(block: tuple[int, int]) -> int:
-        return int(done[block[1] + 1] - done[block[0]])
-
+    work = _work_of(busy)
     largest = sorted(blocks, key=lambda b: (-work(b), b[0]))[:wanted]
     best: tuple[int, list[tuple[int, int]]] | None = None
     candidates = {_primitive(tuple(codes[a:b + 1].tolist())) for a, b in largest}

@@ -44,23 +44,30 @@ def choose_split_readings(values: list[RankTimeline], positions: dict[int, int],
     (read here: the transfers' tags are gone once they are matched)."""
     split = [rt.split_reading if rt.split_reading is not None else rt for rt in values]
     sends = _sends_per_step([rt for rt in split if rt.actions.height], positions)
-    use = _plain_falls_short(values) and _fits_any(split, positions, num_positions, sends)
+    use = _plain_falls_short(values, positions) and _fits_any(split, positions, num_positions,
+                                                              sends)
     for rt in values:
         rt.split_reading = None
     return (split, sends) if use else (values, {})
 
 
-def _plain_falls_short(values: Sequence[RankTimeline]) -> bool:
+def _plain_falls_short(values: Sequence[RankTimeline], positions: dict[int, int]) -> bool:
     """Whether the plain readings leave room for the split ones: some rank's plain reading runs
-    other than one backward per forward, or the split readings hold more of the ranks'
-    compute (a plain reading that is whole is kept: one rank's file of an interleaved run may
-    also fit a split schedule's order at its position). A plain reading that hands on more
-    tensors than the rank sent does not: the split reading may be as wrong (its forwards
-    missing what the step's start-up took), and the plain one is doubted for its sends."""
+    other than one backward per forward, positions run different numbers of forwards a step
+    (every schedule runs M microbatches through each of a position's v stages), or the split
+    readings hold more of the ranks' compute (a plain reading that is whole is kept: one
+    rank's file of an interleaved run may also fit a split schedule's order at its position).
+    A plain reading that hands on more tensors than the rank sent does not: the split reading
+    may be as wrong (its forwards missing what the step's start-up took), and the plain one is
+    doubted for its sends."""
     pairs = [(rt, rt.split_reading) for rt in values if rt.split_reading is not None]
     if not pairs:
         return False
     if any(int((rt.actions["kind"] == "F").sum()) * 2 != rt.actions.height for rt, _ in pairs):
+        return True
+    inferred = _inferred_with_actions(values)
+    kinds = kinds_per_position(inferred, positions) if inferred else None
+    if kinds and len({k.count("F") for k in kinds.values()}) > 1:
         return True
     return sum(s.coverage or 0.0 for _, s in pairs) > sum(rt.coverage or 0.0 for rt, _ in pairs)
 

@@ -154,6 +154,13 @@ FOUND = {
         schedule='zbv', pp=8, v=2, m=12, named_groups=False, batched=True, batch_split=False,
         nested=False, data_load=True, heavy_stage=7, heavy_factor=2.0, heavy_by_layers=True,
         deschedule='compute', latency_us=200.0, seed=1753827547, engine_glue=True),
+    # interleaved ZB from the ops, P = 2, v = 3, M = 1, stages of two alike layers: each layer
+    # read as a forward and a backward (5 forwards on one rank, 6 on the other), as covered as
+    # the split reading, was kept, and the first rank "sent gradients back" as one stage
+    "interleaved ZB, positions of different forward counts": Case(
+        schedule='interleaved-zb', pp=2, v=3, m=1, grid='dp-outer', p2p='nccl', batched=True,
+        profiler_steps=False, batch_split=False, op_shape='dominant', layers=2, loss=False,
+        data_load=True, heavy_factor=4.0, shuffle=True, latency_us=200.0, seed=1206842882),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not

@@ -57,9 +57,9 @@ def _plain_falls_short(values: Sequence[RankTimeline], positions: dict[int, int]
     (every schedule runs M microbatches through each of a position's v stages), or the split
     readings hold more of the ranks' compute (a plain reading that is whole is kept: one
     rank's file of an interleaved run may also fit a split schedule's order at its position).
-    A plain reading that hands on more tensors than the rank sent does not: the split reading
-    may be as wrong (its forwards missing what the step's start-up took), and the plain one is
-    doubted for its sends."""
+    The sends are no such sign: where a plain reading hands on more tensors than the rank sent,
+    the split reading may be as wrong (its forwards missing what the step's start-up took), so
+    the plain one stands and is doubted for its sends."""
     pairs = [(rt, rt.split_reading) for rt in values if rt.split_reading is not None]
     if not pairs:
         return False

@@ -80,6 +80,9 @@ class Inferred:
     #: why the reading is a guess between rival readings the ops support alike ("" where
     #: it is not): carried to the rank's doubts (:func:`pipeaudit.timeline.invariants.reading_doubts`)
     doubt: str = ""
+    #: each action's kind and number of compute ops, sorted: replicas and tensor-parallel peers
+    #: of a stage run the same ops, so their readings have the same shape
+    shape: tuple[tuple[str, int], ...] = ()
 
     def account(self) -> OpAccount:
         """Where the thread's compute went, for :func:`~pipeaudit.timeline.conservation.settle_accounts`."""
@@ -207,9 +210,11 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     forward = _losses_to_forward(forward, backward, blocks,
                                  seq["name"].str.contains(LOSS_OP_RE).fill_null(False).to_numpy())
     forward = _local_handoffs_to_forward(forward, cls, handoff)
-    not_input = batch_split | (glue_of != NO_GLUE)
+    forward = _without_leading_scaling(forward, scaling)
+    not_input = batch_split | scaling | (glue_of != NO_GLUE)
     forward = _inputs_to_forward(forward, backward, cls, codes, not_input,
-                                 seq["name"].is_in(list(INPUT_LOAD_OPS)).to_numpy())
+                                 seq["name"].is_in(list(INPUT_LOAD_OPS)).to_numpy(),
+                                 seq["name"].is_in(list(LAYER_OPS)).to_numpy())
 
     rows = []
     for kind, found in (("F", forward), ("B", backward)):
@@ -222,8 +227,11 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     for i0, i1 in forward + backward:
         in_action[i0:i1 + 1] = True
     loose = compute_mask & ~in_action
+    counted = np.concatenate(([0], np.cumsum(compute_mask)))
+    shape = tuple(sorted((kind, int(counted[i1 + 1] - counted[i0]))
+                         for kind, found in (("F", forward), ("B", backward)) for i0, i1 in found))
     return Inferred(spans, int(busy[compute_mask].sum()), int(busy[compute_mask & in_action].sum()),
-                    how, split=len(backward) > len(backward_blocks), doubt=doubt,
+                    how, split=len(backward) > len(backward_blocks), doubt=doubt, shape=shape,
                     loose=(starts[loose].astype(np.int64), ends[loose].astype(np.int64),
                            scaling[loose], codes[loose]))
 
@@ -633,6 +641,19 @@ def _candidates(blocks: list[tuple[int, int]], no_forward: np.ndarray,
     return out
 
 
+def _without_leading_scaling(forwards: list[tuple[int, int]],
+                             scaling: np.ndarray) -> list[tuple[int, int]]:
+    """Forwards less the gradient scaling they open with: a block read whole as a forward
+    (the family of like blocks) holds the scaling of the step before when nothing stands
+    between them, and scaling is no action's compute."""
+    out = []
+    for a, b in forwards:
+        while a < b and scaling[a]:
+            a += 1
+        out.append((a, b))
+    return out
+
+
 def _cut_at_handoffs(blocks: list[tuple[int, int]], handoff: np.ndarray) -> list[tuple[int, int]]:
     """Blocks cut after each run of detaches with no transfer after them: a V's rank hands
     one stage's output to its next stage on the same rank with a detach, so the two forwards
@@ -729,11 +750,18 @@ BATCH_SPLIT_OPS = (SPLIT_OP, "aten::split", "aten::chunk")
 #: embedding lookup of its tokens. A run of only these is the input's delivery even where it
 #: runs before a step's first forward only (one microbatch a step: the batch is the microbatch).
 INPUT_LOAD_OPS = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::embedding")
+#: Ops that compute a layer (a projection, attention, a normalization, a convolution): a step's
+#: start-up and wrap-up (zeroing, gradient norms, loss scaling, collation) run none of them.
+LAYER_OPS = ("aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::bmm",
+             "aten::baddbmm", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
+             "aten::layer_norm", "aten::rms_norm", "aten::group_norm", "aten::batch_norm",
+             "aten::scaled_dot_product_attention")
 
 
 def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[int, int]],
                        cls: np.ndarray, codes: np.ndarray, not_input: np.ndarray,
-                       load: np.ndarray | None = None) -> list[tuple[int, int]]:
+                       load: np.ndarray | None = None,
+                       layer: np.ndarray | None = None) -> list[tuple[int, int]]:
     """The input's delivery is the forward's: the same run of compute ops right before two
     forwards or more, but not before all of them (the first stage's load or embedding of each
     microbatch, which only the first chunk of an interleaved rank runs, so the forward's op
@@ -742,9 +770,13 @@ def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[in
     where the input's load runs before every forward, the forward's op sequence holds it. A run
     only ever before a forward that follows a backward (or none) may be the step's start-up,
     which runs before its first forward: it joins none, unless it is only the microbatch's load
-    (``load``: :data:`INPUT_LOAD_OPS`; one microbatch a step on a rank of several chunks). The
-    run stops at any other action, transfer, batch split or glue (``not_input``: an in-place
-    ``add_`` between two forwards is the schedule's bookkeeping, Megatron-core's token count)."""
+    (``load``: :data:`INPUT_LOAD_OPS`) or computes a layer (``layer``: :data:`LAYER_OPS`, which
+    no start-up runs): one microbatch a step on a rank of several chunks, whose first chunk
+    loads the batch or runs first layers the other chunks lack before the step's first forward
+    only. The
+    run stops at any other action, transfer, batch split, gradient scaling or glue
+    (``not_input``: an in-place ``add_`` between two forwards is the schedule's bookkeeping,
+    Megatron-core's token count)."""
     if len(forwards) < 2:
         return forwards
     taken = np.zeros(cls.size, dtype=bool)
@@ -764,14 +796,16 @@ def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[in
     grown = [lead[-n:] == unit for lead in leads]
     only_load = load is not None and all(load[a - n:a].all() for (a, _), g in zip(forwards, grown)
                                          if g)
-    if not (1 if only_load else 2) <= sum(grown) < len(forwards):
+    own = only_load or (layer is not None and all(layer[a - n:a].any() for (a, _), g
+                                                        in zip(forwards, grown) if g))
+    if not (1 if own else 2) <= sum(grown) < len(forwards):
         return forwards
     ends = sorted([(b, "F") for _, b in forwards] + [(b, "B") for _, b in backwards])
     after_forward = False
     for (a, _), g in zip(forwards, grown):
         k = bisect_left(ends, (a - n, "")) - 1
         after_forward = after_forward or (g and k >= 0 and ends[k][1] == "F")
-    if not (after_forward or only_load):
+    if not (after_forward or own):
         return forwards
     return [(a - n, b) if g else (a, b) for (a, b), g in zip(forwards, grown)]
 

@@ -11,12 +11,15 @@ dependencies (torch for the schedules' orders).
 
 A long search can be cut into shards (``--start``, ``--cases``: the same cases whatever the
 jobs or machines) and stopped at any time: ``--seconds``, Ctrl-C or SIGTERM report the cases
-done, and ``--report FILE`` keeps the report current every minute while it runs.
+done, and ``--report FILE`` keeps the report current every minute while it runs. With
+``--ledger FILE`` (benchmarks/search_ledger.py) it resumes where it stopped, on any machine with
+the same code, and reports every case the ledger holds.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import random
@@ -32,6 +35,8 @@ sys.path.insert(0, str(REPO))
 # one job a core: polars' own thread pool in each job only contends with the others (10 %
 # slower a case, measured with one job on two cores)
 os.environ.setdefault("POLARS_MAX_THREADS", "1")
+
+from search_ledger import Ledger, LedgerMismatch, code_hash  # noqa: E402  (beside this script)
 
 
 def _problem_kind(p: str) -> str:
@@ -53,22 +58,31 @@ def _default_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _work(args):
-    start, count, seed, opts, limit = args
-    from tests.support.tracegen.check import run_case
+def _case(i: int, seed: int, opts: dict):
+    """Case number ``i`` of the search of ``seed``: the same case on any machine."""
     from tests.support.tracegen.strategies import random_case
 
+    return random_case(random.Random(f"{seed}:{i}"), **opts)
+
+
+def _work(args):
+    numbers, seed, opts, limit = args
+    from tests.support.tracegen.check import run_case
+
     out = []
-    for i in range(start, start + count):
-        rng = random.Random(f"{seed}:{i}")
-        case = random_case(rng, **opts)
+    for i in numbers:
+        case = _case(i, seed, opts)
         t0 = time.perf_counter()
         try:
             o = run_case(case, limit_s=limit)
             res = (o.verdict, o.problems, o.worst_bubble_error, o.uncertain_reason)
         except Exception as e:  # a crash of the reader (or the generator) is a failure
             res = ("fail", [f"crash: {type(e).__name__}: {str(e)[:160]}"], 0.0, "")
-        out.append((case, *res, time.perf_counter() - t0))
+        verdict, problems, err, reason = res
+        out.append({"i": i, "shape": case.shape(), "size": _size(case), "verdict": verdict,
+                    "err": round(err, 6), "ms": round(1000 * (time.perf_counter() - t0), 1),
+                    **({"problems": problems} if verdict == "fail" else {}),
+                    **({"reason": reason[:300]} if verdict == "cannot tell" else {})})
     return out
 
 
@@ -92,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=60, help="seconds a reading may take (0: none)")
     ap.add_argument("--seconds", type=float, default=0,
                     help="stop after this wall time and report the cases done (0: none)")
+    ap.add_argument("--ledger", default="", help="one JSON line a case done: a search stopped "
+                    "resumes from it (the cases it holds are not run again) and reports them all")
     a = ap.parse_args(argv)
 
     from tests.support.tracegen.orders import SCHEDULES
@@ -102,8 +118,22 @@ def main(argv: list[str] | None = None) -> int:
     if a.schedules:
         opts["schedules"] = tuple(s for s in a.schedules.split(",") if s in SCHEDULES)
     stop = a.start + a.cases
-    tasks = [(i, min(a.chunk, stop - i), a.seed, opts, a.limit) for i in range(a.start, stop, a.chunk)]
-    tally = Tally()
+    code = code_hash(REPO)
+    ledger = None
+    if a.ledger:
+        header = json.loads(json.dumps({"code": code, "seed": a.seed, "options": opts}))
+        try:
+            ledger = Ledger(a.ledger, header)
+        except (LedgerMismatch, OSError) as e:
+            print(f"pipeaudit search: {e}", file=sys.stderr)
+            return 2
+    resumed = {i: r for i, r in ledger.done.items() if a.start <= i < stop} if ledger else {}
+    todo = [i for i in range(a.start, stop) if i not in resumed]
+    tasks = [(todo[k:k + a.chunk], a.seed, opts, a.limit) for k in range(0, len(todo), a.chunk)]
+    tally = Tally(lambda i: _case(i, a.seed, opts), code)
+    for rec in resumed.values():
+        tally.add(rec)
+    tally.resumed = len(resumed)
     t0 = time.perf_counter()
     last_report = t0
     stopped = []
@@ -122,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 except mp.TimeoutError:
                     batch = []
-                for row in batch:
-                    tally.add(*row)
+                for rec in batch:
+                    tally.add(rec)
+                    if ledger is not None:
+                        ledger.append(rec)
                 if batch and sys.stderr.isatty():
                     print(f"\r{tally.done}/{a.cases}", end="", file=sys.stderr)
                 now = time.perf_counter()
@@ -135,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             pass
         pool.terminate()
+    if ledger is not None:
+        ledger.close()
     text = tally.report(time.perf_counter() - t0, a)
     if a.report:
         _write(a.report, text)
@@ -157,37 +191,43 @@ def _write(path: str, text: str) -> None:
 
 class Tally:
     """The verdicts so far, by shape, the worst bubble error and the smallest case of each kind
-    of failure."""
+    of failure, from the cases' records (:func:`_work`; ``case_of`` draws a case again from its
+    number, for the report)."""
 
-    def __init__(self) -> None:
+    def __init__(self, case_of, code: str = "") -> None:
+        self.case_of = case_of
+        self.code = code
         self.done = 0
+        self.resumed = 0
         self.seconds = 0.0
         self.verdicts: Counter = Counter()
         self.by_shape: dict[str, Counter] = defaultdict(Counter)
         self.fail_groups: dict[tuple, list] = {}
         self.worst: tuple = (0.0, None)
 
-    def add(self, case, verdict: str, problems: list[str], err: float, reason: str, dt: float) -> None:
+    def add(self, rec: dict) -> None:
+        verdict = rec["verdict"]
         self.done += 1
-        self.seconds += dt
+        self.seconds += rec["ms"] / 1000
         self.verdicts[verdict] += 1
-        self.by_shape[case.shape()][verdict] += 1
-        if err > self.worst[0]:
-            self.worst = (err, case)
+        self.by_shape[rec["shape"]][verdict] += 1
+        if rec["err"] > self.worst[0]:
+            self.worst = (rec["err"], rec["i"])
         if verdict == "fail":
-            for kind in sorted({_problem_kind(p) for p in problems}):
-                key = (case.schedule, "annotated" if case.annotated else "bare", case.p2p, kind)
-                g = self.fail_groups.setdefault(key, [0, None, None])
+            for kind in sorted({_problem_kind(p) for p in rec["problems"]}):
+                key = (*rec["shape"].split("/"), kind)
+                g = self.fail_groups.setdefault(key, [0, None, None, None])
                 g[0] += 1
-                if g[1] is None or _size(case) < _size(g[1]):
-                    g[1], g[2] = case, problems
+                if g[1] is None or rec["size"] < g[3]:
+                    g[1], g[2], g[3] = rec["i"], rec["problems"], rec["size"]
 
     def report(self, wall: float, a: argparse.Namespace) -> str:
-        lines = [f"{self.done} cases (from case {a.start}) in {wall:.1f} s wall, "
+        resumed = f", {self.resumed} of them from the ledger" if self.resumed else ""
+        lines = [f"{self.done} cases (from case {a.start}{resumed}) in {wall:.1f} s wall, "
                  f"{1000 * self.seconds / max(1, self.done):.0f} ms a case (generate + write + read), "
-                 f"{a.jobs} jobs, seed {a.seed}",
+                 f"{a.jobs} jobs, seed {a.seed}, code {self.code}",
                  "verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(self.verdicts.items()))]
-        wc = self.worst[1].describe() if self.worst[1] else "-"
+        wc = self.case_of(self.worst[1]).describe() if self.worst[1] is not None else "-"
         lines.append(f"worst bubble error of a reading held to the truth: {self.worst[0]:.5f} ({wc})")
         lines.append("by shape (schedule/annotation/p2p): pass / cannot tell / fail")
         for shape in sorted(self.by_shape):
@@ -196,8 +236,9 @@ class Tally:
         if self.fail_groups:
             lines.append("failures by kind, with the smallest case of each:")
             for key in sorted(self.fail_groups):
-                n, case, problems = self.fail_groups[key]
-                lines.append(f"  {'/'.join(key)}: {n} cases; smallest: {case.describe()}")
+                n, i, problems, _ = self.fail_groups[key]
+                case = self.case_of(i)
+                lines.append(f"  {'/'.join(key)}: {n} cases; smallest: case {i}, {case.describe()}")
                 lines.extend(f"      {p}" for p in problems[:4])
                 lines.append(f"      python3 -m tests.support.tracegen \"{case!r}\" /tmp/tracegen-case")
         return "\n".join(lines)

@@ -3,6 +3,7 @@ its report written to --report as well as printed."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -22,3 +23,32 @@ def test_a_shard_of_the_search_reports_its_cases(tmp_path: Path) -> None:
     assert report.read_text().splitlines()[0] == first
     verdicts = out.stdout.splitlines()[1]
     assert verdicts.startswith("verdicts: ") and "fail" not in verdicts, verdicts
+
+
+def _search(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "generated_reading.py"),
+                           "--jobs", "1", "--annotated", "yes", *args],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+
+
+def test_a_search_resumes_from_its_ledger_and_refuses_another_searchs(tmp_path: Path) -> None:
+    """Two cases into a ledger, then the shard of three resumed from it: one case run, three
+    reported; the ledger's torn last line (a killed search's) is cut off; a ledger of another
+    seed is refused with one line and exit 2, untouched."""
+    ledger = tmp_path / "ledger.jsonl"
+    first = _search("--cases", "2", "--start", "40", "--seed", "5", "--ledger", str(ledger))
+    assert first.returncode == 0, first.stdout + first.stderr
+    lines = ledger.read_text().splitlines()
+    assert len(lines) == 3 and '"code"' in lines[0]
+    with ledger.open("a") as f:
+        f.write('{"err": 0.0, "i": 42, "ms"')
+    resumed = _search("--cases", "3", "--start", "40", "--seed", "5", "--ledger", str(ledger))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.stdout.startswith("3 cases (from case 40, 2 of them from the ledger)")
+    lines = ledger.read_text().splitlines()
+    assert sorted(json.loads(x)["i"] for x in lines[1:]) == [40, 41, 42]
+    before = ledger.read_bytes()
+    other = _search("--cases", "3", "--start", "40", "--seed", "6", "--ledger", str(ledger))
+    assert other.returncode == 2 and other.stdout == ""
+    assert other.stderr.count("\n") == 1 and "seed 5 there, 6 here" in other.stderr
+    assert ledger.read_bytes() == before

@@ -1,0 +1,81 @@
+"""The ledger of a long search (benchmarks/generated_reading.py): one JSON line a case done.
+
+A search of 100,000 cases takes hours of cores. With ``--ledger FILE`` it may stop at any
+time and resume later, on another machine or from a copy of the file, and its report counts
+every case the ledger holds, the resumed ones with the new. The ledger's first line says what
+its verdicts are of: the seed, the drawing options, and a hash of the reader and the generator
+(pipeaudit/ and tests/support/tracegen/). A ledger of other code or options is refused: a case
+number then names another case, or the same case read by another reader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+#: Sources whose content the verdicts depend on: the reader, its compiled scanner's C source, and
+#: the generator that draws each numbered case and its truth.
+CODE_GLOBS = ("pipeaudit/**/*.py", "pipeaudit/**/*.c", "tests/support/tracegen/**/*.py")
+
+
+class LedgerMismatch(Exception):
+    """The ledger was written for other code, another seed or other drawing options."""
+
+
+def code_hash(repo: Path) -> str:
+    """A short hash of the reader's and the generator's sources (path and content of each)."""
+    h = hashlib.sha256()
+    for path in sorted({p for g in CODE_GLOBS for p in repo.glob(g)}):
+        h.update(path.relative_to(repo).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+class Ledger:
+    """The cases a search has done (:attr:`done`: case number -> record), appended to as it
+    runs; each line is flushed as it is written, so a killed search loses at most the line it
+    was writing (a torn last line is cut off when the ledger is read back, and that case is done
+    again)."""
+
+    def __init__(self, path: str | Path, header: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self.done: dict[int, dict[str, Any]] = {}
+        if self.path.exists() and self.path.stat().st_size:
+            data = self.path.read_bytes()
+            whole = data[:data.rfind(b"\n") + 1]  # past the last newline: a killed search's torn line
+            lines = whole.decode().splitlines()
+            try:
+                found = json.loads(lines[0]) if lines else None
+            except json.JSONDecodeError:
+                found = None
+            if not isinstance(found, dict) or "code" not in found:
+                raise LedgerMismatch(f"{self.path}: its first line is no ledger header")
+            diff = sorted(k for k in set(found) | set(header) if found.get(k) != header.get(k))
+            if diff:
+                said = "; ".join(f"{k} {found.get(k)!r} there, {header.get(k)!r} here" for k in diff)
+                raise LedgerMismatch(f"{self.path}: a ledger of another search ({said}): "
+                                     "resume it with the same code and options, or start a new one")
+            for n, line in enumerate(lines[1:], start=2):
+                try:
+                    rec = json.loads(line)
+                    self.done[int(rec["i"])] = rec
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    raise LedgerMismatch(f"{self.path}: line {n} is no case record") from None
+            if len(whole) < len(data):
+                with self.path.open("r+b") as f:
+                    f.truncate(len(whole))
+            self._file = self.path.open("a")
+        else:
+            self._file = self.path.open("w")
+            self._file.write(json.dumps(header, sort_keys=True) + "\n")
+            self._file.flush()
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Record one case done (``record["i"]``: its number)."""
+        self.done[int(record["i"])] = record
+        self._file.write(json.dumps(record, sort_keys=True) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()

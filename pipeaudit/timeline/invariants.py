@@ -214,7 +214,7 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
             for r, f in sorted(per_rank.items()):
                 doubts.setdefault(r, f"its forwards per step {list(f)} differ from those of the "
                                      f"other ranks at stage position {pos}")
-    for r, why in _unlike_peers(checked, positions).items():
+    for r, why in _unlike_replicas(checked, positions, replicas).items():
         doubts.setdefault(r, why)
     # one M: every stage of a pipeline runs the same microbatches, every step
     for pipeline in replicas or [tuple((r,) for r in sorted(positions))]:
@@ -230,17 +230,23 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
     return [Doubt(r, why) for r, why in sorted(doubts.items())]
 
 
-def _unlike_peers(checked: Sequence[RankTimeline], positions: Mapping[int, int]) -> dict[int, str]:
-    """Ranks whose reading holds other numbers of ops per action than the other ranks at their
-    stage position (data-parallel replicas and tensor-parallel peers run the same ops, so a
-    right reading of each has the same shape): rank -> why. Where no shape is the most common
-    one, every rank of the position is doubted: which reading is wrong, the ops do not say."""
-    by_position: dict[int, dict[int, tuple]] = defaultdict(dict)
+def _unlike_replicas(checked: Sequence[RankTimeline], positions: Mapping[int, int],
+                     replicas: Sequence[Sequence[Sequence[int]]]) -> dict[int, str]:
+    """Ranks whose reading holds other numbers of ops per action than the ranks that hold their
+    place in the other data-parallel replicas (the same stage position and tensor-parallel index:
+    they run the same code on other data, so a right reading of each has the same shape):
+    rank -> why. Tensor-parallel peers are not compared: one of them may load the batch that
+    it then broadcasts to the others. Where no shape is the most common one, every rank of the
+    place is doubted: which reading is wrong, the ops do not say."""
+    place = {r: (pos, t) for pipeline in replicas for pos, peers in enumerate(pipeline)
+             for t, r in enumerate(peers)}
+    by_place: dict[tuple[int, int], dict[int, tuple]] = defaultdict(dict)
     for rt in checked:
         if rt.rank in positions and rt.inferred_shape:
-            by_position[positions[rt.rank]][rt.rank] = rt.inferred_shape
+            key = place.get(rt.rank, (positions[rt.rank], rt.rank))
+            by_place[key][rt.rank] = rt.inferred_shape
     out: dict[int, str] = {}
-    for pos, shapes in by_position.items():
+    for (pos, _), shapes in by_place.items():
         seen = Counter(shapes.values())
         if len(seen) < 2:
             continue
@@ -249,10 +255,10 @@ def _unlike_peers(checked: Sequence[RankTimeline], positions: Mapping[int, int])
             if shape == common and n > runner_up:
                 continue
             other = next(o for o, s in sorted(shapes.items()) if s != shape)
-            out[r] = (f"its actions hold other numbers of ops than those of rank {other} at stage "
-                      f"position {pos} ({_shape_difference(shape, shapes[other])}), though "
-                      "replicas and tensor-parallel peers run the same ops: where some action "
-                      "begins or ends is a guess")
+            out[r] = (f"its actions hold other numbers of ops than those of rank {other}, its "
+                      f"replica at stage position {pos} ({_shape_difference(shape, shapes[other])}"
+                      "), though replicas run the same ops: where some action begins or ends is "
+                      "a guess")
     return out
 
 

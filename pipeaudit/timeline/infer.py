@@ -80,8 +80,8 @@ class Inferred:
     #: why the reading is a guess between rival readings the ops support alike ("" where
     #: it is not): carried to the rank's doubts (:func:`pipeaudit.timeline.invariants.reading_doubts`)
     doubt: str = ""
-    #: each action's kind and number of compute ops, sorted: replicas and tensor-parallel peers
-    #: of a stage run the same ops, so their readings have the same shape
+    #: each action's kind and number of compute ops, sorted: the data-parallel replicas of a
+    #: stage run the same ops, so right readings of them have the same shape
     shape: tuple[tuple[str, int], ...] = ()
 
     def account(self) -> OpAccount:
@@ -773,8 +773,7 @@ def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[in
     (``load``: :data:`INPUT_LOAD_OPS`) or computes a layer (``layer``: :data:`LAYER_OPS`, which
     no start-up runs): one microbatch a step on a rank of several chunks, whose first chunk
     loads the batch or runs first layers the other chunks lack before the step's first forward
-    only. The
-    run stops at any other action, transfer, batch split, gradient scaling or glue
+    only. The run stops at any other action, transfer, batch split, gradient scaling or glue
     (``not_input``: an in-place ``add_`` between two forwards is the schedule's bookkeeping,
     Megatron-core's token count)."""
     if len(forwards) < 2:

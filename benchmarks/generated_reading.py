@@ -47,6 +47,15 @@ def _problem_kind(p: str) -> str:
         " read as" if " read as" in p else "")
 
 
+def _reason_kind(reason: str) -> str:
+    """Why a reading cannot tell, without its ranks and numbers: the first rank's reason, up
+    to its first bracket or colon ('stage N step N reads N forwards but N backwards')."""
+    text = re.sub(r"^.*?settle what ran: ", "", reason)
+    text = re.sub(r"^rank \d+: ", "", text)
+    text = re.split(r" \(|: |; ", text, maxsplit=1)[0]
+    return re.sub(r"\b\d+(\.\d+)?\b", "N", text)[:90]
+
+
 def _size(c) -> int:
     return c.pp * c.v * c.m * c.steps * c.dp * c.tp
 
@@ -108,7 +117,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="stop after this wall time and report the cases done (0: none)")
     ap.add_argument("--ledger", default="", help="one JSON line a case done: a search stopped "
                     "resumes from it (the cases it holds are not run again) and reports them all")
+    ap.add_argument("--summary", action="store_true",
+                    help="report the cases the ledger holds in the range, and run none")
     a = ap.parse_args(argv)
+    if a.summary and not a.ledger:
+        ap.error("--summary reads a ledger: give --ledger FILE")
 
     from tests.support.tracegen.orders import SCHEDULES
 
@@ -128,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pipeaudit search: {e}", file=sys.stderr)
             return 2
     resumed = {i: r for i, r in ledger.done.items() if a.start <= i < stop} if ledger else {}
-    todo = [i for i in range(a.start, stop) if i not in resumed]
+    todo = [] if a.summary else [i for i in range(a.start, stop) if i not in resumed]
     tasks = [(todo[k:k + a.chunk], a.seed, opts, a.limit) for k in range(0, len(todo), a.chunk)]
     tally = Tally(lambda i: _case(i, a.seed, opts), code)
     for rec in resumed.values():
@@ -176,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if tally.verdicts["fail"] else 0
 
 
+#: Reasons for "cannot tell" the report lists (the most frequent).
+REASONS_SHOWN = 12
 #: How often (seconds) ``--report`` is rewritten while the search runs.
 REPORT_EVERY_S = 60
 #: How often (seconds) the search looks for a stop while it waits for a batch.
@@ -204,6 +219,7 @@ class Tally:
         self.by_shape: dict[str, Counter] = defaultdict(Counter)
         self.fail_groups: dict[tuple, list] = {}
         self.worst: tuple = (0.0, None)
+        self.reasons: Counter = Counter()
 
     def add(self, rec: dict) -> None:
         verdict = rec["verdict"]
@@ -211,6 +227,8 @@ class Tally:
         self.seconds += rec["ms"] / 1000
         self.verdicts[verdict] += 1
         self.by_shape[rec["shape"]][verdict] += 1
+        if verdict == "cannot tell":
+            self.reasons[_reason_kind(rec.get("reason", ""))] += 1
         if rec["err"] > self.worst[0]:
             self.worst = (rec["err"], rec["i"])
         if verdict == "fail":
@@ -233,6 +251,12 @@ class Tally:
         for shape in sorted(self.by_shape):
             c = self.by_shape[shape]
             lines.append(f"  {shape:40} {c['pass']:6} {c['cannot tell']:6} {c['fail']:6}")
+        if self.reasons:
+            lines.append("cannot tell, by the first rank's reason:")
+            lines.extend(f"  {n:6}  {why}" for why, n in self.reasons.most_common(REASONS_SHOWN))
+            rest = sum(self.reasons.values()) - sum(n for _, n in self.reasons.most_common(REASONS_SHOWN))
+            if rest:
+                lines.append(f"  {rest:6}  (other reasons)")
         if self.fail_groups:
             lines.append("failures by kind, with the smallest case of each:")
             for key in sorted(self.fail_groups):

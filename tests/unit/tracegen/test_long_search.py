@@ -33,8 +33,9 @@ def _search(*args: str) -> subprocess.CompletedProcess:
 
 def test_a_search_resumes_from_its_ledger_and_refuses_another_searchs(tmp_path: Path) -> None:
     """Two cases into a ledger, then the shard of three resumed from it: one case run, three
-    reported; the ledger's torn last line (a killed search's) is cut off; a ledger of another
-    seed is refused with one line and exit 2, untouched."""
+    reported; the ledger's torn last line (a killed search's) is cut off; a case that cannot
+    tell is counted by its reason; --summary reports the ledger's cases and runs none; a ledger
+    of another seed is refused with one line and exit 2, untouched."""
     ledger = tmp_path / "ledger.jsonl"
     first = _search("--cases", "2", "--start", "40", "--seed", "5", "--ledger", str(ledger))
     assert first.returncode == 0, first.stdout + first.stderr
@@ -47,7 +48,21 @@ def test_a_search_resumes_from_its_ledger_and_refuses_another_searchs(tmp_path: 
     assert resumed.stdout.startswith("3 cases (from case 40, 2 of them from the ledger)")
     lines = ledger.read_text().splitlines()
     assert sorted(json.loads(x)["i"] for x in lines[1:]) == [40, 41, 42]
+    # the report counts why readings cannot tell, by the first rank's reason, without numbers
+    with ledger.open("a") as f:
+        f.write(json.dumps({"i": 43, "shape": "zbv/bare/gloo", "size": 8, "verdict": "cannot tell",
+                            "err": 0.0, "ms": 1.0, "reason": "The actions read from the ops do not "
+                            "settle what ran: rank 3: stage 3 step 0 reads 4 forwards but 6 "
+                            "backwards (every schedule runs one backward per forward)"}) + "\n")
+    four = _search("--cases", "4", "--start", "40", "--seed", "5", "--ledger", str(ledger))
+    assert four.returncode == 0, four.stdout + four.stderr
+    assert "cannot tell 1" in four.stdout.splitlines()[1]
+    assert "     1  stage N step N reads N forwards but N backwards\n" in four.stdout, four.stdout
     before = ledger.read_bytes()
+    summary = _search("--cases", "9", "--start", "40", "--seed", "5", "--ledger", str(ledger),
+                      "--summary")
+    assert summary.stdout.startswith("4 cases (from case 40, 4 of them from the ledger)")
+    assert ledger.read_bytes() == before  # nothing run
     other = _search("--cases", "3", "--start", "40", "--seed", "6", "--ledger", str(ledger))
     assert other.returncode == 2 and other.stdout == ""
     assert other.stderr.count("\n") == 1 and "seed 5 there, 6 here" in other.stderr

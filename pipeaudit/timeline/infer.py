@@ -775,7 +775,8 @@ def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[in
     loads the batch or runs first layers the other chunks lack before the step's first forward
     only. The run stops at any other action, transfer, batch split, gradient scaling or glue
     (``not_input``: an in-place ``add_`` between two forwards is the schedule's bookkeeping,
-    Megatron-core's token count)."""
+    Megatron-core's token count). Each run is judged alone, the most frequent first: each
+    chunk may have its own (its first layers that the op sequence leaves out)."""
     if len(forwards) < 2:
         return forwards
     taken = np.zeros(cls.size, dtype=bool)
@@ -788,25 +789,32 @@ def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[in
             k -= 1
         leads.append(tuple(codes[k:a].tolist()))
     counts = Counter(lead for lead in leads if lead)
-    if not counts:
-        return forwards
-    unit = max(counts, key=lambda lead: (counts[lead], -len(lead)))
-    n = len(unit)
-    grown = [lead[-n:] == unit for lead in leads]
-    only_load = load is not None and all(load[a - n:a].all() for (a, _), g in zip(forwards, grown)
-                                         if g)
-    own = only_load or (layer is not None and all(layer[a - n:a].any() for (a, _), g
-                                                        in zip(forwards, grown) if g))
-    if not (1 if own else 2) <= sum(grown) < len(forwards):
-        return forwards
     ends = sorted([(b, "F") for _, b in forwards] + [(b, "B") for _, b in backwards])
+    grow = [0] * len(forwards)
+    # the most frequent run first: each chunk's forwards may have their own (the first chunk
+    # its first layer, a later chunk its own first layers)
+    for unit in sorted(counts, key=lambda lead: (-counts[lead], len(lead))):
+        n = len(unit)
+        grown = [not grow[j] and lead[-n:] == unit for j, lead in enumerate(leads)]
+        if _lead_joins(forwards, grown, n, ends, load, layer):
+            grow = [n if g else m for g, m in zip(grown, grow)]
+    return [(a - n, b) for (a, b), n in zip(forwards, grow)]
+
+
+def _lead_joins(forwards: list[tuple[int, int]], grown: list[bool], n: int, ends: list[tuple],
+                load: np.ndarray | None, layer: np.ndarray | None) -> bool:
+    """Whether the run of ``n`` ops right before the ``grown`` forwards is their input's
+    delivery (:func:`_inputs_to_forward`; ``ends``: every action's last op and kind, sorted)."""
+    leading = [a for (a, _), g in zip(forwards, grown) if g]
+    only_load = load is not None and all(load[a - n:a].all() for a in leading)
+    own = only_load or (layer is not None and all(layer[a - n:a].any() for a in leading))
+    if not (1 if own else 2) <= len(leading) < len(forwards):
+        return False
     after_forward = False
-    for (a, _), g in zip(forwards, grown):
+    for a in leading:
         k = bisect_left(ends, (a - n, "")) - 1
-        after_forward = after_forward or (g and k >= 0 and ends[k][1] == "F")
-    if not (after_forward or own):
-        return forwards
-    return [(a - n, b) if g else (a, b) for (a, b), g in zip(forwards, grown)]
+        after_forward = after_forward or (k >= 0 and ends[k][1] == "F")
+    return after_forward or own
 
 
 def _without_leading_collectives(forwards: list[tuple[int, int]],

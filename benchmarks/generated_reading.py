@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ledger", default="", help="one JSON line a case done: a search stopped "
                     "resumes from it (the cases it holds are not run again) and reports them all")
     ap.add_argument("--summary", action="store_true",
-                    help="report the cases the ledger holds in the range, and run none")
+                    help="report the cases the ledger holds in the range, and run none (a "
+                    "ledger of other code too: the report names its code)")
     a = ap.parse_args(argv)
     if a.summary and not a.ledger:
         ap.error("--summary reads a ledger: give --ledger FILE")
@@ -136,13 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.ledger:
         header = json.loads(json.dumps({"code": code, "seed": a.seed, "options": opts}))
         try:
-            ledger = Ledger(a.ledger, header)
+            ledger = Ledger(a.ledger, header, ignore=("code",) if a.summary else ())
         except (LedgerMismatch, OSError) as e:
             print(f"pipeaudit search: {e}", file=sys.stderr)
             return 2
     resumed = {i: r for i, r in ledger.done.items() if a.start <= i < stop} if ledger else {}
     todo = [] if a.summary else [i for i in range(a.start, stop) if i not in resumed]
     tasks = [(todo[k:k + a.chunk], a.seed, opts, a.limit) for k in range(0, len(todo), a.chunk)]
+    if ledger is not None and ledger.header["code"] != code:  # a summary of another code's search
+        code = f"{ledger.header['code']} (the ledger's; this code is {code})"
     tally = Tally(lambda i: _case(i, a.seed, opts), code)
     for rec in resumed.values():
         tally.add(rec)

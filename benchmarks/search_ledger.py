@@ -38,9 +38,12 @@ class Ledger:
     was writing (a torn last line is cut off when the ledger is read back, and that case is done
     again)."""
 
-    def __init__(self, path: str | Path, header: dict[str, Any]) -> None:
+    def __init__(self, path: str | Path, header: dict[str, Any], ignore: tuple[str, ...] = ()) -> None:
+        """``header``: what the search is (a new ledger's first line; an existing ledger's
+        must equal it, but for the keys in ``ignore``: a summary reads another code's ledger)."""
         self.path = Path(path)
         self.done: dict[int, dict[str, Any]] = {}
+        self.header = header
         if self.path.exists() and self.path.stat().st_size:
             data = self.path.read_bytes()
             whole = data[:data.rfind(b"\n") + 1]  # past the last newline: a killed search's torn line
@@ -51,7 +54,8 @@ class Ledger:
                 found = None
             if not isinstance(found, dict) or "code" not in found:
                 raise LedgerMismatch(f"{self.path}: its first line is no ledger header")
-            diff = sorted(k for k in set(found) | set(header) if found.get(k) != header.get(k))
+            diff = sorted(k for k in set(found) | set(header)
+                          if found.get(k) != header.get(k) and k not in ignore)
             if diff:
                 said = "; ".join(f"{k} {found.get(k)!r} there, {header.get(k)!r} here" for k in diff)
                 raise LedgerMismatch(f"{self.path}: a ledger of another search ({said}): "
@@ -62,6 +66,7 @@ class Ledger:
                     self.done[int(rec["i"])] = rec
                 except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                     raise LedgerMismatch(f"{self.path}: line {n} is no case record") from None
+            self.header = found
             if len(whole) < len(data):
                 with self.path.open("r+b") as f:
                     f.truncate(len(whole))

@@ -35,7 +35,8 @@ def test_a_search_resumes_from_its_ledger_and_refuses_another_searchs(tmp_path: 
     """Two cases into a ledger, then the shard of three resumed from it: one case run, three
     reported; the ledger's torn last line (a killed search's) is cut off; a case that cannot
     tell is counted by its reason; --summary reports the ledger's cases and runs none; a ledger
-    of another seed is refused with one line and exit 2, untouched."""
+    of another seed or other code is refused with one line and exit 2, untouched, and a summary
+    of other code's ledger names that code."""
     ledger = tmp_path / "ledger.jsonl"
     first = _search("--cases", "2", "--start", "40", "--seed", "5", "--ledger", str(ledger))
     assert first.returncode == 0, first.stdout + first.stderr
@@ -67,3 +68,13 @@ def test_a_search_resumes_from_its_ledger_and_refuses_another_searchs(tmp_path: 
     assert other.returncode == 2 and other.stdout == ""
     assert other.stderr.count("\n") == 1 and "seed 5 there, 6 here" in other.stderr
     assert ledger.read_bytes() == before
+    # a ledger of other code: resuming it is refused, a summary of it names its code
+    lines = ledger.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["code"] = "0123456789abcdef"
+    ledger.write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
+    refused = _search("--cases", "4", "--start", "40", "--seed", "5", "--ledger", str(ledger))
+    assert refused.returncode == 2 and "code '0123456789abcdef' there" in refused.stderr
+    named = _search("--cases", "4", "--start", "40", "--seed", "5", "--ledger", str(ledger),
+                    "--summary")
+    assert named.returncode == 0 and "code 0123456789abcdef (the ledger's" in named.stdout

@@ -3,13 +3,15 @@
 A search of 100,000 cases takes hours of cores. With ``--ledger FILE`` it may stop at any
 time and resume later, on another machine or from a copy of the file, and its report counts
 every case the ledger holds, the resumed ones with the new. The ledger's first line says what
-its verdicts are of: the seed, the drawing options, and a hash of the reader and the generator
-(pipeaudit/ and tests/support/tracegen/). A ledger of other code or options is refused: a case
-number then names another case, or the same case read by another reader.
+its verdicts are of: the seed, the drawing options, and a hash of the reader's and the
+generator's code (pipeaudit/ and tests/support/tracegen/, less comments and docstrings). A
+ledger of other code or options is refused: a case number then names another case, or the same
+case read by another reader.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 from pathlib import Path
@@ -25,11 +27,26 @@ class LedgerMismatch(Exception):
 
 
 def code_hash(repo: Path) -> str:
-    """A short hash of the reader's and the generator's sources (path and content of each)."""
+    """A short hash of the reader's and the generator's code: each file's path and its syntax
+    tree less docstrings (a comment, a docstring or a line's layout changes no verdict, so an
+    edit of them keeps a ledger), the C source as it is."""
     h = hashlib.sha256()
     for path in sorted({p for g in CODE_GLOBS for p in repo.glob(g)}):
-        h.update(path.relative_to(repo).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        h.update(path.relative_to(repo).as_posix().encode() + b"\0" + _code_of(path) + b"\0")
     return h.hexdigest()[:16]
+
+
+def _code_of(path: Path) -> bytes:
+    if path.suffix != ".py":
+        return path.read_bytes()
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
 
 
 class Ledger:

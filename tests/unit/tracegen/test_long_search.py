@@ -78,3 +78,22 @@ def test_a_search_resumes_from_its_ledger_and_refuses_another_searchs(tmp_path: 
     named = _search("--cases", "4", "--start", "40", "--seed", "5", "--ledger", str(ledger),
                     "--summary")
     assert named.returncode == 0 and "code 0123456789abcdef (the ledger's" in named.stdout
+
+
+def test_the_ledgers_code_hash_ignores_comments_and_docstrings(tmp_path: Path) -> None:
+    """A comment, a docstring or a line's layout changes no verdict: the hash that ties a ledger
+    to its code stays; an edit of the code changes it."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from search_ledger import code_hash
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    module = tmp_path / "pipeaudit" / "reader.py"
+    module.parent.mkdir()
+    module.write_text('"""Reads."""\n\nLIMIT = 2  # ops\n\n\ndef f(x):\n    """Twice."""\n    return x * LIMIT\n')
+    before = code_hash(tmp_path)
+    module.write_text('"""Reads a trace."""\nLIMIT = 2\n\n\ndef f(x):\n    """Twice x."""\n'
+                      '    return (x\n            * LIMIT)  # the same\n')
+    assert code_hash(tmp_path) == before
+    module.write_text('"""Reads."""\n\nLIMIT = 3  # ops\n\n\ndef f(x):\n    """Twice."""\n    return x * LIMIT\n')
+    assert code_hash(tmp_path) != before

@@ -80,9 +80,6 @@ class Inferred:
     #: why the reading is a guess between rival readings the ops support alike ("" where
     #: it is not): carried to the rank's doubts (:func:`pipeaudit.timeline.invariants.reading_doubts`)
     doubt: str = ""
-    #: each action's kind and number of compute ops, sorted: the data-parallel replicas of a
-    #: stage run the same ops, so right readings of them have the same shape
-    shape: tuple[tuple[str, int], ...] = ()
 
     def account(self) -> OpAccount:
         """Where the thread's compute went, for :func:`~pipeaudit.timeline.conservation.settle_accounts`."""
@@ -227,11 +224,8 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
     for i0, i1 in forward + backward:
         in_action[i0:i1 + 1] = True
     loose = compute_mask & ~in_action
-    counted = np.concatenate(([0], np.cumsum(compute_mask)))
-    shape = tuple(sorted((kind, int(counted[i1 + 1] - counted[i0]))
-                         for kind, found in (("F", forward), ("B", backward)) for i0, i1 in found))
     return Inferred(spans, int(busy[compute_mask].sum()), int(busy[compute_mask & in_action].sum()),
-                    how, split=len(backward) > len(backward_blocks), doubt=doubt, shape=shape,
+                    how, split=len(backward) > len(backward_blocks), doubt=doubt,
                     loose=(starts[loose].astype(np.int64), ends[loose].astype(np.int64),
                            scaling[loose], codes[loose]))
 

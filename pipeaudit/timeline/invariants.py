@@ -14,7 +14,7 @@ run (``MISSING_ACTIONS``), not a doubt about the reading.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -214,8 +214,6 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
             for r, f in sorted(per_rank.items()):
                 doubts.setdefault(r, f"its forwards per step {list(f)} differ from those of the "
                                      f"other ranks at stage position {pos}")
-    for r, why in _unlike_replicas(checked, positions, replicas).items():
-        doubts.setdefault(r, why)
     # one M: every stage of a pipeline runs the same microbatches, every step
     for pipeline in replicas or [tuple((r,) for r in sorted(positions))]:
         members = [r for peers in pipeline for r in peers if r in counts]
@@ -228,53 +226,6 @@ def reading_doubts(ranks: Sequence[RankTimeline], positions: Mapping[int, int], 
                     doubts.setdefault(r, f"its stages run {ms} forwards per step where the other "
                                          f"ranks run {common}: no M fits every stage")
     return [Doubt(r, why) for r, why in sorted(doubts.items())]
-
-
-def _unlike_replicas(checked: Sequence[RankTimeline], positions: Mapping[int, int],
-                     replicas: Sequence[Sequence[Sequence[int]]]) -> dict[int, str]:
-    """Ranks whose reading holds other numbers of ops per action than the ranks that hold their
-    place in the other data-parallel replicas (the same stage position and tensor-parallel index:
-    they run the same code on other data, so a right reading of each has the same shape):
-    rank -> why. Tensor-parallel peers are not compared: one of them may load the batch that
-    it then broadcasts to the others. Where no shape is the most common one, every rank of the
-    place is doubted: which reading is wrong, the ops do not say."""
-    place = {r: (pos, t) for pipeline in replicas for pos, peers in enumerate(pipeline)
-             for t, r in enumerate(peers)}
-    by_place: dict[tuple[int, int], dict[int, tuple]] = defaultdict(dict)
-    for rt in checked:
-        if rt.rank in positions and rt.inferred_shape:
-            key = place.get(rt.rank, (positions[rt.rank], rt.rank))
-            by_place[key][rt.rank] = rt.inferred_shape
-    out: dict[int, str] = {}
-    for (pos, _), shapes in by_place.items():
-        seen = Counter(shapes.values())
-        if len(seen) < 2:
-            continue
-        (common, n), (_, runner_up) = seen.most_common(2)
-        for r, shape in sorted(shapes.items()):
-            if shape == common and n > runner_up:
-                continue
-            other = next(o for o, s in sorted(shapes.items()) if s != shape)
-            out[r] = (f"its actions hold other numbers of ops than those of rank {other}, its "
-                      f"replica at stage position {pos} ({_shape_difference(shape, shapes[other])}"
-                      "), though replicas run the same ops: where some action begins or ends is "
-                      "a guess")
-    return out
-
-
-def _shape_difference(mine: tuple, theirs: tuple) -> str:
-    """The first kind whose actions' op counts differ, in words."""
-    for kind in "FB":
-        a = sorted(n for k, n in mine if k == kind)
-        b = sorted(n for k, n in theirs if k == kind)
-        if a != b:
-            return (f"its {kind} actions {_span(a)} ops, theirs {_span(b)}" if a and b
-                    else f"{len(a)} {kind} actions, theirs {len(b)}")
-    return "their actions differ"
-
-
-def _span(counts: list[int]) -> str:
-    return str(counts[0]) if counts[0] == counts[-1] else f"{counts[0]}-{counts[-1]}"
 
 
 def _stated_doubt(counts: Mapping[tuple[int, int], dict[str, int]], microbatches: int | None,

@@ -141,9 +141,6 @@ class RankTimeline:
     #: inferred ranks only: why its reading is a guess between rival readings of its ops
     #: ("" where it is not; :attr:`pipeaudit.timeline.infer.Inferred.doubt`)
     inferred_doubt: str = ""
-    #: inferred ranks only: each action's kind and number of compute ops
-    #: (:attr:`pipeaudit.timeline.infer.Inferred.shape`)
-    inferred_shape: tuple[tuple[str, int], ...] = ()
     #: inferred ranks only: where the schedule thread's compute went
     #: (:class:`~pipeaudit.timeline.conservation.OpAccount`), settled once steps are known
     account: Any = None
@@ -236,9 +233,9 @@ def reduce_rank(trace, *, stage_hint: int | None = None, pattern: str | None = N
                  detected_note)
     rt.alternative = alternative
     if source == "inferred":
-        rt.account, rt.inferred_shape = account, inferred.shape
+        rt.account = account
         if alternative is not None:
-            alternative.account, alternative.inferred_shape = other.account(), other.shape
+            alternative.account = other.account()
         rt.split_reading = _split_reading(trace, ops, steps, step_evidence, default_stage,
                                           stage_from_rank, spans)
     return rt
@@ -255,7 +252,7 @@ def _split_reading(trace, ops, steps, step_evidence, stage: int, stage_from_rank
     split = _finish(trace, ops, steps, step_evidence, calls.spans, "inferred", stage_from_rank,
                     calls.coverage, None)
     split.account = calls.account()
-    split.inferred_doubt, split.inferred_shape = calls.doubt, calls.shape
+    split.inferred_doubt = calls.doubt
     return split
 
 

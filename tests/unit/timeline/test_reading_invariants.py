@@ -133,4 +133,3 @@ def test_chunk_counts_the_order_cannot_tell_apart_are_told_by_the_gradients_sent
     assert (a.schedule, a.num_chunks, a.num_microbatches, a.uncertain) == ("looped-bfs", 2, 4, [])
     twin = pipeaudit.load(str(SAMPLES / "looped-bfs_p2_m4_v2")).audit()
     assert [round(r.bubble, 4) for r in a.ranks] == [round(r.bubble, 4) for r in twin.ranks]
-

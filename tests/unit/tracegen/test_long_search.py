@@ -97,3 +97,32 @@ def test_the_ledgers_code_hash_ignores_comments_and_docstrings(tmp_path: Path) -
     assert code_hash(tmp_path) == before
     module.write_text('"""Reads."""\n\nLIMIT = 3  # ops\n\n\ndef f(x):\n    """Twice."""\n    return x * LIMIT\n')
     assert code_hash(tmp_path) != before
+
+
+def test_a_reading_imports_none_of_the_packages_the_ledgers_hash_leaves_out() -> None:
+    """The hash leaves out packages a reading never runs (an edit of the command line or a
+    reporter keeps a ledger); readings of generated cases of several shapes, in a fresh
+    interpreter, import none of them."""
+    script = (
+        "import random, sys\n"
+        "from tests.support.tracegen.strategies import random_case\n"
+        "from tests.support.tracegen.check import run_case\n"
+        "opts = dict(budget=64, p2p=('gloo', 'nccl'), one_rank_files=True,\n"
+        "            step_marks=(False, True), annotated=(False, True))\n"
+        "for i in range(8):\n"
+        "    run_case(random_case(random.Random(f'700:{i}'), **opts))\n"
+        "for m in list(sys.modules.values()):\n"
+        "    f = getattr(m, '__file__', None) or ''\n"
+        "    if '/pipeaudit/' in f.replace('\\\\', '/'):\n"
+        "        print('pipeaudit/' + f.replace('\\\\', '/').rsplit('/pipeaudit/', 1)[1])\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=600, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from search_ledger import NOT_READ
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    imported = out.stdout.split()
+    assert "pipeaudit/timeline/infer.py" in imported  # the reading ran
+    assert [f for f in imported if f.startswith(NOT_READ)] == []

@@ -141,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         except (LedgerMismatch, OSError) as e:
             print(f"pipeaudit search: {e}", file=sys.stderr)
             return 2
+        if ledger.read_only and not a.summary:
+            print(f"pipeaudit search: {a.ledger}: a compressed ledger is only read (--summary); "
+                  "resume a copy: gunzip -k it and give --ledger the .jsonl", file=sys.stderr)
+            return 2
     resumed = {i: r for i, r in ledger.done.items() if a.start <= i < stop} if ledger else {}
     todo = [] if a.summary else [i for i in range(a.start, stop) if i not in resumed]
     tasks = [(todo[k:k + a.chunk], a.seed, opts, a.limit) for k in range(0, len(todo), a.chunk)]

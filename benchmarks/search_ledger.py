@@ -6,12 +6,15 @@ every case the ledger holds, the resumed ones with the new. The ledger's first l
 its verdicts are of: the seed, the drawing options, and a hash of the reader's and the
 generator's code (pipeaudit/ less the packages a reading never imports, and
 tests/support/tracegen/; less comments and docstrings). A ledger of other code or options is
-refused: a case number then names another case, or the same case read by another reader.
+refused: a case number then names another case, or the same case read by another reader. A ledger compressed with gzip (``.gz``, as benchmarks/results/
+keeps one) is read only: it is reported (``--summary``) as it is, and resumed from a copy
+``gunzip -k`` makes.
 """
 
 from __future__ import annotations
 
 import ast
+import gzip
 import hashlib
 import json
 from pathlib import Path
@@ -68,8 +71,17 @@ class Ledger:
         self.path = Path(path)
         self.done: dict[int, dict[str, Any]] = {}
         self.header = header
+        self.read_only = self.path.suffix == ".gz"
+        self._file = None
+        if self.read_only and not self.path.exists():
+            raise LedgerMismatch(f"{self.path}: no such ledger (a compressed one is only read)")
         if self.path.exists() and self.path.stat().st_size:
             data = self.path.read_bytes()
+            if self.read_only:
+                try:
+                    data = gzip.decompress(data)
+                except (OSError, EOFError) as e:
+                    raise LedgerMismatch(f"{self.path}: not a whole gzip file ({e})") from None
             whole = data[:data.rfind(b"\n") + 1]  # past the last newline: a killed search's torn line
             lines = whole.decode().splitlines()
             try:
@@ -91,10 +103,14 @@ class Ledger:
                 except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                     raise LedgerMismatch(f"{self.path}: line {n} is no case record") from None
             self.header = found
+            if self.read_only:
+                return
             if len(whole) < len(data):
                 with self.path.open("r+b") as f:
                     f.truncate(len(whole))
             self._file = self.path.open("a")
+        elif self.read_only:
+            raise LedgerMismatch(f"{self.path}: an empty file, no ledger")
         else:
             self._file = self.path.open("w")
             self._file.write(json.dumps(header, sort_keys=True) + "\n")
@@ -102,9 +118,12 @@ class Ledger:
 
     def append(self, record: dict[str, Any]) -> None:
         """Record one case done (``record["i"]``: its number)."""
+        if self._file is None:
+            raise LedgerMismatch(f"{self.path}: a compressed ledger is only read")
         self.done[int(record["i"])] = record
         self._file.write(json.dumps(record, sort_keys=True) + "\n")
         self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()

@@ -3,6 +3,7 @@ its report written to --report as well as printed."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def test_a_search_resumes_from_its_ledger_and_refuses_another_searchs(tmp_path: 
     reported; the ledger's torn last line (a killed search's) is cut off; a case that cannot
     tell is counted by its reason; --summary reports the ledger's cases and runs none; a ledger
     of another seed or other code is refused with one line and exit 2, untouched, and a summary
-    of other code's ledger names that code."""
+    of other code's ledger names that code; a compressed ledger is summarised, never resumed."""
     ledger = tmp_path / "ledger.jsonl"
     first = _search("--cases", "2", "--start", "40", "--seed", "5", "--ledger", str(ledger))
     assert first.returncode == 0, first.stdout + first.stderr
@@ -78,6 +79,18 @@ def test_a_search_resumes_from_its_ledger_and_refuses_another_searchs(tmp_path: 
     named = _search("--cases", "4", "--start", "40", "--seed", "5", "--ledger", str(ledger),
                     "--summary")
     assert named.returncode == 0 and "code 0123456789abcdef (the ledger's" in named.stdout
+    # a ledger kept compressed (benchmarks/results/) is reported as it is, and never resumed
+    packed = tmp_path / "ledger.jsonl.gz"
+    packed.write_bytes(gzip.compress(before))  # this code's ledger
+    kept = packed.read_bytes()
+    read = _search("--cases", "4", "--start", "40", "--seed", "5", "--ledger", str(packed),
+                   "--summary")
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.startswith("4 cases (from case 40, 4 of them from the ledger)")
+    assert read.stdout.splitlines()[1] == summary.stdout.splitlines()[1]
+    resume = _search("--cases", "5", "--start", "40", "--seed", "5", "--ledger", str(packed))
+    assert resume.returncode == 2 and resume.stderr.count("\n") == 1 and "gunzip -k" in resume.stderr
+    assert packed.read_bytes() == kept
 
 
 def test_the_ledgers_code_hash_ignores_comments_and_docstrings(tmp_path: Path) -> None:

@@ -6,9 +6,9 @@ every case the ledger holds, the resumed ones with the new. The ledger's first l
 its verdicts are of: the seed, the drawing options, and a hash of the reader's and the
 generator's code (pipeaudit/ less the packages a reading never imports, and
 tests/support/tracegen/; less comments and docstrings). A ledger of other code or options is
-refused: a case number then names another case, or the same case read by another reader. A ledger compressed with gzip (``.gz``, as benchmarks/results/
-keeps one) is read only: it is reported (``--summary``) as it is, and resumed from a copy
-``gunzip -k`` makes.
+refused: a case number then names another case, or the same case read by another reader.
+A ledger compressed with gzip (``.gz``, as benchmarks/results/ keeps one) is read only: it is
+reported (``--summary``) as it is, and resumed from a copy ``gunzip -k`` makes.
 """
 
 from __future__ import annotations

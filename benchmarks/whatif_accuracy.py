@@ -54,7 +54,6 @@ class Prediction:
     predicted_bubble: float
     measured_bubble: float
     calibration: float  #: the model's error on the source run itself
-    other_runtime: bool  #: the two schedules run on different torch runtimes
 
     @property
     def bubble_error(self) -> float:
@@ -98,19 +97,17 @@ def steadiness(runs: dict) -> tuple[float, float]:
 def predict(runs: dict, source: str, target: str, changes: dict) -> Prediction:
     """Predict ``target`` from ``source``'s trace and hold it to the measured run."""
     from pipeaudit.explain import Changes, whatif
-    from pipeaudit.schedules.catalogue import canonical_name, torch_runtime
 
     run, res = runs[source]
     target_run, measured = runs[target]
     pred = whatif(run.timeline, Changes(**changes), res)
     k = work_per_step(target_run) / work_per_step(run)
-    runtimes = {torch_runtime(canonical_name(RUNS[n][0])) for n in (source, target)}
     return Prediction(source, target, pred.predicted_step_time_us / 1e3,
                       measured.step_time_us / 1e3,
                       pred.predicted_step_time_us / measured.step_time_us - 1, k,
                       pred.predicted_step_time_us * k / measured.step_time_us - 1,
                       pred.predicted_bubble, measured.bubble.measured,
-                      pred.calibration["error"], len(runtimes) > 1)
+                      pred.calibration["error"])
 
 
 def main(argv: list[str] | None = None) -> int:

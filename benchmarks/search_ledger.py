@@ -40,9 +40,9 @@ def code_hash(repo: Path) -> str:
     edit of them keeps a ledger), the C source as it is."""
     h = hashlib.sha256()
     for path in sorted({p for g in CODE_GLOBS for p in repo.glob(g)}):
-        if path.relative_to(repo).as_posix().startswith(NOT_READ):
-            continue
-        h.update(path.relative_to(repo).as_posix().encode() + b"\0" + _code_of(path) + b"\0")
+        name = path.relative_to(repo).as_posix()
+        if not name.startswith(NOT_READ):
+            h.update(name.encode() + b"\0" + _code_of(path) + b"\0")
     return h.hexdigest()[:16]
 
 

@@ -5,8 +5,9 @@
 Each case draws every dimension independently (tests/support/tracegen/strategies.py), writes
 its traces, reads them with pipeaudit.load and holds the reading to the truth
 (tests/support/tracegen/check.py). Prints pass / cannot-tell / fail counts by shape, the worst
-bubble error, and for each kind of failure the smallest case that shows it (with the command
-that writes its traces). Exit 1 on any failure. Needs only the repository and its installed
+bubble error, the share read right of the cases read from the ops by each dimension's value,
+the reasons it cannot tell, and for each kind of failure the smallest case that shows it (with
+the command that writes its traces). Exit 1 on any failure. Needs only the repository and its installed
 dependencies (torch for the schedules' orders).
 
 A long search can be cut into shards (``--start``, ``--cases``: the same cases whatever the
@@ -58,6 +59,49 @@ def _reason_kind(reason: str) -> str:
 
 def _size(c) -> int:
     return c.pp * c.v * c.m * c.steps * c.dp * c.tp
+
+
+#: The generator's schedules that split the backward into I and W: read from the ops, the
+#: reading most often cannot tell, so the report shows their dimensions on their own.
+SPLIT_BACKWARD = ("interleaved-zb", "zbv", "dualpipev")
+
+
+def _dimensions(c) -> dict[str, str]:
+    """The dimensions of a case a reading from the ops may depend on, each as a short value."""
+    heavy = "none"
+    if c.heavy_factor > 1 and (c.heavy_stage is not None or c.heavy_chunk is not None):
+        heavy = ("stage" if c.heavy_stage is not None else "chunk") + (
+            " by layers" if c.heavy_by_layers else " by ops")
+    return {
+        "P": str(c.pp) if c.pp < 5 else "5-8", "v": str(c.v), "M / P": "<1" if c.m < c.pp else
+        f"{min(c.m // c.pp, 3)}{'+' if c.m // c.pp >= 3 else ''}", "steps": str(min(c.steps, 2)) + (
+            "+" if c.steps >= 2 else ""), "grid": c.grid, "DP": str(c.dp), "TP": str(c.tp),
+        "P2P": c.p2p + (" batched" if c.batched else ""), "named groups": str(c.named_groups),
+        "step marks": str(c.profiler_steps), "batch split": str(c.batch_split),
+        "optimizer": str(c.optimizer), "op shape": c.op_shape, "layers": str(c.layers),
+        "nested ops": str(c.nested), "loss op": str(c.loss), "data load": str(c.data_load),
+        "heavy": heavy, "descheduled op": str(c.deschedule), "engine glue": str(c.engine_glue),
+        "one rank's file": str(c.one_rank is not None), "shuffled": str(c.shuffle),
+        "steps stated": str(c.state_steps), "M stated": str(c.state_microbatches),
+        "latency µs": f"{c.latency_us:g}",
+    }
+
+
+def _dimension_lines(counts: dict[str, dict[str, Counter]], width: int = 118) -> list[str]:
+    """One line a dimension (wrapped at ``width``): each value's cases read right of its cases."""
+    lines = []
+    for dim, by_value in counts.items():
+        cells = [f"{value} {c['pass']}/{sum(c.values())} ({c['pass'] / sum(c.values()):.0%})"
+                 for value, c in sorted(by_value.items())]
+        line, first = f"    {dim:16}", True
+        for cell in cells:
+            if not first and len(line) + 2 + len(cell) > width:
+                lines.append(line)
+                line, first = " " * 20, True
+            line += ("" if first else "  ") + cell
+            first = False
+        lines.append(line)
+    return lines
 
 
 def _default_sigterm() -> None:
@@ -227,9 +271,18 @@ class Tally:
         self.fail_groups: dict[tuple, list] = {}
         self.worst: tuple = (0.0, None)
         self.reasons: Counter = Counter()
+        #: read from the ops: family ("split backward" or not) -> dimension -> value -> verdicts
+        self.by_dimension: dict[str, dict[str, dict[str, Counter]]] = {}
 
     def add(self, rec: dict) -> None:
         verdict = rec["verdict"]
+        schedule, annotation, _ = rec["shape"].split("/")
+        if annotation == "bare":
+            family = ("split backward: " + ", ".join(SPLIT_BACKWARD) if schedule in SPLIT_BACKWARD
+                      else "one backward per forward: the others")
+            dims = self.by_dimension.setdefault(family, {})
+            for dim, value in _dimensions(self.case_of(rec["i"])).items():
+                dims.setdefault(dim, defaultdict(Counter))[value][verdict] += 1
         self.done += 1
         self.seconds += rec["ms"] / 1000
         self.verdicts[verdict] += 1
@@ -258,6 +311,12 @@ class Tally:
         for shape in sorted(self.by_shape):
             c = self.by_shape[shape]
             lines.append(f"  {shape:40} {c['pass']:6} {c['cannot tell']:6} {c['fail']:6}")
+        if self.by_dimension:
+            lines.append("read from the ops, by dimension: cases read right / cases (the rest "
+                         "cannot tell or fail)")
+            for family in sorted(self.by_dimension):
+                lines.append(f"  {family}")
+                lines.extend(_dimension_lines(self.by_dimension[family]))
         if self.reasons:
             lines.append("cannot tell, by the first rank's reason:")
             lines.extend(f"  {n:6}  {why}" for why, n in self.reasons.most_common(REASONS_SHOWN))

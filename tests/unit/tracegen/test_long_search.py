@@ -139,3 +139,39 @@ def test_a_reading_imports_none_of_the_packages_the_ledgers_hash_leaves_out() ->
     imported = out.stdout.split()
     assert "pipeaudit/timeline/infer.py" in imported  # the reading ran
     assert [f for f in imported if f.startswith(NOT_READ)] == []
+
+
+def test_the_report_counts_every_case_read_from_the_ops_once_in_each_dimension(monkeypatch) -> None:
+    """The report's table by dimension: each dimension's values share out the cases read from
+    the ops of each family, the right ones among them; its lines fit 120 columns."""
+    import importlib.util
+    import re
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # the script imports its ledger beside it
+    spec = importlib.util.spec_from_file_location("generated_reading",
+                                                  REPO / "benchmarks" / "generated_reading.py")
+    search = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(search)
+    opts = {"budget": 64, "p2p": ("gloo", "nccl"), "one_rank_files": True,
+            "step_marks": (False, True), "annotated": (False, True)}
+    tally = search.Tally(lambda i: search._case(i, 3, opts))
+    bare = {"split": [0, 0], "other": [0, 0]}
+    for i in range(300):
+        case = search._case(i, 3, opts)
+        verdict = "pass" if i % 3 else "cannot tell"
+        tally.add({"i": i, "shape": case.shape(), "size": 1, "verdict": verdict, "err": 0.0,
+                   "ms": 1.0, "reason": ""})
+        if not case.annotated:
+            family = bare["split" if case.schedule in search.SPLIT_BACKWARD else "other"]
+            family[0] += 1
+            family[1] += verdict == "pass"
+    assert min(n for n, _ in bare.values()) > 0
+    for family, dims in tally.by_dimension.items():
+        cases, right = bare["split" if family.startswith("split") else "other"]
+        for dim, values in dims.items():
+            assert sum(sum(c.values()) for c in values.values()) == cases, dim
+            assert sum(c["pass"] for c in values.values()) == right, dim
+    lines = search._dimension_lines(tally.by_dimension[next(iter(tally.by_dimension))])
+    assert all(len(line) <= 120 for line in lines)
+    shown = sum(int(n) for n in re.findall(r" (\d+)/\d+ \(", lines[0]))
+    assert shown == sum(c["pass"] for c in next(iter(tally.by_dimension.values()))["P"].values())

@@ -186,6 +186,19 @@ FOUND = {
         profiler_steps=False, optimizer=False, batch_split=False, layers=2, heavy_factor=3.0,
         deschedule='compute', shuffle=True, state_steps=True, latency_us=5.0, seed=1618655903,
         engine_glue=True),
+    # interleaved zero bubble from the ops, P = 6, M = 5: the last stages' cool-down Ws run back
+    # to back and read as fewer actions than the order has; no order fitted action for action
+    "interleaved ZB from the ops, back-to-back Ws read as one": Case(
+        schedule='interleaved-zb', pp=6, v=1, m=5, steps=2, grid='dp-outer', named_groups=False,
+        p2p='nccl', profiler_steps=False, op_shape='dominant', layers=3, nested=False,
+        data_load=True, heavy_factor=1.5, heavy_by_layers=True, deschedule='compute', shuffle=True,
+        seed=439629146),
+    # the same at P = 2, v = 4, M = 6: where the sends leave two ways, the compute chooses
+    "interleaved ZB from the ops at v = 4, back-to-back backwards read as one": Case(
+        schedule='interleaved-zb', pp=2, v=4, m=6, steps=2, batched=True, profiler_steps=False,
+        batch_split=False, nested=False, loss=False, heavy_stage=1, heavy_chunk=0,
+        heavy_factor=2.0, heavy_by_layers=True, deschedule='prep', shuffle=True,
+        state_steps=True, latency_us=5.0, seed=310579595),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not

@@ -159,9 +159,25 @@ def _forwards_per_step(rt: RankTimeline) -> int:
 
 
 def _chunk(actions: pl.DataFrame, m: int) -> pl.DataFrame:
-    """The i-th action of a kind (execution order) is microbatch i % M of step i // M."""
+    """The i-th action of a kind (execution order) is microbatch i % M of step i // M. Where
+    a stage runs other than one backward per forward (a split backward read from the ops, its
+    I and W alike), its forwards, M a step, set the steps, and each step holds an equal share
+    of its backwards (the split fit tells their microbatches apart)."""
     order = (pl.col("host_start").rank("ordinal").over(["stage", "kind"]) - 1).cast(pl.Int64)
-    return actions.with_columns(step=order // m, microbatch=order % m, profiler_step=pl.lit(None, dtype=pl.Int64))
+    counts = actions.group_by("stage", "kind").len()
+    forwards = dict(counts.filter(pl.col("kind") == "F").select("stage", "len").iter_rows())
+    shares = {}
+    for stage, n in counts.filter(pl.col("kind") == "B").select("stage", "len").iter_rows():
+        f = forwards.get(stage, 0)
+        if n != f and f and not f % m and not n % (f // m):
+            shares[stage] = n // (f // m)
+    share = pl.lit(m, dtype=pl.Int64)
+    if shares:
+        share = (pl.when(pl.col("kind") == "B")
+                 .then(pl.col("stage").replace_strict(shares, default=m, return_dtype=pl.Int64))
+                 .otherwise(share))
+    return actions.with_columns(step=order // share, microbatch=order % share,
+                                profiler_step=pl.lit(None, dtype=pl.Int64))
 
 
 def _from_splits(loose: Sequence[RankTimeline]) -> int | None:

@@ -199,6 +199,14 @@ FOUND = {
         batch_split=False, nested=False, loss=False, heavy_stage=1, heavy_chunk=0,
         heavy_factor=2.0, heavy_by_layers=True, deschedule='prep', shuffle=True,
         state_steps=True, latency_us=5.0, seed=310579595),
+    # ZBV from the ops, P = 6, M = 11, no step marks, steps and M stated: the stated step's
+    # 22 forwards cut the I and W read alike (44 backwards a step) into two steps (a step of
+    # backwards without forwards)
+    "ZBV from the ops, steps stated, backwards cut by the forwards' count": Case(
+        schedule='zbv', pp=6, v=2, m=11, grid='dp-outer', named_groups=False, p2p='nccl',
+        profiler_steps=False, optimizer=False, batch_split=False, op_shape='dominant',
+        loss=False, heavy_stage=10, heavy_chunk=1, heavy_factor=2.0, state_steps=True,
+        state_microbatches=True, seed=948443353, engine_glue=True),
 }
 
 #: Cases whose traces cannot say what ran: the reading must say so (READING_UNCERTAIN), not

@@ -15,9 +15,10 @@ Where no order fits action for action, one read backward may hold a run of the o
 back-to-back backwards (a W and the next W, an I and its W, with nothing between them to part
 them). The forwards still pair one to one, so the backward runs between them do too; a run of L
 backwards read as l < L actions is parted where the order says a backward hands a gradient to
-another rank (its send parts it from the next), and nowhere else it can be told: the fit holds
-only where that leaves one way. Each read action becomes the first backward of its run, with
-its compute; the others are put back, with none, at its end.
+another rank (its send parts it from the next); where that leaves several ways, the one whose
+read actions' compute matches the sums of what their backwards compute where read alone, if it
+is clearly the best; else the reading is uncertain. Each read action becomes the first backward
+of its run, with its compute; the others are put back, with none, at its end.
 
 One fit relabels every action (kind, stage, microbatch). Several fits that give different
 readings (other v, M or kinds) are not told apart: the reading is uncertain. The schedule

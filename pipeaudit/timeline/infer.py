@@ -208,10 +208,11 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
                                  seq["name"].str.contains(LOSS_OP_RE).fill_null(False).to_numpy())
     forward = _local_handoffs_to_forward(forward, cls, handoff)
     forward = _without_leading_scaling(forward, scaling)
-    not_input = batch_split | scaling | (glue_of != NO_GLUE)
+    sums = glue_of == ACCUMULATE
+    not_input = batch_split | scaling | ((glue_of != NO_GLUE) & ~sums)
     forward = _inputs_to_forward(forward, backward, cls, codes, not_input,
                                  seq["name"].is_in(list(INPUT_LOAD_OPS)).to_numpy(),
-                                 seq["name"].is_in(list(LAYER_OPS)).to_numpy())
+                                 seq["name"].is_in(list(LAYER_OPS)).to_numpy(), sums)
 
     rows = []
     for kind, found in (("F", forward), ("B", backward)):
@@ -754,8 +755,8 @@ LAYER_OPS = ("aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::b
 
 def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[int, int]],
                        cls: np.ndarray, codes: np.ndarray, not_input: np.ndarray,
-                       load: np.ndarray | None = None,
-                       layer: np.ndarray | None = None) -> list[tuple[int, int]]:
+                       load: np.ndarray | None = None, layer: np.ndarray | None = None,
+                       sums: np.ndarray | None = None) -> list[tuple[int, int]]:
     """The input's delivery is the forward's: the same run of compute ops right before two
     forwards or more, but not before all of them (the first stage's load or embedding of each
     microbatch, which only the first chunk of an interleaved rank runs, so the forward's op
@@ -769,17 +770,21 @@ def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[in
     loads the batch or runs first layers the other chunks lack before the step's first forward
     only. The run stops at any other action, transfer, batch split, gradient scaling or glue
     (``not_input``: an in-place ``add_`` between two forwards is the schedule's bookkeeping,
-    Megatron-core's token count). Each run is judged alone, the most frequent first: each
+    Megatron-core's token count), and at an out-of-place sum (``sums``) with nothing of the run
+    before it: inside a run it is a residual add ending a layer, at its start the gradient
+    accumulation after a backward. Each run is judged alone, the most frequent first: each
     chunk may have its own (its first layers that the op sequence leaves out)."""
     if len(forwards) < 2:
         return forwards
     taken = np.zeros(cls.size, dtype=bool)
     for a, b in forwards + backwards:
         taken[a:b + 1] = True
+    part = (cls == _COMPUTE) & ~taken & ~not_input
+    inner = part & ~sums if sums is not None else part
     leads = []
     for a, _ in forwards:
         k = a
-        while k > 0 and cls[k - 1] == _COMPUTE and not taken[k - 1] and not not_input[k - 1]:
+        while k > 0 and part[k - 1] and (inner[k - 1] or (k > 1 and inner[k - 2])):
             k -= 1
         leads.append(tuple(codes[k:a].tolist()))
     counts = Counter(lead for lead in leads if lead)

@@ -3,7 +3,7 @@
 A cell passes when, read without annotations: schedule, P, v, M, steps and layout equal the
 truth; no ``MISSING_ACTIONS``, ``DUPLICATED_ACTIONS`` or ``SCHEDULE_ORDER_VIOLATION``; each
 rank's bubble is within :data:`BUBBLE_TOL` of the twin's; each (rank, stage, kind)'s median
-per-action compute within :data:`COMPUTE_TOL` of the twin's; where the truth says so
+per-action compute difference within :data:`COMPUTE_TOL` of the twin's median; where the truth says so
 (:attr:`Truth.other_ops_allowed`), only the actions it allows hold other ops than the twin's.
 
 Both readings read the same events, so an action given the same ops has the same compute to
@@ -214,24 +214,31 @@ def same_order(name: str | None, truth: Truth) -> bool:
 
 
 def _compute_diffs(twin: pl.DataFrame, bare: pl.DataFrame, problems: list[str]) -> list[float]:
-    """Relative differences of the median per-action compute per (rank, stage, kind)."""
-    def medians(actions: pl.DataFrame) -> dict[tuple, float]:
-        out: dict[tuple, list[float]] = {}
-        for rank, stage, kind, us in actions.select("rank", "stage", "kind", "compute_us").iter_rows():
-            out.setdefault((rank, stage, kind), []).append(us)
-        return {k: median(vs) for k, vs in out.items()}
+    """Per (rank, stage, kind): the median of the per-action compute differences (bare less
+    twin, actions matched by step and microbatch) relative to the twin's median compute. A
+    host descheduled in an op that one reading gives an action moves that one action, never
+    the median of the differences; every action missing a layer moves it (where no action
+    matches, the difference of the two medians)."""
+    def by_key(actions: pl.DataFrame) -> dict[tuple, dict[tuple, float]]:
+        out: dict[tuple, dict[tuple, float]] = {}
+        for rank, stage, kind, step, mb, us in actions.select(
+                "rank", "stage", "kind", "step", "microbatch", "compute_us").iter_rows():
+            out.setdefault((rank, stage, kind), {})[(step, mb)] = us
+        return out
 
-    want, seen = medians(twin), medians(bare)
+    want, seen = by_key(twin), by_key(bare)
     rel = []
     for key in sorted(set(want) | set(seen)):
         if key not in want or key not in seen:
             problems.append("rank {} stage {} {}: actions only in the {} reading".format(
                 *key, "bare" if key in seen else "annotated"))
             continue
-        d = abs(seen[key] - want[key]) / want[key] if want[key] > 0 else 0.0
+        base = median(want[key].values())
+        paired = [seen[key][a] - want[key][a] for a in want[key] if a in seen[key]]
+        diff = median(paired) if paired else median(seen[key].values()) - base
+        d = abs(diff) / base if base > 0 else 0.0
         rel.append(d)
         if d > COMPUTE_TOL:
-            problems.append("rank {} stage {} {}: median compute {:.0f} us, twin {:.0f} us "
-                            "({:+.1%})".format(*key, seen[key], want[key],
-                                              (seen[key] - want[key]) / want[key]))
+            problems.append("rank {} stage {} {}: median compute difference {:+.0f} us, twin's "
+                            "median {:.0f} us ({:+.1%})".format(*key, diff, base, diff / base))
     return rel

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 import pipeaudit
-from pipeaudit.conformance.compare import (BUBBLE_TOL, FORWARDS, LAST_STAGE, NOWHERE, Truth,
-                                           compare, same_order)
+from pipeaudit.conformance.compare import (BUBBLE_TOL, COMPUTE_TOL, FORWARDS, LAST_STAGE,
+                                           NOWHERE, Truth, compare, same_order)
 from tests.support.paths import SAMPLES
 from tests.support.tracegen import Case, generate
 
@@ -62,7 +62,28 @@ def test_each_kind_of_difference_is_named(reading):
     text = "\n".join(problems)
     assert "schedule read as '1f1b', is 'gpipe'" in text and "M read as 4, is 8" in text
     assert sum("bubble" in p for p in problems) == 2
-    assert "median compute" in text and "+6.0%" in text
+    assert "median compute difference" in text and "+6.0%" in text
+
+
+def test_one_action_descheduled_far_off_moves_no_median_of_differences(reading):
+    """A noisy run: the twin's forwards differ by a millisecond each, and the bare reading gives
+    the shortest a 4 ms descheduled op (an allowed one, DeepSpeed's loss division) and every
+    one 20 µs: the medians of the two readings lie far apart, the median of the differences
+    does not."""
+    result, actions = reading
+    truth = Truth("1f1b", 2, 1, 4, result.num_steps, 1, (0, 1))
+    forwards = (actions["rank"] == 1) & (actions["kind"] == "F")
+    order = forwards.cast(int).cum_sum() * forwards.cast(int)  # 1, 2, ... on rank 1's forwards
+    noisy = actions.with_columns(compute_us=actions["compute_us"] + order * 1000.0)
+    bare = noisy.with_columns(compute_us=noisy["compute_us"] + forwards.cast(float) * 20.0
+                              + (order == 1).cast(float) * 4000.0)
+    twin_f, bare_f = (a.filter(forwards)["compute_us"].median() for a in (noisy, bare))
+    assert bare_f / twin_f - 1 > COMPUTE_TOL  # the medians alone would call it misread
+    verdict = compare(truth, result, noisy, result, bare)
+    assert not [p for p in verdict.problems if "median compute" in p], verdict.problems
+    every = noisy.with_columns(compute_us=noisy["compute_us"] * (1 + 0.2 * forwards.cast(float)))
+    assert any(p.startswith("rank 1 stage 1 F: median compute difference")
+               for p in compare(truth, result, noisy, result, every).problems)
 
 
 def test_schedules_that_run_one_order_are_one_truth():

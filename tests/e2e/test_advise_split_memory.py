@@ -52,6 +52,9 @@ def test_the_peak_is_predicted_across_a_split_backward(runs, source, target):
     from pipeaudit.advise import advise
 
     a = advise(pipeaudit.load(runs[source]), schedules=[target], microbatches=[4])
-    cand = next(c for c in a.candidates if c.schedule == target)
+    # the same layers a stage as the target run (the advisor may also propose an uneven split,
+    # from per-layer times that a busy host moves; its peak is another model's)
+    cand = next(c for c in a.candidates
+                if c.schedule == target and len(set(c.stage_layers or ())) <= 1)
     peak = max(r.peak_allocated_bytes for r in pipeaudit.load(runs[target]).audit().ranks)
     assert cand.predicted_peak_memory_bytes == pytest.approx(peak, rel=0.05)

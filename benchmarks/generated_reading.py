@@ -5,7 +5,7 @@
 Each case draws every dimension independently (tests/support/tracegen/strategies.py), writes
 its traces, reads them with pipeaudit.load and holds the reading to the truth
 (tests/support/tracegen/check.py). Prints pass / cannot-tell / fail counts by shape, the worst
-bubble error, the share read right of the cases read from the ops by each dimension's value,
+bubble error of a right reading, the share read right of the cases read from the ops by each dimension's value,
 the reasons it cannot tell, and for each kind of failure the smallest case that shows it (with
 the command that writes its traces). Exit 1 on any failure. Needs only the repository and its installed
 dependencies (torch for the schedules' orders).
@@ -256,8 +256,8 @@ def _write(path: str, text: str) -> None:
 
 
 class Tally:
-    """The verdicts so far, by shape, the worst bubble error and the smallest case of each kind
-    of failure, from the cases' records (:func:`_work`; ``case_of`` draws a case again from its
+    """The verdicts so far, by shape, the worst bubble error of a right reading and the
+    smallest case of each kind of failure, from the cases' records (:func:`_work`; ``case_of`` draws a case again from its
     number, for the report)."""
 
     def __init__(self, case_of, code: str = "") -> None:
@@ -289,7 +289,7 @@ class Tally:
         self.by_shape[rec["shape"]][verdict] += 1
         if verdict == "cannot tell":
             self.reasons[_reason_kind(rec.get("reason", ""))] += 1
-        if rec["err"] > self.worst[0]:
+        if verdict == "pass" and rec["err"] > self.worst[0]:  # a failure's error is its problem's
             self.worst = (rec["err"], rec["i"])
         if verdict == "fail":
             for kind in sorted({_problem_kind(p) for p in rec["problems"]}):
@@ -306,7 +306,8 @@ class Tally:
                  f"{a.jobs} jobs, seed {a.seed}, code {self.code}",
                  "verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(self.verdicts.items()))]
         wc = self.case_of(self.worst[1]).describe() if self.worst[1] is not None else "-"
-        lines.append(f"worst bubble error of a reading held to the truth: {self.worst[0]:.5f} ({wc})")
+        lines.append(f"worst bubble error of a reading held to the truth and right: "
+                     f"{self.worst[0]:.5f} ({wc})")
         lines.append("by shape (schedule/annotation/p2p): pass / cannot tell / fail")
         for shape in sorted(self.by_shape):
             c = self.by_shape[shape]

@@ -5,10 +5,10 @@
 Each case draws every dimension independently (tests/support/tracegen/strategies.py), writes
 its traces, reads them with pipeaudit.load and holds the reading to the truth
 (tests/support/tracegen/check.py). Prints pass / cannot-tell / fail counts by shape, the worst
-bubble error of a right reading, the share read right of the cases read from the ops by each dimension's value,
-the reasons it cannot tell, and for each kind of failure the smallest case that shows it (with
-the command that writes its traces). Exit 1 on any failure. Needs only the repository and its installed
-dependencies (torch for the schedules' orders).
+bubble error of a right reading, the share read right of the cases read from the ops by each
+dimension's value, the reasons it cannot tell, and for each kind of failure the smallest case
+that shows it (with the command that writes its traces). Exit 1 on any failure. Needs only the
+repository and its installed dependencies (torch for the schedules' orders).
 
 A long search can be cut into shards (``--start``, ``--cases``: the same cases whatever the
 jobs or machines) and stopped at any time: ``--seconds``, Ctrl-C or SIGTERM report the cases
@@ -257,8 +257,8 @@ def _write(path: str, text: str) -> None:
 
 class Tally:
     """The verdicts so far, by shape, the worst bubble error of a right reading and the
-    smallest case of each kind of failure, from the cases' records (:func:`_work`; ``case_of`` draws a case again from its
-    number, for the report)."""
+    smallest case of each kind of failure, from the cases' records (:func:`_work`; ``case_of``
+    draws a case again from its number, for the report)."""
 
     def __init__(self, case_of, code: str = "") -> None:
         self.case_of = case_of

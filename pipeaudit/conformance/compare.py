@@ -3,8 +3,9 @@
 A cell passes when, read without annotations: schedule, P, v, M, steps and layout equal the
 truth; no ``MISSING_ACTIONS``, ``DUPLICATED_ACTIONS`` or ``SCHEDULE_ORDER_VIOLATION``; each
 rank's bubble is within :data:`BUBBLE_TOL` of the twin's; each (rank, stage, kind)'s median
-per-action compute difference within :data:`COMPUTE_TOL` of the twin's median; where the truth says so
-(:attr:`Truth.other_ops_allowed`), only the actions it allows hold other ops than the twin's.
+per-action compute difference within :data:`COMPUTE_TOL` of the twin's median; where the truth
+says so (:attr:`Truth.other_ops_allowed`), only the actions it allows hold other ops than the
+twin's.
 
 Both readings read the same events, so an action given the same ops has the same compute to
 the nanosecond: :attr:`Verdict.other_ops` counts the actions that were not (a reading's

@@ -108,12 +108,17 @@ def sending_past_the_end(ranks: Sequence[RankTimeline], sent: Mapping[int, int],
     return out
 
 
-def handed_on(stage: np.ndarray, kind: np.ndarray, held: np.ndarray, last: int) -> int:
-    """How many of the actions (``stage``, ``kind``) of a rank holding the stages ``held`` (of
+def hands_on(stage: np.ndarray, kind: np.ndarray, held: np.ndarray, last: int) -> np.ndarray:
+    """Which of the actions (``stage``, ``kind``) of a rank holding the stages ``held`` (of
     stages 0..``last``) hand a tensor to another rank: a forward its output to the next stage,
     a B or I its input's gradient to the previous one, where that stage is not held."""
-    return int((((kind == "F") & (stage < last) & ~np.isin(stage + 1, held))
-                | (np.isin(kind, ["B", "I"]) & (stage > 0) & ~np.isin(stage - 1, held))).sum())
+    return (((kind == "F") & (stage < last) & ~np.isin(stage + 1, held))
+            | (np.isin(kind, ["B", "I"]) & (stage > 0) & ~np.isin(stage - 1, held)))
+
+
+def handed_on(stage: np.ndarray, kind: np.ndarray, held: np.ndarray, last: int) -> int:
+    """How many of the actions hand a tensor to another rank (:func:`hands_on`)."""
+    return int(hands_on(stage, kind, held, last).sum())
 
 
 def sends_short(rt: RankTimeline, sent: int, num_positions: int) -> str | None:

@@ -38,7 +38,7 @@ import polars as pl
 from pipeaudit.errors import ScheduleError
 from pipeaudit.schedules import SCHEDULE_NAMES, build_schedule
 from pipeaudit.schedules.catalogue import CATALOGUE, chunks_for
-from pipeaudit.timeline.invariants import handed_on
+from pipeaudit.timeline.invariants import handed_on, hands_on
 from pipeaudit.timeline.rank import RankTimeline
 from pipeaudit.timeline.virtual import MAX_CHUNKS, MAX_FORWARDS, kinds_per_position
 
@@ -246,9 +246,9 @@ def _merged_fit(name: str, v: int, m: int, sched, kinds: dict[int, tuple[str, ..
     for drop in (True, False):
         groups, ambiguous = {}, False
         for p, k in kinds.items():
-            kept = [a for a in sched.orders[p] if not (drop and a.kind == "I" and a.stage == 0)]
-            held = set(np.flatnonzero(placement == p).tolist())
-            runs = _runs(kept, k, held, placement.size - 1, computes.get(p))
+            kept = _kept(sched.orders[p], drop)
+            runs = _runs(kept, k, np.flatnonzero(placement == p), placement.size - 1,
+                         computes.get(p))
             if runs is None:
                 break
             ambiguous = ambiguous or runs == "ambiguous"
@@ -260,21 +260,23 @@ def _merged_fit(name: str, v: int, m: int, sched, kinds: dict[int, tuple[str, ..
     return None
 
 
-def _runs(kept, read: tuple[str, ...], held: set[int], last: int,
+def _runs(kept, read: tuple[str, ...], held: np.ndarray, last: int,
           compute: np.ndarray | None = None) -> Groups | str | None:
     """``read`` (one position's F / B tokens in a step) as runs of the order ``kept``: the
     forwards one to one, each read backward a run of the order's back-to-back backwards,
-    parted after every backward that hands a gradient to another rank (a stage not in ``held``:
-    its send lies between it and the next). Where that leaves several ways, the one whose read
+    parted after every backward that hands a gradient to another rank (a stage not in ``held``,
+    of stages 0..``last``: its send lies between it and the next). Where that leaves several ways, the one whose read
     actions' ``compute`` (per read action) best matches what each (stage, kind) computes where
     it is read alone, if clearly best. None where no way fits, "ambiguous" where several do."""
     order_f = [i for i, a in enumerate(kept) if a.kind == "F"]
     if read.count("F") != len(order_f) or len(read) > len(kept):
         return None
     bounds = [-1, *order_f, len(kept)]
+    hands = hands_on(np.array([a.stage for a in kept], dtype=np.int64),
+                     np.array([a.kind for a in kept], dtype="U1"), held, last)
     parts: list = []
     for k, count in enumerate(_gaps(read)):
-        ways = _ways(list(range(bounds[k] + 1, bounds[k + 1])), count, kept, held)
+        ways = _ways(list(range(bounds[k] + 1, bounds[k + 1])), count, hands)
         if not ways:
             return None
         parts.append(ways)
@@ -303,17 +305,15 @@ def _gaps(read: tuple[str, ...]) -> list[int]:
 MAX_WAYS = 256
 
 
-def _ways(run: list[int], count: int, kept, held: set[int]) -> list[list[tuple[int, ...]]]:
+def _ways(run: list[int], count: int, hands: np.ndarray) -> list[list[tuple[int, ...]]]:
     """Every way of reading the order's backwards ``run`` as ``count`` actions, each a run of
-    back-to-back backwards ending wherever a backward hands its gradient to another rank (none
-    where there is none or too many to weigh)."""
+    back-to-back backwards ending wherever a backward hands its gradient to another rank
+    (``hands``, per action of the order; none where there is none or too many to weigh)."""
     if count == len(run):
         return [[(i,) for i in run]]
     if count == 0 or count > len(run):
         return []
-    must = {j for j in range(len(run) - 1)
-            if kept[run[j]].kind in ("B", "I") and kept[run[j]].stage > 0
-            and kept[run[j]].stage - 1 not in held}
+    must = {j for j in range(len(run) - 1) if hands[run[j]]}
     free = [j for j in range(len(run) - 1) if j not in must]
     need = count - 1 - len(must)
     if need < 0 or need > len(free) or comb(len(free), need) > MAX_WAYS:
@@ -372,9 +372,14 @@ def _by_compute(parts: list, kept, compute: np.ndarray | None) -> list | None:
     return chosen
 
 
+def _kept(order, drop_first_i: bool) -> list:
+    """The order's actions a reading holds: all, or all but the first stage's Is (which run no
+    op where the first stage's input needs no gradient)."""
+    return [a for a in order if not (drop_first_i and a.kind == "I" and a.stage == 0)]
+
+
 def _tokens(order, drop_first_i: bool) -> tuple[str, ...]:
-    return tuple("F" if a.kind == "F" else "B" for a in order
-                 if not (drop_first_i and a.kind == "I" and a.stage == 0))
+    return tuple("F" if a.kind == "F" else "B" for a in _kept(order, drop_first_i))
 
 
 def _reading_key(fit: Fit) -> tuple:
@@ -388,7 +393,7 @@ def _relabel(rt: RankTimeline, order, drop_first_i: bool, groups: Groups | None 
     """Each step's i-th action (by start) becomes the order's i-th (stage, kind, microbatch), or
     the first of its run ``groups[i]``; the first stage's Is without ops and the rest of each
     run are put back with no compute."""
-    kept = [a for a in order if not (drop_first_i and a.kind == "I" and a.stage == 0)]
+    kept = _kept(order, drop_first_i)
     groups = groups or tuple((i,) for i in range(len(kept)))
     first = [kept[g[0]] for g in groups]
     stages = np.array([a.stage for a in first], dtype=np.int64)

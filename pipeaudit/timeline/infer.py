@@ -185,7 +185,7 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
                                     _sending(forward_blocks, ends_at))
         forward = _without_leading_collectives(forward, cls)
         forward = _loss_to_forward(forward, backward, ends_at)
-        forward = _tails_to_forward(forward, backward, blocks, ends_at, not_tail)
+        forward = _tails_to_forward(forward, backward, blocks, ends_at, not_tail, handoff)
     else:
         backward = _split_repeats(backward_blocks, codes) if split else backward_blocks
         # Every microbatch crosses the stage: its input or its output is a tensor of its own
@@ -203,7 +203,7 @@ def _infer(ops: RankOps, stage: int, split: bool, calls: bool) -> Inferred:
         forward, backward = _seeds_to_backward(forward, backward, cls, seed)
         forward = _loss_to_forward(forward, backward, cls)
         forward = _relays_to_forward(forward, blocks, cls)
-        forward = _tails_to_forward(forward, backward, blocks, cls, not_tail)
+        forward = _tails_to_forward(forward, backward, blocks, cls, not_tail, handoff)
     forward = _losses_to_forward(forward, backward, blocks,
                                  seq["name"].str.contains(LOSS_OP_RE).fill_null(False).to_numpy())
     forward = _local_handoffs_to_forward(forward, cls, handoff)
@@ -702,22 +702,27 @@ def _relays_to_forward(forwards: list[tuple[int, int]], blocks: list[tuple[int, 
 
 
 def _tails_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[int, int]],
-                      blocks: list[tuple[int, int]], cls: np.ndarray,
-                      not_tail: np.ndarray) -> list[tuple[int, int]]:
-    """A forward that is the last action of a block a send follows ends at the block's last op
-    that is no bookkeeping (``not_tail``): what a stage sends is its forward's output, so the
-    ops after the op sequence read as its forward and before the send (a chunk's last layer
-    that the rank's other chunks lack, a residual add) compute that output. In-place
-    bookkeeping after it (Megatron-core's token count) stays out."""
+                      blocks: list[tuple[int, int]], cls: np.ndarray, not_tail: np.ndarray,
+                      handoff: np.ndarray) -> list[tuple[int, int]]:
+    """A forward that is the last action of a block whose output leaves ends at the block's
+    last op that is no bookkeeping (``not_tail``). The output leaves by a send after the
+    block, or by a local ``handoff`` (a V's rank hands one stage's output to its next stage
+    with a detach, :func:`_cut_at_handoffs`): what a stage hands on is its forward's output,
+    so the ops after the op sequence read as its forward and before the hand-off (a chunk's
+    last layer that the rank's other chunks lack, a residual add, a layer the op sequence
+    both chunks share left out) compute that output. In-place bookkeeping after it
+    (Megatron-core's token count) stays out."""
     if not forwards:
         return forwards
+    blocks = _cut_at_handoffs(blocks, handoff)
     starts = np.array([a for a, _ in blocks])
     taken = np.array(sorted(a for a, _ in forwards + backwards))
     out = []
     for a, b in forwards:
         k = int(np.searchsorted(starts, a, side="right")) - 1
         end = b
-        if k >= 0 and b < blocks[k][1] and _beside(cls, blocks[k][1], 1) == _SEND:
+        if k >= 0 and b < blocks[k][1] and (_beside(cls, blocks[k][1], 1) == _SEND
+                                            or handoff[blocks[k][1]]):
             last = blocks[k][1]
             if int(np.searchsorted(taken, b, side="right")) == int(
                     np.searchsorted(taken, last, side="right")):  # no action after it there

@@ -128,12 +128,14 @@ def _work(args):
         t0 = time.perf_counter()
         try:
             o = run_case(case, limit_s=limit)
-            res = (o.verdict, o.problems, o.worst_bubble_error, o.uncertain_reason)
+            res = (o.verdict, o.problems, o.worst_bubble_error, o.uncertain_reason,
+                   o.lowest_coverage)
         except Exception as e:  # a crash of the reader (or the generator) is a failure
-            res = ("fail", [f"crash: {type(e).__name__}: {str(e)[:160]}"], 0.0, "")
-        verdict, problems, err, reason = res
+            res = ("fail", [f"crash: {type(e).__name__}: {str(e)[:160]}"], 0.0, "", None)
+        verdict, problems, err, reason, coverage = res
         out.append({"i": i, "shape": case.shape(), "size": _size(case), "verdict": verdict,
                     "err": round(err, 6), "ms": round(1000 * (time.perf_counter() - t0), 1),
+                    **({"cov": round(coverage, 6)} if coverage is not None else {}),
                     **({"problems": problems} if verdict == "fail" else {}),
                     **({"reason": reason[:300]} if verdict == "cannot tell" else {})})
     return out
@@ -242,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
 
 #: Reasons for "cannot tell" the report lists (the most frequent).
 REASONS_SHOWN = 12
+#: A right reading's coverage this close to 100 % leaves no compute unexplained (rounding).
+COVERED_SLACK = 1e-6
 #: How often (seconds) ``--report`` is rewritten while the search runs.
 REPORT_EVERY_S = 60
 #: How often (seconds) the search looks for a stop while it waits for a batch.
@@ -270,6 +274,9 @@ class Tally:
         self.by_shape: dict[str, Counter] = defaultdict(Counter)
         self.fail_groups: dict[tuple, list] = {}
         self.worst: tuple = (0.0, None)
+        #: right readings from the ops: how many, how many left compute unexplained, the least
+        #: covered (coverage, case)
+        self.covered = [0, 0, (1.0, None)]
         self.reasons: Counter = Counter()
         #: read from the ops: family ("split backward" or not) -> dimension -> value -> verdicts
         self.by_dimension: dict[str, dict[str, dict[str, Counter]]] = {}
@@ -291,6 +298,11 @@ class Tally:
             self.reasons[_reason_kind(rec.get("reason", ""))] += 1
         if verdict == "pass" and rec["err"] > self.worst[0]:  # a failure's error is its problem's
             self.worst = (rec["err"], rec["i"])
+        if verdict == "pass" and "cov" in rec:
+            self.covered[0] += 1
+            self.covered[1] += rec["cov"] < 1.0 - COVERED_SLACK
+            if rec["cov"] < self.covered[2][0]:
+                self.covered[2] = (rec["cov"], rec["i"])
         if verdict == "fail":
             for kind in sorted({_problem_kind(p) for p in rec["problems"]}):
                 key = (*rec["shape"].split("/"), kind)
@@ -308,6 +320,11 @@ class Tally:
         wc = self.case_of(self.worst[1]).describe() if self.worst[1] is not None else "-"
         lines.append(f"worst bubble error of a reading held to the truth and right: "
                      f"{self.worst[0]:.5f} ({wc})")
+        if self.covered[0]:
+            n, short, (low, i) = self.covered
+            lines.append(f"compute conservation of the right readings from the ops: {short} of {n} "
+                         f"leave compute unexplained; least covered {100 * low:.2f} %"
+                         + (f" (case {i})" if i is not None else ""))
         lines.append("by shape (schedule/annotation/p2p): pass / cannot tell / fail")
         for shape in sorted(self.by_shape):
             c = self.by_shape[shape]

@@ -220,7 +220,8 @@ class AuditResult:
     #: not given, and the bubbles are marked uncertain
     uncertain: list[dict[str, Any]] = field(default_factory=list)
     #: inferred ranks: where the schedule thread's compute went ({rank, compute_us,
-    #: in_actions_us, start_up_us, wrap_up_us, unexplained_us} each; timeline.conservation)
+    #: in_actions_us, start_up_us, wrap_up_us, unexplained_us, coverage} each;
+    #: timeline.conservation)
     conservation: list[dict[str, Any]] = field(default_factory=list)
     #: per-step values of the audited metrics (None: no pipeline step)
     per_step: StepSeries | None = None

@@ -39,4 +39,5 @@ class OpAccount:
         return {"rank": rank, "compute_us": self.compute_ns / us,
                 "in_actions_us": self.in_actions_ns / us, "start_up_us": self.start_up_ns / us,
                 "grad_scaling_us": self.grad_scaling_ns / us,
-                "wrap_up_us": self.wrap_up_ns / us, "unexplained_us": self.unexplained_ns / us}
+                "wrap_up_us": self.wrap_up_ns / us, "unexplained_us": self.unexplained_ns / us,
+                "coverage": self.coverage}

@@ -55,6 +55,8 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
     worst_bubble_error: float = 0.0
     uncertain_reason: str = ""
+    #: the lowest coverage of a rank read from its ops (compute conservation; None: none is)
+    lowest_coverage: float | None = None
 
 
 def read_case(g: Generated, folder: Path):
@@ -111,7 +113,9 @@ def judge(g: Generated, audit) -> Outcome:
     present = {g.case.one_rank} if g.case.one_rank is not None else set(tr.rank_bubble)
     for rank in sorted(present - seen):
         problems.append(f"rank {rank}: not in the reading")
-    return Outcome(g.case, "fail" if problems else "pass", problems, worst)
+    covered = [row["coverage"] for row in audit.conservation if row.get("coverage") is not None]
+    return Outcome(g.case, "fail" if problems else "pass", problems, worst, "",
+                   min(covered) if covered else None)
 
 
 def run_case(case: Case, folder: Path | None = None, limit_s: int = READ_LIMIT_S) -> Outcome:

@@ -175,3 +175,31 @@ def test_the_report_counts_every_case_read_from_the_ops_once_in_each_dimension(m
     assert all(len(line) <= 120 for line in lines)
     shown = sum(int(n) for n in re.findall(r" (\d+)/\d+ \(", lines[0]))
     assert shown == sum(c["pass"] for c in next(iter(tally.by_dimension.values()))["P"].values())
+
+
+def test_the_report_counts_the_right_readings_that_leave_compute_unexplained(monkeypatch) -> None:
+    """Compute conservation over a search: the right readings from the ops (those whose record
+    holds a coverage) that fall short of 100 %, and the least covered one; a case that cannot
+    tell or carries no coverage (read from spans) is not counted."""
+    import argparse
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("generated_reading",
+                                                  REPO / "benchmarks" / "generated_reading.py")
+    search = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(search)
+    opts = {"budget": 64, "p2p": ("gloo",), "one_rank_files": False,
+            "step_marks": (True,), "annotated": (True,)}
+    tally = search.Tally(lambda i: search._case(i, 3, opts))
+    records = [("pass", 1.0), ("pass", 0.9993), ("pass", 0.99), ("cannot tell", 0.5),
+               ("pass", None), ("pass", 1.0 - 1e-9)]
+    for i, (verdict, cov) in enumerate(records):
+        rec = {"i": i, "shape": "1f1b/annotated/gloo", "size": 1, "verdict": verdict,
+               "err": 0.0, "ms": 1.0}
+        if cov is not None:
+            rec["cov"] = cov
+        tally.add(rec)
+    text = tally.report(1.0, argparse.Namespace(start=0, jobs=1, seed=3))
+    line = next(x for x in text.splitlines() if x.startswith("compute conservation"))
+    assert "2 of 4 leave compute unexplained; least covered 99.00 % (case 2)" in line, line

@@ -264,10 +264,11 @@ def _runs(kept, read: tuple[str, ...], held: np.ndarray, last: int,
           compute: np.ndarray | None = None) -> Groups | str | None:
     """``read`` (one position's F / B tokens in a step) as runs of the order ``kept``: the
     forwards one to one, each read backward a run of the order's back-to-back backwards,
-    parted after every backward that hands a gradient to another rank (a stage not in ``held``,
-    of stages 0..``last``: its send lies between it and the next). Where that leaves several ways, the one whose read
-    actions' ``compute`` (per read action) best matches what each (stage, kind) computes where
-    it is read alone, if clearly best. None where no way fits, "ambiguous" where several do."""
+    parted after every backward that hands a gradient to another rank (a stage not in
+    ``held``, of stages 0..``last``: its send lies between it and the next). Where that leaves
+    several ways, the one whose read actions' ``compute`` (per read action) best matches what
+    each (stage, kind) computes where it is read alone, if clearly best. None where no way
+    fits, "ambiguous" where several do."""
     order_f = [i for i, a in enumerate(kept) if a.kind == "F"]
     if read.count("F") != len(order_f) or len(read) > len(kept):
         return None

@@ -141,17 +141,24 @@ def test_a_reading_imports_none_of_the_packages_the_ledgers_hash_leaves_out() ->
     assert [f for f in imported if f.startswith(NOT_READ)] == []
 
 
-def test_the_report_counts_every_case_read_from_the_ops_once_in_each_dimension(monkeypatch) -> None:
-    """The report's table by dimension: each dimension's values share out the cases read from
-    the ops of each family, the right ones among them; its lines fit 120 columns."""
+def _search_module(monkeypatch):
+    """benchmarks/generated_reading.py loaded as a module (it imports its ledger beside it)."""
     import importlib.util
-    import re
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # the script imports its ledger beside it
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     spec = importlib.util.spec_from_file_location("generated_reading",
                                                   REPO / "benchmarks" / "generated_reading.py")
     search = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(search)
+    return search
+
+
+def test_the_report_counts_every_case_read_from_the_ops_once_in_each_dimension(monkeypatch) -> None:
+    """The report's table by dimension: each dimension's values share out the cases read from
+    the ops of each family, the right ones among them; its lines fit 120 columns."""
+    import re
+
+    search = _search_module(monkeypatch)
     opts = {"budget": 64, "p2p": ("gloo", "nccl"), "one_rank_files": True,
             "step_marks": (False, True), "annotated": (False, True)}
     tally = search.Tally(lambda i: search._case(i, 3, opts))
@@ -182,13 +189,8 @@ def test_the_report_counts_the_right_readings_that_leave_compute_unexplained(mon
     holds a coverage) that fall short of 100 %, and the least covered one; a case that cannot
     tell or carries no coverage (read from spans) is not counted."""
     import argparse
-    import importlib.util
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("generated_reading",
-                                                  REPO / "benchmarks" / "generated_reading.py")
-    search = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(search)
+    search = _search_module(monkeypatch)
     opts = {"budget": 64, "p2p": ("gloo",), "one_rank_files": False,
             "step_marks": (True,), "annotated": (True,)}
     tally = search.Tally(lambda i: search._case(i, 3, opts))

@@ -778,7 +778,9 @@ def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[in
     Megatron-core's token count), and at an out-of-place sum (``sums``) with nothing of the run
     before it: inside a run it is a residual add ending a layer, at its start the gradient
     accumulation after a backward. Each run is judged alone, the most frequent first: each
-    chunk may have its own (its first layers that the op sequence leaves out)."""
+    chunk may have its own (its first layers that the op sequence leaves out), and a longer run
+    that ends in one already joined is judged by its ops before it (the first chunk's load
+    before the first layer it shares with another chunk)."""
     if len(forwards) < 2:
         return forwards
     taken = np.zeros(cls.size, dtype=bool)
@@ -799,23 +801,25 @@ def _inputs_to_forward(forwards: list[tuple[int, int]], backwards: list[tuple[in
     # its first layer, a later chunk its own first layers)
     for unit in sorted(counts, key=lambda lead: (-counts[lead], len(lead))):
         n = len(unit)
-        grown = [not grow[j] and lead[-n:] == unit for j, lead in enumerate(leads)]
-        if _lead_joins(forwards, grown, n, ends, load, layer):
+        grown = [grow[j] < n and lead[-n:] == unit for j, lead in enumerate(leads)]
+        if _lead_joins(forwards, grown, n, grow, ends, load, layer):
             grow = [n if g else m for g, m in zip(grown, grow)]
     return [(a - n, b) for (a, b), n in zip(forwards, grow)]
 
 
-def _lead_joins(forwards: list[tuple[int, int]], grown: list[bool], n: int, ends: list[tuple],
-                load: np.ndarray | None, layer: np.ndarray | None) -> bool:
+def _lead_joins(forwards: list[tuple[int, int]], grown: list[bool], n: int, joined: list[int],
+                ends: list[tuple], load: np.ndarray | None, layer: np.ndarray | None) -> bool:
     """Whether the run of ``n`` ops right before the ``grown`` forwards is their input's
-    delivery (:func:`_inputs_to_forward`; ``ends``: every action's last op and kind, sorted)."""
-    leading = [a for (a, _), g in zip(forwards, grown) if g]
-    only_load = load is not None and all(load[a - n:a].all() for a in leading)
-    own = only_load or (layer is not None and all(layer[a - n:a].any() for a in leading))
+    delivery (:func:`_inputs_to_forward`; ``ends``: every action's last op and kind, sorted).
+    Where the last ``joined`` ops of a forward's run have joined it already (a shorter run,
+    more frequent, that ends it: a chunk's own first layer), the ops before them are judged."""
+    leading = [(a, a - m) for (a, _), g, m in zip(forwards, grown, joined) if g]
+    only_load = load is not None and all(load[a - n:e].all() for a, e in leading)
+    own = only_load or (layer is not None and all(layer[a - n:e].any() for a, e in leading))
     if not (1 if own else 2) <= len(leading) < len(forwards):
         return False
     after_forward = False
-    for a in leading:
+    for a, _ in leading:
         k = bisect_left(ends, (a - n, "")) - 1
         after_forward = after_forward or (k >= 0 and ends[k][1] == "F")
     return after_forward or own

@@ -360,6 +360,28 @@ def test_a_forward_handed_on_locally_ends_at_its_hand_off() -> None:
     assert out.worst_bubble_error < 1e-4
 
 
+#: Case 544,385 of the search of df4fc58fe2f5e041 (the first stage's rank bubble 0.0054 off,
+#: coverage 99.2 %): the first stage loads each microbatch (``to``, ``embedding``) before a first
+#: layer whose first op another chunk's forwards also lack, so that shorter run joined the
+#: forwards first and the load before it was left in no action.
+LOAD_BEFORE_A_SHARED_FIRST_OP = Case(
+    schedule="interleaved-zb", pp=8, v=4, m=8, steps=1, named_groups=True, annotated=False,
+    p2p="gloo", batched=True, profiler_steps=False, optimizer=False, batch_split=False,
+    op_shape="distinct", layers=1, nested=True, loss=False, data_load=True, heavy_factor=4.0,
+    heavy_by_layers=True, state_microbatches=True, latency_us=200.0, seed=1918373529,
+    engine_glue=True)
+
+
+def test_a_load_before_a_first_op_other_chunks_lack_joins_the_forward() -> None:
+    """Each forward's run of loose ops is grown by the runs that join it, a longer one after a
+    shorter one it ends in: every op of the first stage lies in an action, and the reading is
+    the truth's."""
+    out = run_case(LOAD_BEFORE_A_SHARED_FIRST_OP)
+    assert out.verdict == "pass", out.problems
+    assert out.worst_bubble_error < 1e-4
+    assert out.lowest_coverage == pytest.approx(1.0, abs=1e-9)
+
+
 @pytest.mark.parametrize("stated", ["zb-h1", "1f1b"])
 def test_a_stated_schedule_settles_the_first_rank_alone(stated: str, tmp_path) -> None:
     """ZB-H1's first rank alone reads either schedule's order once the user says which ran: no

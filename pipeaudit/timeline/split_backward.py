@@ -18,7 +18,8 @@ backwards read as l < L actions is parted where the order says a backward hands 
 another rank (its send parts it from the next); where that leaves several ways, the one whose
 read actions' compute matches the sums of what their backwards compute where read alone, if it
 is clearly the best; else the reading is uncertain. Each read action becomes the first backward
-of its run, with its compute; the others are put back, with none, at its end.
+of its run, with its compute; the others are put back, with none, at its end (before the
+next read action, which may start a rounding earlier).
 
 One fit relabels every action (kind, stage, microbatch). Several fits that give different
 readings (other v, M or kinds) are not told apart: the reading is uncertain. The schedule
@@ -440,9 +441,12 @@ def _with_empty_actions(rt: RankTimeline, actions: pl.DataFrame,
     by_step = {s: g.sort("start") for (s,), g in actions.filter(pl.col("step") >= 0)
                .group_by("step", maintain_order=True)}
     for g in by_step.values():
+        starts = g["start"].to_list()
         for a, at, edge in put_back:
             ref = g.row(at, named=True)
             t, host = ref[edge], ref[f"host_{edge}"]
+            if edge == "end" and at + 1 < len(starts):  # before the next read action, which
+                t = min(t, starts[at + 1])  # may start a rounding before this one's end
             rows.append({**ref, "stage": a.stage, "kind": a.kind, "microbatch": a.microbatch,
                          "start": t, "end": t, "compute_ns": 0, "compute_start": t,
                          "compute_end": t, "host_start": host, "host_end": host, "_row": None})

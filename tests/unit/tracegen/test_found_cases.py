@@ -382,6 +382,26 @@ def test_a_load_before_a_first_op_other_chunks_lack_joins_the_forward() -> None:
     assert out.lowest_coverage == pytest.approx(1.0, abs=1e-9)
 
 
+#: Case 549,193 of the same search (schedule read as none, every bubble right): on a GPU trace a
+#: heavy stage's I and another stage's W ran back to back and read as one action; the I was put
+#: back at that action's end, which the next action's start preceded by a nanosecond of
+#: rounding, so the order read fitted no schedule.
+PUT_BACK_AT_A_ROUNDED_EDGE = Case(
+    schedule="interleaved-zb", pp=6, v=3, m=14, steps=1, named_groups=True, annotated=False,
+    p2p="nccl", batched=True, profiler_steps=True, optimizer=True, batch_split=True,
+    op_shape="distinct", layers=1, nested=False, loss=True, data_load=False, heavy_stage=11,
+    heavy_factor=3.0, heavy_by_layers=True, shuffle=True, state_steps=True,
+    state_microbatches=True, latency_us=5.0, seed=298807067, engine_glue=False)
+
+
+def test_an_action_put_back_keeps_its_place_in_the_order() -> None:
+    """An action put back at the end of the read action that holds it sorts before the next
+    read action even where that one starts a rounding earlier: the schedule is named."""
+    out = run_case(PUT_BACK_AT_A_ROUNDED_EDGE)
+    assert out.verdict == "pass", out.problems
+    assert out.worst_bubble_error < 1e-4
+
+
 @pytest.mark.parametrize("stated", ["zb-h1", "1f1b"])
 def test_a_stated_schedule_settles_the_first_rank_alone(stated: str, tmp_path) -> None:
     """ZB-H1's first rank alone reads either schedule's order once the user says which ran: no
